@@ -1,0 +1,85 @@
+"""The demo lambdas of CONTRACT.md, used by the quick start, the benchmarks and black-box tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import redis
+from django.conf import settings
+
+from tasks_core import atf
+
+_local = threading.local()
+
+
+def _redis() -> redis.Redis:
+    if getattr(_local, "client", None) is None:
+        _local.client = redis.Redis.from_url(settings.REDIS_URL)
+    return _local.client
+
+
+def _seconds(payload: Any) -> float:
+    seconds = payload.get("seconds", 0) if isinstance(payload, dict) else 0
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        raise atf.Fatal(f"seconds must be a number, zero or more; got {seconds!r}")
+    return float(seconds)
+
+
+def _sleep(ctx: atf.TaskContext, seconds: float) -> None:
+    """Sleep, heartbeating every second so long sleeps keep their lease."""
+    deadline = time.monotonic() + seconds
+    while (remaining := deadline - time.monotonic()) > 0:
+        time.sleep(min(remaining, 1.0))
+        if remaining > 1.0:
+            ctx.heartbeat()
+
+
+@atf.register("demo.noop", team=settings.ATF_DEMO_TEAM)
+def noop(ctx: atf.TaskContext, payload: Any) -> dict:
+    """Do nothing."""
+    return {}
+
+
+@atf.register("demo.sleep", team=settings.ATF_DEMO_TEAM)
+def sleep(ctx: atf.TaskContext, payload: Any) -> dict:
+    """Sleep `payload["seconds"]`, heartbeating."""
+    seconds = _seconds(payload)
+    _sleep(ctx, seconds)
+    return {"slept": seconds}
+
+
+@atf.register("demo.fail", team=settings.ATF_DEMO_TEAM, max_attempts=5, backoff_base=0.2,
+              backoff_cap=2.0)
+def fail(ctx: atf.TaskContext, payload: Any) -> dict:
+    """Fail on purpose: `mode` fatal, retriable (the first `times` attempts) or crash (likewise)."""
+    payload = payload if isinstance(payload, dict) else {}
+    mode = payload.get("mode", "fatal")
+    times = payload.get("times", 1)
+    if mode == "fatal":
+        raise atf.Fatal("demo.fail asked to fail for good")
+    if mode not in ("retriable", "crash"):
+        raise atf.Fatal(f"unknown mode {mode!r}: use fatal, retriable or crash")
+    if ctx.attempt <= times:
+        if mode == "crash":
+            os._exit(17)  # the whole worker process dies mid-task, as a SIGKILL would
+        raise RuntimeError(f"demo.fail: failing attempt {ctx.attempt} of the first {times}")
+    return {"attempt": ctx.attempt}
+
+
+@atf.register("demo.record", team=settings.ATF_DEMO_TEAM)
+def record(ctx: atf.TaskContext, payload: Any) -> dict:
+    """Sleep `seconds`, then append {task_id, attempt, start, end, pid, host} to Redis list `key`."""
+    key = payload.get("key") if isinstance(payload, dict) else None
+    if not isinstance(key, str) or not key:
+        raise atf.Fatal("payload needs a string 'key'")
+    start = time.time()
+    _sleep(ctx, _seconds(payload))
+    line = {"task_id": ctx.task_id, "attempt": ctx.attempt, "start": start, "end": time.time(),
+            "pid": os.getpid(), "host": socket.gethostname()}
+    _redis().rpush(key, json.dumps(line))
+    return {"recorded": key}

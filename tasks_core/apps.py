@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+from django.utils.module_loading import autodiscover_modules
+
+
+def _sync_lambdas(sender: AppConfig, **kwargs: object) -> None:
+    from tasks_core import registry
+
+    registry.sync_to_store()
+
+
+class TasksCoreConfig(AppConfig):
+    name = "tasks_core"
+    verbose_name = "ATF tasks"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Lambdas live in `lambdas.py` modules of installed apps, found like `admin.py`.
+        autodiscover_modules("lambdas")
+        post_migrate.connect(_sync_lambdas, sender=self)

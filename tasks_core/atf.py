@@ -1,0 +1,52 @@
+"""The one import for users: `from tasks_core import atf`.
+
+    @atf.register("billing.send_invoice", max_attempts=5, heartbeat_timeout=30)
+    def send_invoice(ctx, payload): ...
+
+    atf.schedule("billing.send_invoice", {"order": 7}, priority="high", delay=300)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.utils import timezone
+
+from tasks_core import scheduling
+from tasks_core.context import Fatal, Retry, TaskContext
+from tasks_core.models import TaskEntity
+from tasks_core.registry import register
+from tasks_core.scheduling import Call
+
+__all__ = [
+    "Call", "Fatal", "Retry", "TaskContext", "call", "cancel", "chain", "register", "schedule",
+    "schedule_many",
+]
+
+
+def schedule(lambda_name: str, payload: Any = None, **options: Any) -> TaskEntity:
+    """Schedule a task of `lambda_name`; options: collection, priority, run_at or delay,
+    idempotency_key, max_attempts, after (parent task ids)."""
+    task, _created = scheduling.schedule(lambda_name, payload, **options)
+    return task
+
+
+def schedule_many(calls: Sequence[Mapping[str, Any]]) -> list[TaskEntity]:
+    """Schedule many tasks at once, all or none: each a mapping with "lambda", "payload", options."""
+    return scheduling.schedule_many(calls)
+
+
+def cancel(task_id: int) -> TaskEntity:
+    """Cancel a task that no worker holds yet."""
+    return scheduling.cancel(task_id, now=timezone.now())
+
+
+def call(lambda_name: str, payload: Any = None, **options: Any) -> Call:
+    """One step of a chain."""
+    return Call(lambda_name=lambda_name, payload=payload, options=options)
+
+
+def chain(*calls: Call) -> list[TaskEntity]:
+    """Schedule steps that run one after another, each once the step before it succeeded."""
+    return scheduling.chain(*calls)

@@ -1,0 +1,34 @@
+"""The task context handed to a lambda, and the outcomes a lambda may raise."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+class Retry(Exception):  # noqa: N818 - an outcome, not an error
+    """Raised by a lambda: try again, after `delay` seconds if given, else after the backoff."""
+
+    def __init__(self, message: str = "retry requested", *, delay: float | None = None) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class Fatal(Exception):  # noqa: N818 - an outcome, not an error
+    """Raised by a lambda: the task failed for good; do not retry."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskContext:
+    """What a running lambda knows about its task."""
+
+    task_id: int
+    attempt: int
+    collection: str
+    priority: str
+    lambda_name: str
+    _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
+
+    def heartbeat(self) -> bool:
+        """Renew this task's lease now; False if it was lost (the result will be refused)."""
+        return self._heartbeat()

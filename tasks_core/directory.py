@@ -1,0 +1,106 @@
+"""Cached reads of Lambda rows, so that hot paths (schedule, claim, heartbeat) do not query them.
+
+Entries live `TTL_S` seconds; an operator's change to a lambda's options shows within that time.
+Gates are not cached here: the consumer reads them fresh on every poll.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from tasks_core.exceptions import LambdaNotFound
+from tasks_core.models import Collection, Lambda
+
+TTL_S = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class LambdaInfo:
+    id: int
+    name: str
+    team_id: int
+    max_attempts: int
+    heartbeat_timeout_s: float
+    backoff_base_s: float
+    backoff_cap_s: float
+    quota_per_s: float | None
+
+
+_lock = threading.Lock()
+_by_name: dict[str, tuple[float, LambdaInfo]] = {}
+_by_id: dict[int, tuple[float, LambdaInfo]] = {}
+_collections: set[tuple[int, str]] = set()
+
+
+def _info(row: Lambda) -> LambdaInfo:
+    return LambdaInfo(
+        id=row.pk,
+        name=row.name,
+        team_id=row.team_id,
+        max_attempts=row.max_attempts,
+        heartbeat_timeout_s=row.heartbeat_timeout_s,
+        backoff_base_s=row.backoff_base_s,
+        backoff_cap_s=row.backoff_cap_s,
+        quota_per_s=row.quota_per_s,
+    )
+
+
+def _remember(info: LambdaInfo) -> LambdaInfo:
+    expires = time.monotonic() + TTL_S
+    with _lock:
+        _by_name[info.name] = (expires, info)
+        _by_id[info.id] = (expires, info)
+    return info
+
+
+def _cached(table: dict, key: object) -> LambdaInfo | None:
+    entry = table.get(key)
+    if entry is not None and entry[0] > time.monotonic():
+        return entry[1]
+    return None
+
+
+def by_name(name: str) -> LambdaInfo:
+    """The lambda called `name`; LambdaNotFound if the store has no such row."""
+    info = _cached(_by_name, name)
+    if info is None:
+        row = Lambda.objects.filter(name=name).first()
+        if row is None:
+            from tasks_core import registry  # a lambda registered in code but not yet synced
+
+            if name not in registry.names():
+                raise LambdaNotFound(f"unknown lambda {name!r}")
+            registry.sync_to_store()
+            row = Lambda.objects.get(name=name)
+        info = _remember(_info(row))
+    return info
+
+
+def by_id(lambda_id: int) -> LambdaInfo:
+    """The lambda with primary key `lambda_id`."""
+    info = _cached(_by_id, lambda_id)
+    if info is None:
+        info = _remember(_info(Lambda.objects.get(pk=lambda_id)))
+    return info
+
+
+def ensure_collection(lambda_id: int, name: str) -> None:
+    """Make sure a Collection row exists for (lambda, name), so it can be listed and gated."""
+    key = (lambda_id, name)
+    if key in _collections:
+        return
+    Collection.objects.get_or_create(lambda_ref_id=lambda_id, name=name)
+    # Remember it only once committed: a rolled-back caller takes the new row with it.
+    transaction.on_commit(lambda: _collections.add(key))
+
+
+def clear() -> None:
+    """Forget everything (after the store was flushed or migrated)."""
+    with _lock:
+        _by_name.clear()
+        _by_id.clear()
+        _collections.clear()

@@ -1,0 +1,49 @@
+"""Errors raised by ATF. Each docstring is the default message."""
+
+from __future__ import annotations
+
+
+class AtfError(Exception):
+    """Something went wrong in ATF."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class LambdaNotFound(AtfError):
+    """No lambda is registered under that name."""
+
+
+class DuplicateLambda(AtfError):
+    """A lambda with that name is registered already."""
+
+
+class InvalidTask(AtfError):
+    """The task is not valid.
+
+    `errors` maps a field name to its messages, the way the API reports them.
+    """
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in errors.items()))
+
+
+class InvalidTransition(AtfError):
+    """That status change is not allowed."""
+
+
+class StaleLease(AtfError):
+    """The task's lease has moved on: another worker owns it now."""
+
+
+class TaskNotFound(AtfError):
+    """No task has that id."""
+
+
+class QueueUnavailable(AtfError):
+    """The queue service cannot be reached."""
+
+
+class ConfigurationError(AtfError):
+    """ATF is configured in a way that cannot work."""

@@ -1,0 +1,235 @@
+"""The task store: lambdas, collections, task entity + assoc rows, attempts, periodic tasks, workers.
+
+Only `store.py` changes a task's status; everything else reads.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from tasks_core.gating import Gate, GateState
+from tasks_core.states import AssocStatus, TaskStatus
+
+
+def _choices(enum_type: type) -> list[tuple[str, str]]:
+    return [(member.value, member.value) for member in enum_type]
+
+
+class Team(models.Model):
+    """A product team: owns lambdas; its members see and schedule only those."""
+
+    name = models.CharField(max_length=100, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="atf_teams", blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GatedModel(models.Model):
+    gate = models.CharField(max_length=16, choices=_choices(GateState), default=GateState.OPEN)
+    gate_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def gate_value(self) -> Gate:
+        return Gate(state=GateState(self.gate), until=self.gate_until)
+
+
+class Lambda(GatedModel):
+    """A registered callback. Rows are kept in step with the code registry."""
+
+    name = models.CharField(max_length=200, unique=True)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="lambdas")
+    max_attempts = models.PositiveIntegerField(default=5)
+    heartbeat_timeout_s = models.FloatField(default=30.0)
+    backoff_base_s = models.FloatField(default=1.0)
+    backoff_cap_s = models.FloatField(default=600.0)
+    #: Tasks per second the consumer may enqueue; null means no limit.
+    quota_per_s = models.FloatField(null=True, blank=True)
+    #: False once the code no longer registers it (its tasks are kept).
+    in_code = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Collection(GatedModel):
+    """A labelled subset of a lambda's tasks, with its own gate."""
+
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="collections")
+    name = models.CharField(max_length=100)
+
+    class Meta:
+        ordering = ["lambda_ref__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["lambda_ref", "name"], name="collection_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lambda_ref.name}/{self.name}"
+
+
+class TaskEntity(models.Model):
+    """One execution of a lambda: everything about it, read by people and workers."""
+
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.PROTECT, related_name="tasks")
+    collection = models.CharField(max_length=100, default="default")
+    priority = models.CharField(max_length=32)
+    payload = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=_choices(TaskStatus), default=TaskStatus.NEW)
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField()
+    run_at = models.DateTimeField()
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    #: Fencing token: bumped on every enqueue and claim; a stale holder's writes are refused.
+    lease = models.BigIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField()
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    #: {"type", "message", "traceback"} of the last failure, or why it was cancelled.
+    last_error = models.JSONField(null=True, blank=True)
+    parents = models.ManyToManyField(
+        "self", through="TaskDependency", symmetrical=False, related_name="children", blank=True
+    )
+
+    class Meta:
+        verbose_name = "task"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["lambda_ref", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="task_unique_idempotency_key",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["lambda_ref", "status", "-id"], name="task_lambda_status"),
+            models.Index(fields=["status", "-id"], name="task_status"),
+            models.Index(fields=["status", "finished_at"], name="task_status_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lambda_ref_id}#{self.pk} ({self.status})"
+
+
+class TaskAssoc(models.Model):
+    """The small row the store consumer polls: one per task, out of the index once completed."""
+
+    task = models.OneToOneField(
+        TaskEntity, on_delete=models.CASCADE, primary_key=True, related_name="assoc"
+    )
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.PROTECT, related_name="+", db_index=False)
+    collection = models.CharField(max_length=100)
+    priority = models.CharField(max_length=32)
+    status = models.CharField(max_length=16, choices=_choices(AssocStatus), default=AssocStatus.NEW)
+    next_trigger_at = models.DateTimeField(null=True)
+    shard = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            # Polling reads only rows that are not completed, so it stays O(ready rows).
+            models.Index(
+                fields=["next_trigger_at"],
+                condition=~Q(status=AssocStatus.COMPLETED),
+                name="assoc_due",
+            ),
+            models.Index(
+                fields=["lambda_ref", "next_trigger_at"],
+                condition=~Q(status=AssocStatus.COMPLETED),
+                name="assoc_lambda_due",
+            ),
+        ]
+
+
+class TaskDependency(models.Model):
+    """`child` waits until `parent` succeeded (chains)."""
+
+    parent = models.ForeignKey(TaskEntity, on_delete=models.CASCADE, related_name="+")
+    child = models.ForeignKey(TaskEntity, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["parent", "child"], name="dependency_unique_pair")
+        ]
+        indexes = [models.Index(fields=["child"], name="dependency_child")]
+
+
+class TaskAttempt(models.Model):
+    """One attempt at a task, so a person can see why it was retried."""
+
+    class Outcome(models.TextChoices):
+        SUCCESS = "success"
+        FATAL = "fatal"
+        RETRY = "retry"
+        DEAD = "dead"
+        LOST = "lost"  #: its executor vanished (killed, cut off); found by the consumer
+
+    task = models.ForeignKey(TaskEntity, on_delete=models.CASCADE, related_name="attempt_history")
+    number = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    error = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["task", "number"]
+        indexes = [models.Index(fields=["task", "number"], name="attempt_task_number")]
+
+
+class PeriodicTask(models.Model):
+    """A schedule that the consumer turns into ordinary tasks, one per occurrence."""
+
+    class CatchUp(models.TextChoices):
+        ONCE = "once"  #: after downtime, run the missed occurrences once
+        SKIP = "skip"  #: after downtime, skip to the next future occurrence
+
+    name = models.CharField(max_length=200, unique=True)
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="periodic_tasks")
+    cron = models.CharField(max_length=100, blank=True, default="")
+    interval_s = models.FloatField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    payload = models.JSONField(default=dict, blank=True)
+    collection = models.CharField(max_length=100, default="default")
+    priority = models.CharField(max_length=32, default="default")
+    catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.ONCE)
+    enabled = models.BooleanField(default=True)
+    #: Defined by code (`atf.register(..., schedule=)`), as opposed to the console.
+    in_code = models.BooleanField(default=False)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Worker(models.Model):
+    """A running `runworker` process, for the console and the API."""
+
+    worker_id = models.CharField(max_length=200, unique=True)
+    host = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    lambdas = models.JSONField(default=list)
+    threads = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_seen"]
+
+    def __str__(self) -> str:
+        return self.worker_id

@@ -1,0 +1,86 @@
+"""The queue interface: one queue per <lambda, priority>, messages naming a task and its lease."""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """A queued pointer to a task. Only its current lease may claim it."""
+
+    task_id: int
+    lease: int
+    #: Backend's handle for deleting the message after a claim (SQS); not part of the body.
+    receipt: str | None = None
+
+    def encode(self) -> str:
+        return json.dumps({"id": self.task_id, "lease": self.lease}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, body: str | bytes, *, receipt: str | None = None) -> Message:
+        """Parse a message body; ValueError if it is not one of ours."""
+        data = json.loads(body)
+        if not isinstance(data, dict) or not isinstance(data.get("id"), int) or not isinstance(
+            data.get("lease"), int
+        ):
+            raise ValueError(f"not an ATF message: {body!r:.200}")
+        return cls(task_id=data["id"], lease=data["lease"], receipt=receipt)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Popped:
+    """A message and the queue it came from; `message` is None for a body that did not parse."""
+
+    queue: str
+    message: Message | None
+    raw: str = ""
+
+
+class QueueBackend(abc.ABC):
+    """One queue per <lambda, priority>. Subclasses: redis.RedisQueue, sqs.SqsQueue.
+
+    Every method raises QueueUnavailable when the service cannot be reached.
+    """
+
+    #: Whether a popped message must be acknowledged (deleted) after it was claimed.
+    supports_ack: bool = False
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def queue_name(self, lambda_name: str, priority: str) -> str:
+        """The queue of one <lambda, priority>."""
+        return f"{self.prefix}:{{{lambda_name}}}:{priority}"
+
+    @abc.abstractmethod
+    def push(self, queue: str, messages: Sequence[Message]) -> None:
+        """Append messages to a queue."""
+
+    @abc.abstractmethod
+    def pop(self, queues: Sequence[str], *, max_count: int, wait_s: float) -> list[Popped]:
+        """Take up to `max_count` messages, from the first non-empty queue in `queues` order.
+
+        Blocks up to `wait_s` seconds while all are empty; returns [] on time-out.
+        """
+
+    @abc.abstractmethod
+    def depth(self, queue: str) -> int:
+        """How many messages wait in a queue (approximate for SQS)."""
+
+    @abc.abstractmethod
+    def purge(self, queue: str) -> None:
+        """Delete every message of a queue."""
+
+    def ack(self, queue: str, messages: Sequence[Message]) -> None:  # noqa: B027
+        """Forget messages that were claimed (only backends that `supports_ack`)."""
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise QueueUnavailable unless the service answers."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release connections."""

@@ -1,0 +1,200 @@
+"""schedule(), schedule_many(), cancel(), chain(): validate, then call the store in one transaction.
+
+Scheduling writes to the application's own database, so a `schedule()` inside the caller's
+`transaction.atomic()` commits or rolls back with the caller's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from tasks_core import directory, store, wakeup
+from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
+from tasks_core.models import TaskEntity
+
+logger = logging.getLogger(__name__)
+
+#: The options schedule() takes besides the lambda and its payload.
+OPTIONS = ("collection", "priority", "run_at", "delay", "idempotency_key", "max_attempts", "after")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Call:
+    """One step of a chain: a lambda, its payload and schedule() options (see atf.call)."""
+
+    lambda_name: str
+    payload: Any = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _payload_errors(payload: Any) -> list[str]:
+    try:
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        return [f"Payload must be JSON (objects, arrays, strings, numbers, booleans, null): {exc}."]
+    except RecursionError:
+        return ["Payload is nested too deeply."]
+    size = len(text.encode())
+    if size > settings.ATF_MAX_PAYLOAD_BYTES:
+        return [f"Payload is {size} bytes; the limit is {settings.ATF_MAX_PAYLOAD_BYTES}."]
+    return []
+
+
+def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
+             priority: Any = None, run_at: Any = None, delay: Any = None,
+             idempotency_key: Any = None, max_attempts: Any = None,
+             after: Sequence[int] | None = None, now: datetime) -> store.NewTask:
+    """Check one task's fields; return the task to insert, or raise InvalidTask with every error."""
+    errors: dict[str, list[str]] = {}
+    info = None
+    try:
+        info = directory.by_name(str(lambda_name))
+    except LambdaNotFound:
+        errors["lambda"] = [f"Unknown lambda {lambda_name!r}."]
+    if payload is None:
+        payload = {}
+    if problems := _payload_errors(payload):
+        errors["payload"] = problems
+    collection = "default" if collection in (None, "") else collection
+    if not isinstance(collection, str) or len(collection) > 100:
+        errors["collection"] = ["Collection must be a string of at most 100 characters."]
+    priority = priority or settings.ATF_DEFAULT_PRIORITY
+    if priority not in settings.ATF_PRIORITIES:
+        errors["priority"] = [
+            f"Unknown priority {priority!r}; use one of {', '.join(settings.ATF_PRIORITIES)}."
+        ]
+    if run_at is not None and delay is not None:
+        errors["run_at"] = ["Give run_at or delay, not both."]
+    elif delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+            errors["delay"] = ["Delay must be a number of seconds, zero or more."]
+        else:
+            run_at = now + timedelta(seconds=delay)
+    elif run_at is not None and (not isinstance(run_at, datetime) or timezone.is_naive(run_at)):
+        errors["run_at"] = ["run_at must be a datetime with a time zone."]
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str)
+        or not idempotency_key
+        or len(idempotency_key) > settings.ATF_MAX_IDEMPOTENCY_KEY_LENGTH
+    ):
+        errors["idempotency_key"] = [
+            "Idempotency key must be a non-empty string of at most "
+            f"{settings.ATF_MAX_IDEMPOTENCY_KEY_LENGTH} characters."
+        ]
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        errors["max_attempts"] = ["max_attempts must be a whole number, 1 or more."]
+    parents = tuple(after or ())
+    if parents:
+        known = set(TaskEntity.objects.filter(pk__in=parents).values_list("pk", flat=True))
+        if missing := sorted(set(parents) - known):
+            errors["after"] = [f"Unknown parent task(s): {', '.join(map(str, missing))}."]
+    if errors or info is None:
+        raise InvalidTask(errors)
+    return store.NewTask(
+        lambda_id=info.id,
+        collection=collection,
+        priority=priority,
+        payload=payload,
+        run_at=run_at or now,
+        max_attempts=max_attempts or info.max_attempts,
+        idempotency_key=idempotency_key,
+        parents=parents,
+    )
+
+
+def _wake_on_commit(entities: Sequence[TaskEntity], now: datetime) -> None:
+    if any(entity.status == "new" and entity.run_at <= now for entity in entities):
+        transaction.on_commit(wakeup.notify)
+
+
+def _existing(task: store.NewTask) -> TaskEntity | None:
+    if task.idempotency_key is None:
+        return None
+    return TaskEntity.objects.filter(
+        lambda_ref_id=task.lambda_id, idempotency_key=task.idempotency_key
+    ).first()
+
+
+def schedule(lambda_name: str, payload: Any = None, *, now: datetime | None = None,
+             **options: Any) -> tuple[TaskEntity, bool]:
+    """Schedule one task; return it and whether it was created (False: its idempotency key
+    named an earlier task, which is returned instead)."""
+    now = now or timezone.now()
+    task = validate(lambda_name, payload, now=now, **options)
+    with transaction.atomic():
+        directory.ensure_collection(task.lambda_id, task.collection)
+        if (existing := _existing(task)) is not None:
+            return existing, False
+        try:
+            with transaction.atomic():
+                entity = store.create([task], now=now)[0]
+        except IntegrityError:
+            # Another caller inserted the same idempotency key first: return its task.
+            if (existing := _existing(task)) is None:
+                raise
+            return existing, False
+        _wake_on_commit([entity], now)
+    return entity, True
+
+
+def schedule_many(calls: Sequence[Mapping[str, Any]], *,
+                  now: datetime | None = None) -> list[TaskEntity]:
+    """Schedule many tasks in one transaction: all or none.
+
+    Each call is a mapping with "lambda", an optional "payload" and schedule() options.
+    Raises InvalidTask whose errors are keyed "tasks[i].field" for the first invalid items.
+    """
+    now = now or timezone.now()
+    if len(calls) > settings.ATF_MAX_BATCH_SIZE:
+        raise InvalidTask({"tasks": [f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch."]})
+    tasks: list[store.NewTask] = []
+    errors: dict[str, list[str]] = {}
+    for index, call in enumerate(calls):
+        options = {key: call[key] for key in OPTIONS if key in call}
+        try:
+            tasks.append(validate(call.get("lambda"), call.get("payload"), now=now, **options))
+        except InvalidTask as exc:
+            errors.update({f"tasks[{index}].{name}": msgs for name, msgs in exc.errors.items()})
+    if errors:
+        raise InvalidTask(errors)
+    with transaction.atomic():
+        for lambda_id, collection in {(t.lambda_id, t.collection) for t in tasks}:
+            directory.ensure_collection(lambda_id, collection)
+        results: list[TaskEntity | None] = [_existing(task) for task in tasks]
+        fresh = [task for task, found in zip(tasks, results, strict=True) if found is None]
+        created = iter(store.create(fresh, now=now))
+        entities = [found or next(created) for found in results]
+        _wake_on_commit(entities, now)
+    return entities
+
+
+def chain(*calls: Call, now: datetime | None = None) -> list[TaskEntity]:
+    """Schedule calls so that each runs only after the one before it succeeded."""
+    now = now or timezone.now()
+    entities: list[TaskEntity] = []
+    with transaction.atomic():
+        for call in calls:
+            after = [entities[-1].pk] if entities else list(call.options.get("after", ()))
+            options = {**call.options, "after": after}
+            entity, _created = schedule(call.lambda_name, call.payload, now=now, **options)
+            entities.append(entity)
+    return entities
+
+
+def cancel(task_id: int, *, now: datetime | None = None) -> TaskEntity:
+    """Cancel a task nobody runs yet; InvalidTransition if it is claimed, running or finished."""
+    if not TaskEntity.objects.filter(pk=task_id).exists():
+        raise TaskNotFound(f"no task {task_id}")
+    store.cancel(task_id, now=now or timezone.now())
+    return TaskEntity.objects.get(pk=task_id)

@@ -1,0 +1,541 @@
+"""Every write that changes a task's status: guarded (compare-and-set) updates of entity and assoc.
+
+No other module changes a task's status. Each change names the status (and, for a worker, the
+lease) it expects and updates the entity and its assoc row in one transaction; a guard that fails
+changes nothing and comes back to the caller as False, an empty result or `None`.
+
+Lock order, which keeps PostgreSQL free of deadlocks: a worker's transition writes the entity
+row, then the assoc row. The consumer locks assoc rows and then entity rows with SKIP LOCKED, so
+it never waits for a row a worker holds; a worker that meets a row the consumer holds waits for
+the consumer's short transaction and then finds its guard failed if the lease moved on.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback as traceback_module
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+
+from tasks_core import backoff, directory, states
+from tasks_core.exceptions import InvalidTransition
+from tasks_core.gating import Decision
+from tasks_core.models import TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
+from tasks_core.queues.base import Message
+from tasks_core.states import AssocStatus, TaskStatus
+
+logger = logging.getLogger(__name__)
+
+Outcome = TaskAttempt.Outcome
+
+
+# --- values passed between the store and its callers ---------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewTask:
+    """A validated task to insert (scheduling builds these)."""
+
+    lambda_id: int
+    collection: str
+    priority: str
+    payload: Any
+    run_at: datetime
+    max_attempts: int
+    idempotency_key: str | None = None
+    parents: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimedTask:
+    """A task a controller holds, with what an executor needs to run it."""
+
+    task_id: int
+    lease: int
+    lambda_name: str
+    collection: str
+    priority: str
+    payload: Any
+    attempt: int  #: the attempt about to start, counting from 1
+    max_attempts: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """What an attempt ended with, as the executor saw it."""
+
+    outcome: Outcome
+    value: Any = None  #: the JSON result, on success
+    error: dict[str, str] | None = None  #: {"type", "message", "traceback"}
+    delay_s: float | None = None  #: an explicit retry delay (atf.Retry(delay=...))
+    started_at: datetime | None = None
+    worker: str = ""
+
+
+@dataclass(kw_only=True)
+class DueBatch:
+    """What one pass of the consumer over one lambda did."""
+
+    messages: list[tuple[str, Message]] = field(default_factory=list)  #: (priority, message)
+    reenqueued: dict[str, int] = field(default_factory=lambda: defaultdict(int))  #: by old status
+    dropped: int = 0
+    dead: int = 0
+
+
+def error_info(exc: BaseException) -> dict[str, str]:
+    """The {"type", "message", "traceback"} record of an exception."""
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback_module.format_exception(exc)),
+    }
+
+
+def _timeouts(lambda_id: int) -> states.Timeouts:
+    return states.Timeouts(
+        enqueue_s=settings.ATF_ENQUEUE_TIMEOUT_S,
+        claim_s=settings.ATF_CLAIM_TIMEOUT_S,
+        heartbeat_s=directory.by_id(lambda_id).heartbeat_timeout_s,
+    )
+
+
+def _assoc_changes(target: TaskStatus, lambda_id: int, now: datetime, *,
+                   run_at: datetime | None = None, delay_s: float | None = None) -> dict[str, Any]:
+    return states.assoc_row(target, now=now, timeouts=_timeouts(lambda_id), run_at=run_at,
+                            delay_s=delay_s)
+
+
+# --- create ---------------------------------------------------------------------------------
+
+
+def create(tasks: Sequence[NewTask], *, now: datetime) -> list[TaskEntity]:
+    """Insert tasks with their assoc rows (and parent links) in bulk; return the entities.
+
+    A task starts `new`; `waiting` while a parent has not yet succeeded; `cancelled` when a
+    parent has already failed. Callers run this inside their transaction.
+    """
+    parent_status = dict(
+        TaskEntity.objects.filter(pk__in={p for task in tasks for p in task.parents})
+        .values_list("pk", "status")
+    )
+    entities = [_new_entity(task, parent_status, now) for task in tasks]
+    with transaction.atomic():
+        TaskEntity.objects.bulk_create(entities)
+        TaskAssoc.objects.bulk_create(
+            TaskAssoc(
+                task_id=entity.pk,
+                lambda_ref_id=entity.lambda_ref_id,
+                collection=entity.collection,
+                priority=entity.priority,
+                shard=entity.pk % 256,
+                **_assoc_changes(TaskStatus(entity.status), entity.lambda_ref_id, now,
+                                 run_at=entity.run_at),
+            )
+            for entity in entities
+        )
+        TaskDependency.objects.bulk_create(
+            TaskDependency(parent_id=parent, child_id=entity.pk)
+            for task, entity in zip(tasks, entities, strict=True)
+            for parent in task.parents
+        )
+    return entities
+
+
+def _new_entity(task: NewTask, parent_status: Mapping[int, str], now: datetime) -> TaskEntity:
+    entity = TaskEntity(
+        lambda_ref_id=task.lambda_id,
+        collection=task.collection,
+        priority=task.priority,
+        payload=task.payload,
+        status=TaskStatus.NEW,
+        max_attempts=task.max_attempts,
+        run_at=task.run_at,
+        idempotency_key=task.idempotency_key,
+        created_at=now,
+    )
+    failed = [p for p in task.parents if parent_status.get(p) in states.FINAL - {TaskStatus.SUCCESS}]
+    if failed:
+        entity.status = TaskStatus.CANCELLED
+        entity.finished_at = now
+        entity.last_error = _parent_failed(failed[0], TaskStatus(parent_status[failed[0]]))
+    elif any(parent_status.get(p) != TaskStatus.SUCCESS for p in task.parents):
+        entity.status = TaskStatus.WAITING
+    return entity
+
+
+def _parent_failed(parent_id: int, status: TaskStatus) -> dict[str, str]:
+    return {"type": "ParentFailed", "message": f"parent task {parent_id} ended {status}",
+            "traceback": ""}
+
+
+# --- single guarded transition -------------------------------------------------------------
+
+
+def transition(task_id: int, *, expected: TaskStatus, lease: int | None, target: TaskStatus,
+               now: datetime, delay_s: float | None = None, **changes: Any) -> bool:
+    """Move a task from `expected` to `target` if its lease still matches; else return False.
+
+    `lease=None` skips the lease check (user actions such as cancel, which guard on status).
+    """
+    states.check_transition(expected, target)
+    with transaction.atomic():
+        guarded = TaskEntity.objects.filter(pk=task_id, status=expected)
+        if lease is not None:
+            guarded = guarded.filter(lease=lease)
+        rows = list(guarded.select_for_update().values_list("lambda_ref_id", "run_at"))
+        if not rows:
+            return False
+        lambda_id, run_at = rows[0]
+        guarded.update(status=target, **changes)
+        TaskAssoc.objects.filter(task_id=task_id).update(
+            **_assoc_changes(target, lambda_id, now, run_at=changes.get("run_at", run_at),
+                             delay_s=delay_s)
+        )
+        _after_final(task_id, target, now)
+    return True
+
+
+# --- the consumer's batch ------------------------------------------------------------------
+
+
+def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: Iterable[str],
+                decide: Callable[[str], Decision]) -> DueBatch:
+    """Take up to `limit` due rows of one lambda, and enqueue, drop or dead-letter each.
+
+    The new state is written before the caller pushes the returned messages, so a push that
+    never happens is repaired when the enqueue timeout fires. Rows other consumers hold are
+    skipped (SKIP LOCKED), so several consumers never enqueue one trigger twice.
+    """
+    batch = DueBatch()
+    with transaction.atomic():
+        # During this transaction the due assoc rows and their entities are locked.
+        task_ids = list(
+            TaskAssoc.objects.select_for_update(skip_locked=True)
+            .filter(lambda_ref_id=lambda_id, next_trigger_at__lte=now)
+            .exclude(status=AssocStatus.COMPLETED)
+            .exclude(collection__in=list(skip_collections))
+            .order_by("next_trigger_at")
+            .values_list("task_id", flat=True)[:limit]
+        )
+        if not task_ids:
+            return batch
+        rows = list(
+            TaskEntity.objects.select_for_update(skip_locked=True)
+            .filter(pk__in=task_ids)
+            .order_by("pk")
+            .values_list("pk", "status", "lease", "collection", "priority", "attempts",
+                         "max_attempts", "worker", "started_at")
+        )
+        to_enqueue: list[tuple[int, int, str]] = []
+        to_drop: list[int] = []
+        lost: list[TaskAttempt] = []
+        to_kill: list[int] = []
+        for pk, status, lease, collection, priority, attempts, max_attempts, worker, started in rows:
+            status = TaskStatus(status)
+            if status not in states.ENQUEUEABLE:
+                continue
+            decision = decide(collection)
+            if decision is Decision.POSTPONE:
+                continue
+            if decision is Decision.DROP:
+                states.check_transition(status, TaskStatus.DROPPED)
+                to_drop.append(pk)
+                continue
+            if status is TaskStatus.PROCESSING:
+                lost.append(TaskAttempt(
+                    task_id=pk, number=attempts, worker=worker, started_at=started or now,
+                    ended_at=now, outcome=Outcome.LOST,
+                    error={"type": "WorkerLost", "message": "no heartbeat within the timeout",
+                           "traceback": ""},
+                ))
+                if attempts >= max_attempts:
+                    to_kill.append(pk)
+                    continue
+            states.check_transition(status, TaskStatus.ENQUEUED)
+            if status is not TaskStatus.NEW:
+                batch.reenqueued[status.value] += 1
+            to_enqueue.append((pk, lease + 1, priority))
+        if to_enqueue:
+            ids = [pk for pk, _lease, _priority in to_enqueue]
+            TaskEntity.objects.filter(pk__in=ids).update(
+                status=TaskStatus.ENQUEUED, lease=F("lease") + 1, enqueued_at=now
+            )
+            TaskAssoc.objects.filter(task_id__in=ids).update(
+                **_assoc_changes(TaskStatus.ENQUEUED, lambda_id, now)
+            )
+            batch.messages = [(priority, Message(task_id=pk, lease=lease))
+                              for pk, lease, priority in to_enqueue]
+        TaskAttempt.objects.bulk_create(lost)
+        batch.dropped = _finish_many(to_drop, TaskStatus.DROPPED, lambda_id, now,
+                                     last_error={"type": "Dropped", "message": "gate dropped",
+                                                 "traceback": ""})
+        batch.dead = _finish_many(to_kill, TaskStatus.DEAD, lambda_id, now,
+                                  last_error={"type": "WorkerLost",
+                                              "message": "attempts exhausted; the last one lost "
+                                                         "its worker", "traceback": ""})
+    return batch
+
+
+def _finish_many(task_ids: list[int], target: TaskStatus, lambda_id: int, now: datetime,
+                 **changes: Any) -> int:
+    if not task_ids:
+        return 0
+    TaskEntity.objects.filter(pk__in=task_ids).update(status=target, finished_at=now, **changes)
+    TaskAssoc.objects.filter(task_id__in=task_ids).update(
+        **_assoc_changes(target, lambda_id, now)
+    )
+    for task_id in task_ids:
+        _after_final(task_id, target, now)
+    return len(task_ids)
+
+
+def retrigger(messages: Sequence[Message], *, at: datetime) -> int:
+    """Bring forward the enqueue timeout of tasks whose messages could not be pushed."""
+    with transaction.atomic():
+        current = _matching_leases(messages, TaskStatus.ENQUEUED)
+        return TaskAssoc.objects.filter(task_id__in=current).update(next_trigger_at=at)
+
+
+def _matching_leases(messages: Sequence[Message], status: TaskStatus,
+                     **filters: Any) -> list[int]:
+    """Lock the tasks of `messages` that are in `status` with the message's lease; their ids."""
+    wanted = {message.task_id: message.lease for message in messages}
+    rows = (
+        TaskEntity.objects.select_for_update()
+        .filter(pk__in=list(wanted), status=status, **filters)
+        .order_by("pk")
+        .values_list("pk", "lease")
+    )
+    return [pk for pk, lease in rows if wanted[pk] == lease]
+
+
+# --- the worker's side ---------------------------------------------------------------------
+
+
+def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int],
+          now: datetime) -> list[ClaimedTask]:
+    """Claim the tasks of `messages` whose lease is current; stale messages are left out.
+
+    Each claimed task gets a new lease, which its executor presents on every later write.
+    """
+    if not messages:
+        return []
+    with transaction.atomic():
+        ids = _matching_leases(messages, TaskStatus.ENQUEUED, lambda_ref_id__in=list(lambda_ids))
+        if not ids:
+            return []
+        TaskEntity.objects.filter(pk__in=ids).update(
+            status=TaskStatus.CLAIMED, lease=F("lease") + 1, worker=worker, claimed_at=now
+        )
+        rows = list(
+            TaskEntity.objects.filter(pk__in=ids).values_list(
+                "pk", "lease", "lambda_ref_id", "lambda_ref__name", "collection", "priority",
+                "payload", "attempts", "max_attempts",
+            )
+        )
+        by_lambda: dict[int, list[int]] = defaultdict(list)
+        for row in rows:
+            by_lambda[row[2]].append(row[0])
+        for lambda_id, task_ids in by_lambda.items():
+            TaskAssoc.objects.filter(task_id__in=task_ids).update(
+                **_assoc_changes(TaskStatus.CLAIMED, lambda_id, now)
+            )
+    return [
+        ClaimedTask(task_id=pk, lease=lease, lambda_name=name, collection=collection,
+                    priority=priority, payload=payload, attempt=attempts + 1,
+                    max_attempts=max_attempts)
+        for pk, lease, _lambda_id, name, collection, priority, payload, attempts, max_attempts
+        in rows
+    ]
+
+
+def start(task: ClaimedTask, *, now: datetime) -> bool:
+    """claimed -> processing: the executor begins the attempt; False if the lease moved on."""
+    return transition(task.task_id, expected=TaskStatus.CLAIMED, lease=task.lease,
+                      target=TaskStatus.PROCESSING, now=now, attempts=F("attempts") + 1,
+                      started_at=now, heartbeat_at=now)
+
+
+def release(tasks: Sequence[ClaimedTask], *, now: datetime) -> int:
+    """Hand claimed but unstarted tasks back (a stopping worker): due again at once."""
+    with transaction.atomic():
+        ids = _matching_leases([Message(task_id=t.task_id, lease=t.lease) for t in tasks],
+                               TaskStatus.CLAIMED)
+        TaskEntity.objects.filter(pk__in=ids).update(status=TaskStatus.NEW, worker="")
+        TaskAssoc.objects.filter(task_id__in=ids).update(
+            status=AssocStatus.NEW, next_trigger_at=now
+        )
+    return len(ids)
+
+
+def heartbeat(leases: Mapping[int, int], *, now: datetime) -> set[int]:
+    """Renew the leases of running tasks; return the ids whose lease was lost."""
+    if not leases:
+        return set()
+    messages = [Message(task_id=pk, lease=lease) for pk, lease in leases.items()]
+    with transaction.atomic():
+        alive = _matching_leases(messages, TaskStatus.PROCESSING)
+        TaskEntity.objects.filter(pk__in=alive).update(heartbeat_at=now)
+        by_lambda: dict[int, list[int]] = defaultdict(list)
+        for pk, lambda_id in TaskAssoc.objects.filter(task_id__in=alive).values_list(
+            "task_id", "lambda_ref_id"
+        ):
+            by_lambda[lambda_id].append(pk)
+        for lambda_id, task_ids in by_lambda.items():
+            TaskAssoc.objects.filter(task_id__in=task_ids).update(
+                **_assoc_changes(TaskStatus.PROCESSING, lambda_id, now)
+            )
+    return set(leases) - set(alive)
+
+
+def finish(task: ClaimedTask, result: Result, *, now: datetime) -> TaskStatus | None:
+    """Record an attempt's end; return the task's new status, or None if the lease was lost.
+
+    success -> success; fatal -> fatal_failure; retry -> retrying after the explicit delay or
+    the lambda's backoff, or dead when the attempts are used up.
+    """
+    info = directory.by_name(task.lambda_name)
+    delay_s: float | None = None
+    changes: dict[str, Any] = {}
+    if result.outcome is Outcome.SUCCESS:
+        target, changes = TaskStatus.SUCCESS, {"result": result.value, "finished_at": now}
+    elif result.outcome is Outcome.FATAL:
+        target, changes = TaskStatus.FATAL_FAILURE, {"last_error": result.error,
+                                                     "finished_at": now}
+    elif task.attempt >= task.max_attempts:
+        target, changes = TaskStatus.DEAD, {"last_error": result.error, "finished_at": now}
+    else:
+        target, changes = TaskStatus.RETRYING, {"last_error": result.error}
+        delay_s = result.delay_s
+        if delay_s is None:
+            delay_s = backoff.delay_s(task.attempt, base_s=info.backoff_base_s,
+                                      cap_s=info.backoff_cap_s)
+    attempt_outcome = Outcome.DEAD if target is TaskStatus.DEAD else result.outcome
+    with transaction.atomic():
+        moved = transition(task.task_id, expected=TaskStatus.PROCESSING, lease=task.lease,
+                           target=target, now=now, delay_s=delay_s, **changes)
+        if not moved:
+            return None
+        TaskAttempt.objects.create(
+            task_id=task.task_id, number=task.attempt, worker=result.worker,
+            started_at=result.started_at or now, ended_at=now, outcome=attempt_outcome,
+            error=result.error,
+        )
+    return target
+
+
+# --- users' and operators' actions ---------------------------------------------------------
+
+
+def cancel(task_id: int, *, now: datetime, reason: str = "cancelled") -> TaskStatus:
+    """Cancel a task that no worker holds; return the status it had.
+
+    Raises InvalidTransition for a task already claimed, running or finished.
+    """
+    for _ in range(5):  # the consumer may move it between our read and our write
+        status = TaskStatus(TaskEntity.objects.values_list("status", flat=True).get(pk=task_id))
+        if status not in states.CANCELLABLE:
+            states.check_transition(status, TaskStatus.CANCELLED)
+            raise InvalidTransition(f"a task in status {status} cannot be cancelled")
+        error = {"type": "Cancelled", "message": reason, "traceback": ""}
+        if transition(task_id, expected=status, lease=None, target=TaskStatus.CANCELLED,
+                      now=now, finished_at=now, last_error=error):
+            return status
+    raise InvalidTransition("the task kept changing; try again")
+
+
+def requeue(task_ids: Iterable[int], *, now: datetime,
+            statuses: Iterable[TaskStatus] = (TaskStatus.DEAD,)) -> int:
+    """Put finished tasks (by default dead ones) back to `new` with their attempts reset."""
+    wanted = frozenset(statuses)
+    for status in wanted:
+        states.check_transition(status, TaskStatus.NEW)
+    with transaction.atomic():
+        rows = list(
+            TaskEntity.objects.select_for_update()
+            .filter(pk__in=list(task_ids), status__in=list(wanted))
+            .order_by("pk")
+            .values_list("pk", "lambda_ref_id")
+        )
+        ids = [pk for pk, _lambda_id in rows]
+        TaskEntity.objects.filter(pk__in=ids).update(
+            status=TaskStatus.NEW, attempts=0, run_at=now, finished_at=None, result=None,
+            worker="", last_error=None,
+        )
+        TaskAssoc.objects.filter(task_id__in=ids).update(
+            status=AssocStatus.NEW, next_trigger_at=now
+        )
+        for pk in ids:
+            _after_requeue(pk, now)
+    return len(ids)
+
+
+def run_now(task_ids: Iterable[int], *, now: datetime) -> int:
+    """Make scheduled or retrying tasks due now."""
+    with transaction.atomic():
+        ids = list(
+            TaskEntity.objects.select_for_update()
+            .filter(pk__in=list(task_ids), status__in=[TaskStatus.NEW, TaskStatus.RETRYING])
+            .values_list("pk", flat=True)
+        )
+        TaskEntity.objects.filter(pk__in=ids, status=TaskStatus.NEW).update(run_at=now)
+        TaskAssoc.objects.filter(task_id__in=ids).update(next_trigger_at=now)
+    return len(ids)
+
+
+def discard(task_ids: Iterable[int], *, statuses: Iterable[TaskStatus] = (TaskStatus.DEAD,)) -> int:
+    """Delete finished tasks (by default dead ones) for good; return how many."""
+    _total, by_model = TaskEntity.objects.filter(
+        pk__in=list(task_ids), status__in=list(statuses)
+    ).delete()
+    return by_model.get(TaskEntity._meta.label, 0)
+
+
+# --- chains --------------------------------------------------------------------------------
+
+
+def _after_final(task_id: int, status: TaskStatus, now: datetime) -> None:
+    """Wake a finished task's waiting children, or cancel them if it did not succeed."""
+    if status not in states.FINAL:
+        return
+    child_ids = list(
+        TaskDependency.objects.filter(parent_id=task_id).values_list("child_id", flat=True)
+    )
+    if not child_ids:
+        return
+    if status is not TaskStatus.SUCCESS:
+        for child in child_ids:
+            _cancel_waiting(child, now, parent_id=task_id, status=status)
+        return
+    waiting = TaskEntity.objects.filter(pk__in=child_ids, status=TaskStatus.WAITING)
+    for child in waiting.values_list("pk", flat=True):
+        parents = TaskDependency.objects.filter(child_id=child).values_list("parent_id")
+        if not TaskEntity.objects.filter(pk__in=parents).exclude(status=TaskStatus.SUCCESS).exists():
+            transition(child, expected=TaskStatus.WAITING, lease=None, target=TaskStatus.NEW,
+                       now=now, run_at=max(now, TaskEntity.objects.get(pk=child).run_at))
+
+
+def _cancel_waiting(task_id: int, now: datetime, *, parent_id: int, status: TaskStatus) -> None:
+    error = _parent_failed(parent_id, status)
+    transition(task_id, expected=TaskStatus.WAITING, lease=None, target=TaskStatus.CANCELLED,
+               now=now, finished_at=now, last_error=error)
+
+
+def _after_requeue(task_id: int, now: datetime) -> None:
+    """A requeued parent revives the children its failure cancelled: they wait again."""
+    for child in TaskDependency.objects.filter(parent_id=task_id).values_list("child_id",
+                                                                               flat=True):
+        states.check_transition(TaskStatus.CANCELLED, TaskStatus.WAITING)
+        entity = TaskEntity.objects.filter(pk=child, status=TaskStatus.CANCELLED,
+                                           last_error__type="ParentFailed")
+        if entity.update(status=TaskStatus.WAITING, finished_at=None, last_error=None):
+            TaskAssoc.objects.filter(task_id=child).update(status=AssocStatus.NEW,
+                                                          next_trigger_at=None)
+            _after_requeue(child, now)

@@ -1,0 +1,64 @@
+"""Wake-ups: a committed schedule of a task due now tells the consumers at once (Redis pub/sub).
+
+Polling stays the safety net: a wake-up that cannot be sent only costs latency.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import redis
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+_client_lock = threading.Lock()
+_client: redis.Redis | None = None
+
+
+def channel() -> str:
+    return f"{settings.ATF_QUEUE_PREFIX}:wakeup"
+
+
+def _redis() -> redis.Redis:
+    global _client
+    with _client_lock:
+        if _client is None:
+            _client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1,
+                                           socket_timeout=1)
+        return _client
+
+
+def notify() -> None:
+    """Tell the consumers that a task is due now."""
+    try:
+        _redis().publish(channel(), b"1")
+    except redis.RedisError as exc:
+        logger.debug("wake-up not sent (the consumer's poll will find the task): %s", exc)
+
+
+class Listener(threading.Thread):
+    """Sets `event` whenever a wake-up arrives; reconnects by itself."""
+
+    def __init__(self, event: threading.Event) -> None:
+        super().__init__(name="WakeupListener", daemon=True)
+        self.event = event
+        self.running = True
+
+    def run(self) -> None:
+        while self.running:
+            try:
+                client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2,
+                                              health_check_interval=10)
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(channel())
+                while self.running:
+                    if pubsub.get_message(timeout=1.0) is not None:
+                        self.event.set()
+            except redis.RedisError as exc:
+                logger.debug("wake-up listener lost redis: %s", exc)
+                self.event.wait(settings.ATF_RESTART_DELAY_S)
+
+    def stop(self) -> None:
+        self.running = False

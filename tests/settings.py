@@ -1,0 +1,14 @@
+"""Settings for the test suite: the project's settings on real PostgreSQL and Redis.
+
+Each variable can still be overridden from the environment; concurrent runs on one machine
+pick their own ATF_TEST_DATABASE_NAME, Redis database and ATF_QUEUE_PREFIX.
+"""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+os.environ.setdefault("ATF_QUEUE_PREFIX", "atftest")
+os.environ.setdefault("ATF_LOG_LEVEL", "WARNING")
+
+from atf_project.settings import *  # noqa: E402,F403
