@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from tasks_core import directory, store, wakeup
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
-from tasks_core.models import TaskEntity
+from tasks_core.gating import GateState
+from tasks_core.models import Collection, Lambda, TaskEntity
 
 logger = logging.getLogger(__name__)
 
@@ -198,3 +199,31 @@ def cancel(task_id: int, *, now: datetime | None = None) -> TaskEntity:
         raise TaskNotFound(f"no task {task_id}")
     store.cancel(task_id, now=now or timezone.now())
     return TaskEntity.objects.get(pk=task_id)
+
+
+def set_gate(lambda_name: str, state: str, *, collection: str | None = None,
+             until: datetime | None = None) -> Lambda | Collection:
+    """Open, pause or drop a lambda (or one of its collections); return the gated row.
+
+    `until` (only with a closed gate) reopens it by itself. The consumer sees the change on
+    its next poll.
+    """
+    errors: dict[str, list[str]] = {}
+    if state not in GateState.__members__.values():
+        errors["state"] = [f"Unknown gate state {state!r}; use open, paused or dropped."]
+    if until is not None and state == GateState.OPEN:
+        errors["until"] = ["until goes with a paused or dropped gate."]
+    if errors:
+        raise InvalidTask(errors)
+    info = directory.by_name(lambda_name)
+    if collection is None:
+        row: Lambda | Collection = Lambda.objects.get(pk=info.id)
+    else:
+        row, _created = Collection.objects.get_or_create(lambda_ref_id=info.id, name=collection)
+    row.gate = GateState(state)
+    row.gate_until = until
+    row.save(update_fields=["gate", "gate_until"])
+    logger.info("gate of %s%s set to %s%s", lambda_name, f"/{collection}" if collection else "",
+                state, f" until {until.isoformat()}" if until else "",
+                extra={"action": "gate_set", "lambda": lambda_name, "collection": collection})
+    return row
