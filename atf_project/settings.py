@@ -126,6 +126,10 @@ ATF_QUEUE_BACKEND = env_str("ATF_QUEUE_BACKEND", "redis")
 ATF_SQS_ENDPOINT_URL = os.environ.get("ATF_SQS_ENDPOINT_URL") or None
 #: SQS region.
 ATF_SQS_REGION = env_str("AWS_DEFAULT_REGION", "us-east-1")
+#: Seconds a message popped from SQS stays invisible before SQS delivers it again (unless acked).
+ATF_SQS_VISIBILITY_TIMEOUT_S = env_int("ATF_SQS_VISIBILITY_TIMEOUT_S", 30)
+#: REDIS_URL names one node of a Redis Cluster (its database must be 0); queues use RedisCluster.
+ATF_REDIS_CLUSTER = env_bool("ATF_REDIS_CLUSTER", False)
 #: Prefix of every queue name and Redis key, so several deployments can share one server.
 ATF_QUEUE_PREFIX = env_str("ATF_QUEUE_PREFIX", "atf")
 
