@@ -16,7 +16,8 @@ def backend() -> QueueBackend:
     if name == "redis":
         from tasks_core.queues.redis import RedisQueue
 
-        return RedisQueue(settings.REDIS_URL, settings.ATF_QUEUE_PREFIX)
+        return RedisQueue(settings.REDIS_URL, settings.ATF_QUEUE_PREFIX,
+                          cluster=settings.ATF_REDIS_CLUSTER)
     if name == "sqs":
         from tasks_core.queues.sqs import SqsQueue
 
@@ -24,5 +25,6 @@ def backend() -> QueueBackend:
             prefix=settings.ATF_QUEUE_PREFIX,
             endpoint_url=settings.ATF_SQS_ENDPOINT_URL,
             region=settings.ATF_SQS_REGION,
+            visibility_timeout_s=settings.ATF_SQS_VISIBILITY_TIMEOUT_S,
         )
     raise ConfigurationError(f"unknown ATF_QUEUE_BACKEND {name!r}: use 'redis' or 'sqs'")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from tasks_core.exceptions import QueueUnavailable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,7 +30,7 @@ class Message:
         if not isinstance(data, dict) or not isinstance(data.get("id"), int) or not isinstance(
             data.get("lease"), int
         ):
-            raise ValueError(f"not an ATF message: {body!r:.200}")
+            raise ValueError(f"not an ATF message: {body!r:.200}")  # noqa: TRY004 - the contract
         return cls(task_id=data["id"], lease=data["lease"], receipt=receipt)
 
 
@@ -38,6 +41,24 @@ class Popped:
     queue: str
     message: Message | None
     raw: str = ""
+
+
+@contextlib.contextmanager
+def unavailable_on(errors: tuple[type[BaseException], ...], action: str) -> Iterator[None]:
+    """Translate a client library's `errors` into QueueUnavailable naming the failed `action`."""
+    try:
+        yield
+    except errors as exc:
+        raise QueueUnavailable(f"{action} failed: {exc}") from exc
+
+
+def decode_popped(queue: str, body: str | bytes, *, receipt: str | None = None) -> Popped:
+    """A popped body as a Popped; one that is not an ATF message comes back with message=None."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    try:
+        return Popped(queue=queue, message=Message.decode(text, receipt=receipt), raw=text)
+    except ValueError:
+        return Popped(queue=queue, message=None, raw=text)
 
 
 class QueueBackend(abc.ABC):
@@ -75,12 +96,12 @@ class QueueBackend(abc.ABC):
     def purge(self, queue: str) -> None:
         """Delete every message of a queue."""
 
-    def ack(self, queue: str, messages: Sequence[Message]) -> None:  # noqa: B027
+    def ack(self, queue: str, messages: Sequence[Message]) -> None:
         """Forget messages that were claimed (only backends that `supports_ack`)."""
 
     @abc.abstractmethod
     def ping(self) -> None:
         """Raise QueueUnavailable unless the service answers."""
 
-    def close(self) -> None:  # noqa: B027
+    def close(self) -> None:
         """Release connections."""

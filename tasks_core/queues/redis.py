@@ -1,7 +1,10 @@
 """Redis queues: one list per <lambda, priority>, keys hash-tagged by lambda for Redis Cluster.
 
-Producers LPUSH; consumers pop from the right with BLMPOP over a lambda's priority lists in
-order, which gives strict priority and batches in one round trip.
+Producers LPUSH; consumers pop from the right with BLMPOP over the priority lists in order,
+which gives strict priority and batches in one round trip. On a single server one BLMPOP
+covers every queue of the pop. On Redis Cluster (`cluster=True`) a multi-key command must
+stay in one hash slot, which the `{lambda}` tag guarantees for one lambda's queues only, so a
+pop over several lambdas takes one LMPOP per lambda in order and blocks in short slices.
 """
 
 from __future__ import annotations
@@ -12,14 +15,29 @@ from collections.abc import Sequence
 from itertools import groupby
 
 import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
-from tasks_core.exceptions import QueueUnavailable
-from tasks_core.queues.base import Message, Popped, QueueBackend
+from tasks_core.queues.base import (
+    Message,
+    Popped,
+    QueueBackend,
+    decode_popped,
+    unavailable_on,
+)
 
 logger = logging.getLogger(__name__)
 
-#: Longest block of one BLMPOP when a pop spans several lambdas (different hash slots).
+#: Longest block of one BLMPOP when a pop on a cluster spans several lambdas (hash slots);
+#: a message for a lambda other than the first waits at most this long.
 _SLICE_S = 0.05
+#: Shortest BLMPOP timeout: Redis truncates the timeout to whole milliseconds, and a
+#: timeout of 0 would block forever.
+_MIN_BLOCK_S = 0.01
+#: Errors of redis-py that mean "the queue service did not do it" (cluster ones included).
+_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException)
+
+_Client = redis.Redis | RedisCluster
 
 
 def _hash_tag(queue: str) -> str:
@@ -27,74 +45,90 @@ def _hash_tag(queue: str) -> str:
 
 
 class RedisQueue(QueueBackend):
-    def __init__(self, url: str, prefix: str, *, client: redis.Redis | None = None) -> None:
+    """Queues in Redis lists; `cluster=True` talks to a Redis Cluster through any of its nodes."""
+
+    def __init__(self, url: str, prefix: str, *, cluster: bool = False,
+                 client: _Client | None = None) -> None:
         super().__init__(prefix)
-        self.client = client or redis.Redis.from_url(
-            url, socket_connect_timeout=5, socket_timeout=None, health_check_interval=30
-        )
+        self.url = url
+        self.cluster = cluster
+        self._client = client
+
+    @property
+    def client(self) -> _Client:
+        """The redis-py client, made on first use (a cluster client connects when it is made)."""
+        if self._client is None:
+            options = {"socket_connect_timeout": 5, "socket_timeout": None}
+            with unavailable_on(_ERRORS, f"redis connect to {self.url}"):
+                if self.cluster:
+                    self._client = RedisCluster.from_url(self.url, **options)
+                else:
+                    self._client = redis.Redis.from_url(
+                        self.url, health_check_interval=30, **options
+                    )
+        return self._client
 
     def push(self, queue: str, messages: Sequence[Message]) -> None:
         if not messages:
             return
-        try:
+        with unavailable_on(_ERRORS, f"redis push to {queue}"):
             self.client.lpush(queue, *(message.encode() for message in messages))
-        except redis.RedisError as exc:
-            raise QueueUnavailable(f"redis push to {queue} failed: {exc}") from exc
 
     def pop(self, queues: Sequence[str], *, max_count: int, wait_s: float) -> list[Popped]:
-        # BLMPOP needs its keys in one hash slot on a cluster: pop a lambda's queues together,
-        # and take turns between lambdas when one worker serves several.
-        groups = [list(keys) for _tag, keys in groupby(queues, key=_hash_tag)]
+        if not queues:
+            return []
+        with unavailable_on(_ERRORS, "redis pop"):
+            if not self.cluster:
+                return self._pop_group(list(queues), max_count=max_count, wait_s=wait_s)
+            groups = [list(keys) for _tag, keys in groupby(queues, key=_hash_tag)]
+            if len(groups) == 1:
+                return self._pop_group(groups[0], max_count=max_count, wait_s=wait_s)
+            return self._pop_groups(groups, max_count=max_count, wait_s=wait_s)
+
+    def _pop_group(self, keys: list[str], *, max_count: int, wait_s: float) -> list[Popped]:
+        """Pop from keys that one command may name together (one server, or one hash slot)."""
+        if wait_s <= 0:
+            found = self.client.lmpop(len(keys), *keys, direction="RIGHT", count=max_count)
+        else:
+            found = self.client.blmpop(max(wait_s, _MIN_BLOCK_S), len(keys), *keys,
+                                       direction="RIGHT", count=max_count)
+        return self._popped(found) if found else []
+
+    def _pop_groups(self, groups: list[list[str]], *, max_count: int,
+                    wait_s: float) -> list[Popped]:
+        """Pop from several hash slots in order: sweep each, then block on the first a while."""
         deadline = time.monotonic() + wait_s
-        try:
-            while True:
-                for keys in groups:
-                    found = self.client.lmpop(len(keys), *keys, direction="RIGHT",
-                                              count=max_count)
-                    if found:
-                        return self._popped(found)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                block_s = remaining if len(groups) == 1 else min(remaining, _SLICE_S)
-                if len(groups) == 1:
-                    found = self.client.blmpop(block_s, len(groups[0]), *groups[0],
-                                               direction="RIGHT", count=max_count)
-                    return self._popped(found) if found else []
-                time.sleep(block_s)
-        except redis.RedisError as exc:
-            raise QueueUnavailable(f"redis pop failed: {exc}") from exc
+        while True:
+            for keys in groups:
+                popped = self._pop_group(keys, max_count=max_count, wait_s=0)
+                if popped:
+                    return popped
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            popped = self._pop_group(groups[0], max_count=max_count,
+                                     wait_s=min(remaining, _SLICE_S))
+            if popped:
+                return popped
 
     @staticmethod
     def _popped(found: list) -> list[Popped]:
         key, bodies = found
         queue = key.decode() if isinstance(key, bytes) else key
-        popped = []
-        for body in bodies:
-            text = body.decode(errors="replace") if isinstance(body, bytes) else body
-            try:
-                popped.append(Popped(queue=queue, message=Message.decode(text), raw=text))
-            except ValueError:
-                popped.append(Popped(queue=queue, message=None, raw=text))
-        return popped
+        return [decode_popped(queue, body) for body in bodies]
 
     def depth(self, queue: str) -> int:
-        try:
+        with unavailable_on(_ERRORS, f"redis llen {queue}"):
             return int(self.client.llen(queue))
-        except redis.RedisError as exc:
-            raise QueueUnavailable(f"redis llen {queue} failed: {exc}") from exc
 
     def purge(self, queue: str) -> None:
-        try:
+        with unavailable_on(_ERRORS, f"redis delete {queue}"):
             self.client.delete(queue)
-        except redis.RedisError as exc:
-            raise QueueUnavailable(f"redis delete {queue} failed: {exc}") from exc
 
     def ping(self) -> None:
-        try:
+        with unavailable_on(_ERRORS, f"redis ping {self.url}"):
             self.client.ping()
-        except redis.RedisError as exc:
-            raise QueueUnavailable(f"redis is unreachable: {exc}") from exc
 
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()

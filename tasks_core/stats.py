@@ -1,0 +1,234 @@
+"""Read-only statistics of the task store and the queues, shared by the API, console and metrics.
+
+Everything is counted in the database where it can be. "Delivery latency" is
+`started_at - run_at` of the first attempt of tasks that started within the window: how late
+a task began after it was due (retries, whose start includes a backoff, are left out).
+Recent-window queries go through the (status, finished_at) index: a task that started is either
+still processing or finished.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
+from django.db.models.functions import TruncMinute
+
+from tasks_core import queues
+from tasks_core.exceptions import QueueUnavailable
+from tasks_core.models import Lambda, TaskEntity, Worker
+from tasks_core.states import FINAL, TaskStatus
+
+logger = logging.getLogger(__name__)
+
+#: Upper bounds (seconds) of the delivery-latency histogram buckets.
+LATENCY_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                                        300.0)
+#: Statuses that count as failures.
+FAILED = frozenset({TaskStatus.FATAL_FAILURE, TaskStatus.DEAD})
+#: Statuses that count as finished work in the throughput.
+DONE = frozenset({TaskStatus.SUCCESS, TaskStatus.FATAL_FAILURE, TaskStatus.DEAD})
+
+_LATENCY = ExpressionWrapper(F("started_at") - F("run_at"), output_field=DurationField())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Latency:
+    """Delivery-latency percentiles in seconds (None when no task started in the window)."""
+
+    count: int
+    p50_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Histogram:
+    """Cumulative counts of delivery latencies: `buckets[i]` tasks took at most `bounds[i]` s."""
+
+    bounds: tuple[float, ...]
+    buckets: tuple[int, ...]
+    count: int
+    sum_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """Everything the dashboard, `/api/v1/stats/` and `atf_status` show, at `now`."""
+
+    now: datetime
+    window_s: float
+    counts: dict[str, int]
+    counts_by_lambda: dict[str, dict[str, int]]
+    #: lambda -> priority -> messages waiting; None when the queue service is unreachable.
+    queue_depths: dict[str, dict[str, int]] | None
+    #: (minute, tasks finished in it) for each minute of the window that finished any.
+    throughput: list[tuple[datetime, int]]
+    latency: Latency
+    failures_by_lambda: dict[str, int]
+    live_workers: int
+    per_minute: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        finished = sum(n for _minute, n in self.throughput)
+        object.__setattr__(self, "per_minute", finished / max(self.window_s / 60.0, 1e-9))
+
+
+def _tasks(lambda_ids: Collection[int] | None) -> QuerySet[TaskEntity]:
+    tasks = TaskEntity.objects.all()
+    if lambda_ids is not None:
+        tasks = tasks.filter(lambda_ref_id__in=list(lambda_ids))
+    return tasks
+
+
+def _started_since(since: datetime, lambda_ids: Collection[int] | None) -> QuerySet[TaskEntity]:
+    """First attempts that started at or after `since` (index-friendly, see module docstring)."""
+    recent = Q(status__in=list(FINAL), finished_at__gte=since) | Q(status=TaskStatus.PROCESSING)
+    return _tasks(lambda_ids).filter(recent, started_at__gte=since, attempts=1)
+
+
+def status_counts(*, lambda_ids: Collection[int] | None = None) -> dict[str, int]:
+    """Tasks per status (every status present, zero when none)."""
+    counts = {status.value: 0 for status in TaskStatus}
+    rows = _tasks(lambda_ids).order_by().values_list("status").annotate(n=Count("pk"))
+    counts.update({status: n for status, n in rows})
+    return counts
+
+
+def status_counts_by_lambda(*, lambda_ids: Collection[int] | None = None,
+                            ) -> dict[str, dict[str, int]]:
+    """lambda name -> status -> tasks, for the lambdas that have any task."""
+    rows = (
+        _tasks(lambda_ids).order_by().values_list("lambda_ref__name", "status")
+        .annotate(n=Count("pk"))
+    )
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    for name, status, n in rows:
+        counts[name][status] = n
+    return dict(counts)
+
+
+def queue_depths(lambda_names: Sequence[str], *,
+                 backend: queues.QueueBackend | None = None) -> dict[str, dict[str, int]]:
+    """lambda -> priority -> messages waiting in its queue. Raises QueueUnavailable."""
+    owned = backend is None
+    backend = backend or queues.backend()
+    try:
+        return {
+            name: {priority: backend.depth(backend.queue_name(name, priority))
+                   for priority in settings.ATF_PRIORITIES}
+            for name in lambda_names
+        }
+    finally:
+        if owned:
+            backend.close()
+
+
+def throughput(*, since: datetime, lambda_ids: Collection[int] | None = None,
+               ) -> list[tuple[datetime, int]]:
+    """(minute, tasks that finished success/fatal/dead in it) since `since`, oldest first."""
+    rows = (
+        _tasks(lambda_ids).filter(status__in=list(DONE), finished_at__gte=since)
+        .annotate(minute=TruncMinute("finished_at")).order_by("minute")
+        .values_list("minute").annotate(n=Count("pk"))
+    )
+    return [(minute, n) for minute, n in rows]
+
+
+def delivery_latency(*, since: datetime, lambda_ids: Collection[int] | None = None) -> Latency:
+    """p50/p95/p99 of `started_at - run_at` of first attempts that started since `since`."""
+    started = _started_since(since, lambda_ids)
+    if connection.vendor == "postgresql":
+        sql, params = started.annotate(latency=_LATENCY).values("latency").query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*), percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP "
+                "(ORDER BY extract(epoch FROM sub.latency)) "
+                f"FROM ({sql}) AS sub",  # noqa: S608 -- the ORM built `sql`; values are params
+                params,
+            )
+            count, percentiles = cursor.fetchone()
+        if not count:
+            return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
+        p50, p95, p99 = (max(float(p), 0.0) for p in percentiles)
+        return Latency(count=count, p50_s=p50, p95_s=p95, p99_s=p99)
+    return _latency_in_python(started)
+
+
+def _latency_in_python(started: QuerySet[TaskEntity]) -> Latency:
+    """The percentiles computed here, for databases without percentile_cont (SQLite)."""
+    values = sorted(
+        max((start - run_at).total_seconds(), 0.0)
+        for start, run_at in started.values_list("started_at", "run_at")
+    )
+    if not values:
+        return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
+
+    def percentile(q: float) -> float:
+        position = q * (len(values) - 1)
+        low = int(position)
+        high = min(low + 1, len(values) - 1)
+        return values[low] + (values[high] - values[low]) * (position - low)
+
+    return Latency(count=len(values), p50_s=percentile(0.5), p95_s=percentile(0.95),
+                   p99_s=percentile(0.99))
+
+
+def latency_histogram(*, since: datetime, lambda_ids: Collection[int] | None = None,
+                      bounds: tuple[float, ...] = LATENCY_BUCKETS_S) -> Histogram:
+    """Cumulative bucket counts of the delivery latency since `since`, counted in one query."""
+    started = _started_since(since, lambda_ids).annotate(latency=_LATENCY)
+    buckets = {f"le{i}": Count("pk", filter=Q(latency__lte=timedelta(seconds=bound)))
+               for i, bound in enumerate(bounds)}
+    row = started.aggregate(total=Count("pk"), sum=Sum("latency"), **buckets)
+    sum_s = row["sum"].total_seconds() if row["sum"] is not None else 0.0
+    return Histogram(bounds=bounds, buckets=tuple(row[f"le{i}"] or 0 for i in range(len(bounds))),
+                     count=row["total"] or 0, sum_s=max(sum_s, 0.0))
+
+
+def failures_by_lambda(*, since: datetime, lambda_ids: Collection[int] | None = None,
+                       ) -> dict[str, int]:
+    """lambda name -> tasks that ended fatal_failure or dead since `since`."""
+    rows = (
+        _tasks(lambda_ids).filter(status__in=list(FAILED), finished_at__gte=since)
+        .order_by().values_list("lambda_ref__name").annotate(n=Count("pk"))
+    )
+    return dict(rows)
+
+
+def live_workers(*, now: datetime) -> int:
+    """Worker processes seen within ATF_WORKER_STALE_S and not stopped."""
+    fresh = now - timedelta(seconds=settings.ATF_WORKER_STALE_S)
+    return Worker.objects.filter(last_seen__gte=fresh, stopped_at__isnull=True).count()
+
+
+def snapshot(*, now: datetime, window_s: float = 900.0,
+             lambda_ids: Collection[int] | None = None) -> Snapshot:
+    """All of the above for the last `window_s` seconds, limited to `lambda_ids` when given."""
+    since = now - timedelta(seconds=window_s)
+    lambdas = Lambda.objects.order_by("name")
+    if lambda_ids is not None:
+        lambdas = lambdas.filter(pk__in=list(lambda_ids))
+    depths: dict[str, dict[str, int]] | None
+    try:
+        depths = queue_depths(list(lambdas.values_list("name", flat=True)))
+    except QueueUnavailable as exc:
+        logger.warning("queue depths unavailable: %s", exc)
+        depths = None
+    return Snapshot(
+        now=now,
+        window_s=window_s,
+        counts=status_counts(lambda_ids=lambda_ids),
+        counts_by_lambda=status_counts_by_lambda(lambda_ids=lambda_ids),
+        queue_depths=depths,
+        throughput=throughput(since=since, lambda_ids=lambda_ids),
+        latency=delivery_latency(since=since, lambda_ids=lambda_ids),
+        failures_by_lambda=failures_by_lambda(since=since, lambda_ids=lambda_ids),
+        live_workers=live_workers(now=now),
+    )

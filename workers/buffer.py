@@ -1,0 +1,107 @@
+"""The worker process's shared state: claimed tasks waiting per priority, and running tasks.
+
+The controller fills the buffer only up to the executors' free capacity, so a worker never
+hoards tasks another worker could run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tasks_core.store import ClaimedTask
+
+
+@dataclass(kw_only=True)
+class Running:
+    task: ClaimedTask
+    lost: bool = False  #: a heartbeat found the lease gone: the result must not be recorded
+    started_s: float = field(default=0.0)
+
+
+class WorkBuffer:
+    def __init__(self, *, priorities: Sequence[str], executors: int) -> None:
+        self.priorities = list(priorities)
+        self.executors = executors
+        self._lock = threading.Condition()
+        self._waiting: dict[str, deque[ClaimedTask]] = {p: deque() for p in self.priorities}
+        self._running: dict[int, Running] = {}
+        self.closed = False
+
+    # --- the controller's side -------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        """Executors that would have nothing to do if the buffer were handed out now."""
+        with self._lock:
+            return self.executors - len(self._running) - self._buffered()
+
+    def wait_for_free_slot(self, timeout_s: float) -> None:
+        with self._lock:
+            self._lock.wait_for(lambda: self.closed or self.executors - len(self._running)
+                                - self._buffered() > 0, timeout=timeout_s)
+
+    def put(self, tasks: Sequence[ClaimedTask]) -> None:
+        with self._lock:
+            for task in tasks:
+                self._waiting.setdefault(task.priority, deque()).append(task)
+            self._lock.notify_all()
+
+    # --- the executors' side ---------------------------------------------------------------
+
+    def take(self, timeout_s: float) -> ClaimedTask | None:
+        """The next task, highest priority first; None after `timeout_s` or once closed."""
+        with self._lock:
+            self._lock.wait_for(lambda: self.closed or self._buffered() > 0, timeout=timeout_s)
+            for queue in self._waiting.values():
+                if queue:
+                    return queue.popleft()
+            return None
+
+    def begin(self, task: ClaimedTask, started_s: float) -> Running:
+        with self._lock:
+            running = self._running[task.task_id] = Running(task=task, started_s=started_s)
+            return running
+
+    def end(self, task: ClaimedTask) -> None:
+        with self._lock:
+            self._running.pop(task.task_id, None)
+            self._lock.notify_all()
+
+    # --- the heartbeat's side --------------------------------------------------------------
+
+    def leases(self) -> dict[int, int]:
+        with self._lock:
+            return {pk: running.task.lease for pk, running in self._running.items()}
+
+    def mark_lost(self, task_ids: set[int]) -> list[ClaimedTask]:
+        with self._lock:
+            lost = [self._running[pk] for pk in task_ids if pk in self._running]
+            for running in lost:
+                running.lost = True
+            return [running.task for running in lost]
+
+    def is_lost(self, task_id: int) -> bool:
+        with self._lock:
+            running = self._running.get(task_id)
+            return running is not None and running.lost
+
+    def running_count(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    # --- shutdown --------------------------------------------------------------------------
+
+    def close(self) -> list[ClaimedTask]:
+        """Stop handing out tasks; return the buffered ones, which nobody started."""
+        with self._lock:
+            self.closed = True
+            unstarted = [task for queue in self._waiting.values() for task in queue]
+            for queue in self._waiting.values():
+                queue.clear()
+            self._lock.notify_all()
+            return unstarted
+
+    def _buffered(self) -> int:
+        return sum(len(queue) for queue in self._waiting.values())

@@ -1,0 +1,263 @@
+"""The store consumer: turns due assoc rows into queue messages, and brings back lost tasks.
+
+One pass visits every lambda in turn (round-robin, starting one further each pass) and takes
+at most a fair share of the batch and what the lambda's quota allows, so a lambda with a
+million due tasks does not delay another lambda's next task. Between passes it sleeps until
+the next trigger is due, a wake-up arrives, or the poll interval ends, whichever is first.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Min
+from django.utils import timezone
+
+from tasks_core import gating, queues, store, wakeup
+from tasks_core.exceptions import QueueUnavailable
+from tasks_core.models import Collection, Lambda, TaskAssoc, Worker
+from tasks_core.states import AssocStatus
+from workers import db
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two housekeeping rounds (gates reopened, dead workers marked).
+HOUSEKEEPING_INTERVAL_S = 1.0
+#: Seconds between two summary lines at INFO.
+SUMMARY_INTERVAL_S = 10.0
+
+
+@dataclass(kw_only=True)
+class PassSummary:
+    """What one pass did, for logging and for tests."""
+
+    enqueued: int = 0
+    reenqueued: Counter = field(default_factory=Counter)  #: by the status that expired
+    dropped: int = 0
+    dead: int = 0
+    push_failed: int = 0
+    busy: bool = False  #: some lambda had more due rows than it was given this pass
+
+    def add(self, other: PassSummary) -> None:
+        self.enqueued += other.enqueued
+        self.reenqueued.update(other.reenqueued)
+        self.dropped += other.dropped
+        self.dead += other.dead
+        self.push_failed += other.push_failed
+
+    @property
+    def total(self) -> int:
+        return self.enqueued + self.dropped + self.dead
+
+
+class TokenBucket:
+    """A lambda's scheduling quota: `rate` tasks per second, bursting to one second's worth."""
+
+    def __init__(self, rate: float, now_s: float) -> None:
+        self.rate = rate
+        self.tokens = rate
+        self.updated_s = now_s
+
+    def available(self, now_s: float) -> int:
+        self.tokens = min(self.rate, self.tokens + (now_s - self.updated_s) * self.rate)
+        self.updated_s = now_s
+        return math.floor(self.tokens)
+
+    def spend(self, count: int) -> None:
+        self.tokens -= count
+
+
+@dataclass(frozen=True, kw_only=True)
+class _LambdaGates:
+    lambda_id: int
+    name: str
+    gate: gating.Gate
+    quota_per_s: float | None
+    collections: dict[str, gating.Gate]
+
+    def decide(self, collection: str, now: datetime) -> gating.Decision:
+        return gating.decide(self.gate, self.collections.get(collection, gating.OPEN), now)
+
+    def paused_collections(self, now: datetime) -> list[str]:
+        return [name for name in self.collections
+                if self.decide(name, now) is gating.Decision.POSTPONE]
+
+
+class Consumer:
+    """The consumer's loop; `run_pass()` is one pass, for tests and for `run()`."""
+
+    def __init__(self, *, batch_size: int, poll_interval_s: float,
+                 queue: queues.QueueBackend | None = None,
+                 clock: Callable[[], datetime] = timezone.now) -> None:
+        self.batch_size = batch_size
+        self.poll_interval_s = poll_interval_s
+        self.queue = queue or queues.backend()
+        self.clock = clock
+        self.running = True
+        self.wake = threading.Event()
+        self._buckets: dict[int, TokenBucket] = {}
+        self._turn = 0
+        self._housekept_s = 0.0
+
+    # --- one pass --------------------------------------------------------------------------
+
+    def _gates(self) -> list[_LambdaGates]:
+        collections: dict[int, dict[str, gating.Gate]] = defaultdict(dict)
+        for row in Collection.objects.exclude(gate=gating.GateState.OPEN):
+            collections[row.lambda_ref_id][row.name] = row.gate_value
+        return [
+            _LambdaGates(lambda_id=row.pk, name=row.name, gate=row.gate_value,
+                         quota_per_s=row.quota_per_s, collections=collections[row.pk])
+            for row in Lambda.objects.order_by("pk")
+        ]
+
+    def _limit(self, lam: _LambdaGates, share: int, now_s: float) -> int:
+        if lam.quota_per_s is None:
+            self._buckets.pop(lam.lambda_id, None)
+            return share
+        bucket = self._buckets.get(lam.lambda_id)
+        if bucket is None or bucket.rate != lam.quota_per_s:
+            bucket = self._buckets[lam.lambda_id] = TokenBucket(lam.quota_per_s, now_s)
+        return min(share, bucket.available(now_s))
+
+    def run_pass(self) -> PassSummary:
+        """Enqueue, re-enqueue, drop or dead-letter what is due now, fairly across lambdas."""
+        now = self.clock()
+        summary = PassSummary()
+        lambdas = self._gates()
+        if not lambdas:
+            return summary
+        self._turn = (self._turn + 1) % len(lambdas)
+        share = max(1, self.batch_size // len(lambdas))
+        now_s = time.monotonic()
+        for lam in lambdas[self._turn:] + lambdas[: self._turn]:
+            if gating.effective(lam.gate, now) is gating.GateState.PAUSED:
+                continue
+            limit = self._limit(lam, share, now_s)
+            if limit <= 0:
+                continue
+            batch = store.enqueue_due(
+                lam.lambda_id, limit=limit, now=now,
+                skip_collections=lam.paused_collections(now),
+                decide=lambda collection, lam=lam: lam.decide(collection, now),
+            )
+            done = PassSummary(enqueued=len(batch.messages) - sum(batch.reenqueued.values()),
+                               reenqueued=Counter(batch.reenqueued), dropped=batch.dropped,
+                               dead=batch.dead)
+            done.push_failed = self._push(lam.name, batch.messages, now)
+            handled = len(batch.messages) + batch.dropped + batch.dead
+            if lam.lambda_id in self._buckets:
+                self._buckets[lam.lambda_id].spend(handled)
+            summary.busy |= handled >= limit
+            summary.add(done)
+            if handled:
+                logger.debug("%s: enqueued %d, re-enqueued %s, dropped %d, dead %d", lam.name,
+                             done.enqueued, dict(done.reenqueued), done.dropped, done.dead)
+        return summary
+
+    def _push(self, lambda_name: str, messages: list[tuple[str, queues.Message]],
+              now: datetime) -> int:
+        by_queue: dict[str, list[queues.Message]] = defaultdict(list)
+        for priority, message in messages:
+            by_queue[self.queue.queue_name(lambda_name, priority)].append(message)
+        failed = 0
+        for queue_name, batch in by_queue.items():
+            try:
+                self.queue.push(queue_name, batch)
+            except QueueUnavailable as exc:
+                # The store already says "enqueued"; bring the trigger forward so the tasks
+                # are pushed again as soon as the queue is back, not after the enqueue timeout.
+                logger.warning("push to %s failed, %d tasks will be retried: %s", queue_name,
+                               len(batch), exc)
+                store.retrigger(batch, at=now + timedelta(seconds=settings.ATF_RESTART_DELAY_S))
+                failed += len(batch)
+        return failed
+
+    # --- housekeeping ----------------------------------------------------------------------
+
+    def housekeep(self, now: datetime) -> None:
+        """Reopen gates whose `until` passed; mark workers that stopped being seen."""
+        for model in (Lambda, Collection):
+            reopened = model.objects.exclude(gate=gating.GateState.OPEN).filter(
+                gate_until__lte=now
+            ).update(gate=gating.GateState.OPEN, gate_until=None)
+            if reopened:
+                logger.info("reopened %d %s gate(s) whose time ran out", reopened,
+                            model._meta.verbose_name)
+        stale = now - timedelta(seconds=settings.ATF_WORKER_STALE_S)
+        gone = Worker.objects.filter(stopped_at__isnull=True, last_seen__lt=stale).update(
+            stopped_at=now
+        )
+        if gone:
+            logger.info("marked %d worker(s) gone (not seen for %ss)", gone,
+                        settings.ATF_WORKER_STALE_S)
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def _seconds_until_next_trigger(self, now: datetime) -> float | None:
+        paused = [lam.lambda_id for lam in self._gates()
+                  if gating.effective(lam.gate, now) is gating.GateState.PAUSED]
+        soonest = (
+            TaskAssoc.objects.exclude(status=AssocStatus.COMPLETED)
+            .exclude(lambda_ref_id__in=paused)
+            .aggregate(soonest=Min("next_trigger_at"))["soonest"]
+        )
+        return None if soonest is None else (soonest - now).total_seconds()
+
+    def _sleep(self, summary: PassSummary) -> None:
+        if summary.busy:
+            return
+        wait_s = self.poll_interval_s
+        if summary.total == 0:
+            until_next = self._seconds_until_next_trigger(self.clock())
+            # A trigger already past is one a paused collection holds back: poll as usual.
+            if until_next is not None and until_next > 0:
+                wait_s = min(wait_s, until_next)
+        else:
+            wait_s = 0.0
+        if wait_s > 0 and self.wake.wait(wait_s):
+            self.wake.clear()
+
+    def run(self) -> None:
+        listener = wakeup.Listener(self.wake)
+        listener.start()
+        totals = PassSummary()
+        logged_s = time.monotonic()
+        while self.running:
+            try:
+                if time.monotonic() - self._housekept_s >= HOUSEKEEPING_INTERVAL_S:
+                    self.housekeep(self.clock())
+                    self._housekept_s = time.monotonic()
+                summary = self.run_pass()
+                totals.add(summary)
+                if time.monotonic() - logged_s >= SUMMARY_INTERVAL_S:
+                    self._log_summary(totals, time.monotonic() - logged_s)
+                    totals, logged_s = PassSummary(), time.monotonic()
+                self._sleep(summary)
+            except Exception:
+                logger.exception("consumer loop failed", extra={"action": "consumer_restart"})
+                db.reset_connection()
+                time.sleep(settings.ATF_RESTART_DELAY_S)
+        listener.stop()
+        self.queue.close()
+
+    @staticmethod
+    def _log_summary(totals: PassSummary, elapsed_s: float) -> None:
+        logger.info(
+            "last %.0fs: enqueued %d, re-enqueued %d %s, dropped %d, dead %d, push failures %d",
+            elapsed_s, totals.enqueued, sum(totals.reenqueued.values()),
+            dict(totals.reenqueued), totals.dropped, totals.dead, totals.push_failed,
+        )
+
+    def stop(self) -> None:
+        self.running = False
+        self.wake.set()
+

@@ -1,0 +1,84 @@
+"""The heartbeat thread: renews the leases of running tasks and the worker's `last_seen`.
+
+After three consecutive failed heartbeats, or three intervals without a successful one (a
+write that hangs), the process terminates itself. heartbeat_timeout is checked at start to
+exceed three intervals, so no task is enqueued again while this process could still run it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from django.utils import timezone
+
+from tasks_core import store
+from tasks_core.models import Worker
+from workers import db
+from workers.buffer import WorkBuffer
+
+logger = logging.getLogger(__name__)
+
+#: Failed heartbeats in a row after which the process terminates itself.
+MAX_FAILED_HEARTBEATS = 3
+#: Exit status of a worker process that cut itself off from its tasks.
+EXIT_CUT_OFF = 75
+
+
+def cut_off(reason: str) -> None:
+    """Terminate this process at once: its leases can no longer be trusted."""
+    logger.critical("%s: terminating the worker process so no task can run twice at once",
+                    reason, extra={"action": "worker_cut_off"})
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(EXIT_CUT_OFF)
+
+
+class HeartbeatThread(threading.Thread):
+    def __init__(self, *, buffer: WorkBuffer, interval_s: float, worker_id: str) -> None:
+        super().__init__(name="HeartbeatThread", daemon=True)
+        self.buffer = buffer
+        self.interval_s = interval_s
+        self.worker_id = worker_id
+        self.failures = 0
+        self.last_ok_s = time.monotonic()
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopped.wait(self.interval_s):
+            self.beat()
+
+    def beat(self) -> None:
+        """Renew every running task's lease; mark the ones whose lease was lost."""
+        try:
+            now = timezone.now()
+            lost = store.heartbeat(self.buffer.leases(), now=now)
+            Worker.objects.filter(worker_id=self.worker_id).update(last_seen=now)
+        except Exception as exc:  # noqa: BLE001 - any failure counts; the third one ends us
+            self.failures += 1
+            logger.warning("heartbeat failed (%d in a row): %s", self.failures, exc)
+            db.reset_connection()
+            if self.failures >= MAX_FAILED_HEARTBEATS:
+                cut_off(f"{self.failures} heartbeats failed in a row")
+            return
+        self.failures = 0
+        self.last_ok_s = time.monotonic()
+        for task in self.buffer.mark_lost(lost):
+            logger.error("task %d lost its lease while running; its result will be discarded",
+                         task.task_id, extra={"action": "lease_lost", "task_id": task.task_id})
+
+    def beat_one(self, task: store.ClaimedTask) -> bool:
+        """A lambda's own `ctx.heartbeat()`: renew one lease now; False if it was lost."""
+        lost = store.heartbeat({task.task_id: task.lease}, now=timezone.now())
+        if lost:
+            self.buffer.mark_lost(lost)
+        return not lost
+
+    def silent_for_s(self) -> float:
+        """Seconds since the last successful heartbeat."""
+        return time.monotonic() - self.last_ok_s
+
+    def stop(self) -> None:
+        self._stopped.set()

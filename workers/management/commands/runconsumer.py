@@ -1,0 +1,40 @@
+"""`manage.py runconsumer`: the store consumer."""
+
+from __future__ import annotations
+
+import logging
+from argparse import ArgumentParser
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from tasks_core import registry
+from workers import checks, signals
+from workers.consumer import Consumer
+
+logger = logging.getLogger("workers.consumer")
+
+
+class Command(BaseCommand):
+    help = "Run the store consumer: enqueue due tasks, and enqueue lost tasks again."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--poll-interval", type=checks.positive_float,
+                            default=settings.ATF_POLL_INTERVAL_S, metavar="SECONDS",
+                            help="longest sleep between two polls (default %(default)s)")
+        parser.add_argument("--batch-size", type=checks.positive_int,
+                            default=settings.ATF_CONSUMER_BATCH_SIZE, metavar="N",
+                            help="due rows taken in one pass, across lambdas "
+                                 "(default %(default)s)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queue = checks.require_store_and_queue()
+        registry.sync_to_store()
+        consumer = Consumer(batch_size=options["batch_size"],
+                            poll_interval_s=options["poll_interval"], queue=queue)
+        signals.on_stop(consumer.stop)
+        logger.info("consumer started: poll interval %ss, batch size %d, queue backend %s",
+                    options["poll_interval"], options["batch_size"], settings.ATF_QUEUE_BACKEND)
+        consumer.run()
+        logger.info("consumer stopped")
