@@ -189,6 +189,10 @@ ATF_WORKER_THREADS = env_int("ATF_WORKER_THREADS", 8)
 ATF_SHUTDOWN_GRACE_S = env_float("ATF_SHUTDOWN_GRACE_S", 30.0)
 #: A worker whose last_seen is older than this is shown as gone.
 ATF_WORKER_STALE_S = env_float("ATF_WORKER_STALE_S", 60.0)
+#: Seconds after which finished tasks are deleted by the consumer (0 keeps them forever).
+ATF_RETENTION_S = env_float("ATF_RETENTION_S", 7 * 24 * 3600.0)
+#: A periodic occurrence later than this (consumers down) is handled by its catch-up policy.
+ATF_PERIODIC_GRACE_S = env_float("ATF_PERIODIC_GRACE_S", 10.0)
 
 # --- API ------------------------------------------------------------------------------
 
