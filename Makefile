@@ -1,0 +1,51 @@
+# ATF for Django: the two README commands and a few helpers.
+#
+#   make test    venv + requirements, Redis, PostgreSQL, Chromium; then the whole pytest suite
+#   make demo    venv + requirements, Redis; then the whole system on SQLite (Ctrl-C stops it)
+#
+# Settings come from the environment (or `make VAR=value`) and reach every command below:
+# REDIS_URL, DATABASE_URL, ATF_TEST_DATABASE_NAME, ATF_QUEUE_PREFIX, ATF_DEMO_PORT, PYTEST_ARGS.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+ATF_DEMO_PORT ?= 8000
+DEMO_ARGS ?=
+PYTEST_ARGS ?=
+
+# No `export` line: make passes variables from the environment and the command line to every
+# recipe as they are, and leaves unset ones unset (tests/settings.py then picks its defaults).
+
+# PostgreSQL for the demo only when DATABASE_URL asks for it; the default is SQLite.
+DEMO_SERVICES := redis $(if $(filter postgres%,$(DATABASE_URL)),postgres)
+
+.PHONY: help venv test demo lint clean
+
+help:
+	@echo "make test    create .venv, start Redis/PostgreSQL if needed, run the whole test suite"
+	@echo "make demo    create .venv, start Redis if needed, run API + console + consumer + worker"
+	@echo "             on http://127.0.0.1:$(ATF_DEMO_PORT)/ (ATF_DEMO_PORT), scheduling demo tasks"
+	@echo "make lint    ruff check"
+	@echo "make clean   remove caches and collected static files (rm atf.sqlite3 resets the demo)"
+
+venv:
+	@scripts/ensure_venv.sh
+
+test: venv
+	@$(PYTHON) scripts/ensure_services.py redis postgres chromium
+	@echo "==> running the test suite"
+	@$(VENV)/bin/pytest $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "==> pytest collected no tests"; exit 0; fi; exit $$status
+
+demo: venv
+	@$(PYTHON) scripts/ensure_services.py $(DEMO_SERVICES)
+	@$(PYTHON) manage.py atf_demo --port $(ATF_DEMO_PORT) $(DEMO_ARGS)
+
+lint: venv
+	@$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf staticfiles .ruff_cache .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
