@@ -96,12 +96,12 @@ class QueueBackend(abc.ABC):
     def purge(self, queue: str) -> None:
         """Delete every message of a queue."""
 
-    def ack(self, queue: str, messages: Sequence[Message]) -> None:
+    def ack(self, queue: str, messages: Sequence[Message]) -> None:  # noqa: B027
         """Forget messages that were claimed (only backends that `supports_ack`)."""
 
     @abc.abstractmethod
     def ping(self) -> None:
         """Raise QueueUnavailable unless the service answers."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027
         """Release connections."""
