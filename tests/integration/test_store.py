@@ -1,0 +1,408 @@
+"""The task store's guarded transitions, against the real database.
+
+Tests marked `sqlite` also run in the SQLite smoke run (`make test` runs them on both stores).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from tasks_core import atf, scheduling, states, store
+from tasks_core.exceptions import InvalidTask, InvalidTransition
+from tasks_core.gating import Decision
+from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity
+from tasks_core.queues import Message
+from tasks_core.states import AssocStatus, TaskStatus
+
+pytestmark = [pytest.mark.django_db]
+
+Outcome = store.Outcome
+
+
+@pytest.fixture
+def now() -> datetime:
+    """A moment after the tasks a test schedules (scheduling reads the real clock)."""
+    return timezone.now() + timedelta(seconds=1)
+
+
+def enqueue_due(lambda_name: str, now: datetime, limit: int = 1000) -> store.DueBatch:
+    return store.enqueue_due(Lambda.objects.get(name=lambda_name).pk, limit=limit, now=now,
+                             skip_collections=[], decide=lambda collection: Decision.ENQUEUE)
+
+
+def messages(batch: store.DueBatch) -> list[Message]:
+    return [message for _priority, message in batch.messages]
+
+
+def claim(msgs: list[Message], now: datetime, worker: str = "w1") -> list[store.ClaimedTask]:
+    lambda_ids = Lambda.objects.values_list("pk", flat=True)
+    return store.claim(msgs, worker=worker, lambda_ids=list(lambda_ids), now=now)
+
+
+def running(now: datetime, payload: object = None, **options: object) -> store.ClaimedTask:
+    """A demo.noop task taken all the way to processing."""
+    task = atf.schedule("demo.noop", payload or {}, **options)
+    (claimed,) = claim(messages(enqueue_due("demo.noop", now)), now)
+    assert store.start(claimed, now=now)
+    return claimed
+
+
+def entity(task_id: int) -> TaskEntity:
+    return TaskEntity.objects.select_related("assoc").get(pk=task_id)
+
+
+def success() -> store.Result:
+    return store.Result(outcome=Outcome.SUCCESS, value={"ok": True})
+
+
+def failure(outcome: Outcome = Outcome.RETRY, delay_s: float | None = None) -> store.Result:
+    error = {"type": "RuntimeError", "message": "boom", "traceback": "Traceback..."}
+    return store.Result(outcome=outcome, error=error, delay_s=delay_s)
+
+
+# --- the happy path, step by step -----------------------------------------------------------
+
+
+@pytest.mark.sqlite
+def test_a_task_walks_the_whole_lifecycle(now: datetime) -> None:
+    # Given a task scheduled now
+    task = atf.schedule("demo.noop", {"n": 1}, priority="high")
+    assert (task.status, task.assoc.status, task.lease) == ("new", "new", 0)
+    # When the consumer enqueues it
+    batch = enqueue_due("demo.noop", now)
+    # Then the store says enqueued with a new lease before any push
+    assert [(p, m.task_id, m.lease) for p, m in batch.messages] == [("high", task.pk, 1)]
+    row = entity(task.pk)
+    assert (row.status, row.assoc.status, row.lease) == ("enqueued", "started", 1)
+    assert row.assoc.next_trigger_at > now
+    # When a controller claims it and an executor starts and finishes it
+    (claimed,) = claim(messages(batch), now)
+    assert (claimed.lease, claimed.payload, claimed.attempt) == (2, {"n": 1}, 1)
+    assert entity(task.pk).status == "claimed"
+    assert store.start(claimed, now=now)
+    assert (entity(task.pk).status, entity(task.pk).attempts) == ("processing", 1)
+    assert store.finish(claimed, success(), now=now) is TaskStatus.SUCCESS
+    # Then it is final, out of the consumer's index, with its result and one attempt row
+    row = entity(task.pk)
+    assert (row.status, row.assoc.status, row.assoc.next_trigger_at) == ("success", "completed",
+                                                                         None)
+    assert row.result == {"ok": True}
+    assert list(TaskAttempt.objects.filter(task=row).values_list("number", "outcome")) == [
+        (1, "success")]
+
+
+@pytest.mark.sqlite
+def test_a_delayed_task_is_not_enqueued_before_its_run_at(now: datetime) -> None:
+    task = atf.schedule("demo.noop", delay=60)
+    assert enqueue_due("demo.noop", now).messages == []
+    assert [m.task_id for m in messages(enqueue_due("demo.noop", now + timedelta(seconds=61)))
+            ] == [task.pk]
+
+
+# --- guards that refuse ---------------------------------------------------------------------
+
+
+@pytest.mark.sqlite
+def test_a_stale_lease_claims_nothing(now: datetime) -> None:
+    # Given a task enqueued twice (the first message went stale)
+    task = atf.schedule("demo.noop")
+    first = messages(enqueue_due("demo.noop", now))
+    later = now + timedelta(hours=1)
+    second = messages(enqueue_due("demo.noop", later))
+    assert first[0].lease < second[0].lease
+    # When a controller presents the first message, nothing is claimed
+    assert claim(first, later) == []
+    assert entity(task.pk).status == "enqueued"
+    # And the current message still claims it
+    assert [c.task_id for c in claim(second, later)] == [task.pk]
+
+
+@pytest.mark.sqlite
+def test_a_duplicate_claim_gets_nothing(now: datetime) -> None:
+    atf.schedule("demo.noop")
+    msgs = messages(enqueue_due("demo.noop", now))
+    assert len(claim(msgs, now, worker="w1")) == 1
+    assert claim(msgs, now, worker="w2") == []
+    assert TaskEntity.objects.get().worker == "w1"
+
+
+@pytest.mark.sqlite
+def test_a_worker_that_lost_its_lease_cannot_start_heartbeat_or_record(now: datetime) -> None:
+    # Given a running task whose lease was lost: its trigger fired and it was enqueued again
+    claimed = running(now)
+    later = now + timedelta(minutes=5)
+    batch = enqueue_due("demo.noop", later)
+    assert batch.reenqueued == {"processing": 1}
+    # Then the old holder's heartbeat is refused, and so is its result
+    assert store.heartbeat({claimed.task_id: claimed.lease}, now=later) == {claimed.task_id}
+    assert store.finish(claimed, success(), now=later) is None
+    assert store.start(claimed, now=later) is False
+    row = entity(claimed.task_id)
+    assert (row.status, row.result) == ("enqueued", None)
+    # And the lost attempt is on record
+    assert list(TaskAttempt.objects.values_list("outcome", flat=True)) == ["lost"]
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("status", [TaskStatus.CLAIMED, TaskStatus.PROCESSING,
+                                    TaskStatus.SUCCESS, TaskStatus.DEAD])
+def test_cancel_is_refused_once_a_worker_holds_the_task_or_it_finished(
+        status: TaskStatus, now: datetime) -> None:
+    task = atf.schedule("demo.noop")
+    TaskEntity.objects.filter(pk=task.pk).update(status=status)
+    with pytest.raises(InvalidTransition):
+        atf.cancel(task.pk)
+    assert entity(task.pk).status == status
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("status", sorted(states.CANCELLABLE))
+def test_cancel_from_each_cancellable_status(status: TaskStatus) -> None:
+    task = atf.schedule("demo.noop")
+    TaskEntity.objects.filter(pk=task.pk).update(status=status)
+    cancelled = atf.cancel(task.pk)
+    assert cancelled.status == "cancelled"
+    assert cancelled.assoc.status == "completed"
+    assert cancelled.last_error["type"] == "Cancelled"
+
+
+def test_transition_refuses_an_edge_the_table_forbids(now: datetime) -> None:
+    task = atf.schedule("demo.noop")
+    with pytest.raises(InvalidTransition):
+        store.transition(task.pk, expected=TaskStatus.NEW, lease=0, target=TaskStatus.SUCCESS,
+                         now=now)
+    assert entity(task.pk).status == "new"
+
+
+def test_a_guard_that_fails_changes_nothing_and_says_so(now: datetime) -> None:
+    task = atf.schedule("demo.noop")
+    moved = store.transition(task.pk, expected=TaskStatus.ENQUEUED, lease=0,
+                             target=TaskStatus.CLAIMED, now=now)
+    assert moved is False
+    assert entity(task.pk).status == "new"
+
+
+# --- outcomes, retries and the dead-letter queue -------------------------------------------
+
+
+@pytest.mark.sqlite
+def test_outcomes_fatal_retry_with_delay_and_backoff(now: datetime) -> None:
+    fatal = running(now)
+    assert store.finish(fatal, failure(Outcome.FATAL), now=now) is TaskStatus.FATAL_FAILURE
+    assert entity(fatal.task_id).last_error["message"] == "boom"
+
+    explicit = running(now)
+    assert store.finish(explicit, failure(delay_s=42), now=now) is TaskStatus.RETRYING
+    row = entity(explicit.task_id)
+    assert row.assoc.next_trigger_at == now + timedelta(seconds=42)
+    assert row.assoc.status == "started"
+
+    backoff = running(now)
+    assert store.finish(backoff, failure(), now=now) is TaskStatus.RETRYING
+    trigger = entity(backoff.task_id).assoc.next_trigger_at
+    assert now <= trigger <= now + timedelta(seconds=60)
+
+
+@pytest.mark.sqlite
+def test_attempts_exhausted_goes_dead_and_requeue_brings_it_back(now: datetime) -> None:
+    # Given a task allowed two attempts that fails twice
+    task = atf.schedule("demo.noop", max_attempts=2)
+    clock = now
+    for expected in (TaskStatus.RETRYING, TaskStatus.DEAD):
+        (claimed,) = claim(messages(enqueue_due("demo.noop", clock)), clock)
+        assert store.start(claimed, now=clock)
+        assert store.finish(claimed, failure(), now=clock) is expected
+        clock += timedelta(hours=1)
+    # Then it is dead, with both attempts on record
+    row = entity(task.pk)
+    assert (row.status, row.attempts, row.assoc.status) == ("dead", 2, "completed")
+    assert list(TaskAttempt.objects.filter(task=row).values_list("outcome", flat=True)) == [
+        "retry", "dead"]
+    # When it is requeued from the dead-letter queue
+    assert store.requeue([task.pk], now=clock) == 1
+    # Then it is new again with its attempts reset, and due now
+    row = entity(task.pk)
+    assert (row.status, row.attempts, row.assoc.status) == ("new", 0, "new")
+    assert row.assoc.next_trigger_at == clock
+    assert [m.task_id for m in messages(enqueue_due("demo.noop", clock))] == [task.pk]
+
+
+def test_requeue_and_discard_touch_only_dead_tasks(now: datetime) -> None:
+    dead, alive = atf.schedule("demo.noop"), atf.schedule("demo.noop")
+    TaskEntity.objects.filter(pk=dead.pk).update(status=TaskStatus.DEAD)
+    assert store.requeue([dead.pk, alive.pk], now=now) == 1
+    TaskEntity.objects.filter(pk=dead.pk).update(status=TaskStatus.DEAD)
+    assert store.discard([dead.pk, alive.pk]) == 1
+    assert list(TaskEntity.objects.values_list("pk", flat=True)) == [alive.pk]
+
+
+def test_release_hands_claimed_tasks_back_due_at_once(now: datetime) -> None:
+    atf.schedule("demo.noop", delay=0)
+    claimed = claim(messages(enqueue_due("demo.noop", now)), now)
+    assert store.release(claimed, now=now) == 1
+    row = TaskEntity.objects.select_related("assoc").get()
+    assert (row.status, row.assoc.status, row.assoc.next_trigger_at) == ("new", "new", now)
+
+
+# --- expiry: every non-final state comes back when its trigger fires ------------------------
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize(
+    ("stage", "timeout_s"),
+    [("enqueued", 60), ("claimed", 30), ("processing", 30), ("retrying", 42)],
+)
+def test_an_expired_trigger_is_enqueued_again_once(stage: str, timeout_s: float,
+                                                   now: datetime) -> None:
+    # Given a task lost at `stage` (its queue message, controller or executor gone)
+    task = atf.schedule("demo.noop")
+    batch = enqueue_due("demo.noop", now)
+    if stage != "enqueued":
+        (claimed,) = claim(messages(batch), now)
+        if stage in ("processing", "retrying"):
+            assert store.start(claimed, now=now)
+        if stage == "retrying":
+            store.finish(claimed, failure(delay_s=42), now=now)
+    # When the consumer polls just before the timeout, nothing happens
+    early = now + timedelta(seconds=timeout_s - 1)
+    assert enqueue_due("demo.noop", early).messages == []
+    # When it polls after the timeout, the task is enqueued again with a new lease...
+    late = now + timedelta(seconds=timeout_s + 1)
+    again = messages(enqueue_due("demo.noop", late))
+    assert [m.task_id for m in again] == [task.pk]
+    assert entity(task.pk).status == "enqueued"
+    # ...and only once for that expiry
+    assert enqueue_due("demo.noop", late).messages == []
+
+
+def test_a_lost_last_attempt_goes_dead_instead_of_looping(now: datetime) -> None:
+    claimed = running(now, max_attempts=1)
+    batch = enqueue_due("demo.noop", now + timedelta(minutes=5))
+    assert (batch.messages, batch.dead) == ([], 1)
+    row = entity(claimed.task_id)
+    assert (row.status, row.last_error["type"]) == ("dead", "WorkerLost")
+
+
+# --- scheduling: validation, idempotency, transactions ----------------------------------------
+
+
+@pytest.mark.sqlite
+def test_schedule_validates_every_field_at_once() -> None:
+    with pytest.raises(InvalidTask) as caught:
+        atf.schedule("no.such", {"x": {1, 2}}, priority="urgent", delay=-1,
+                     idempotency_key="k" * 1000, max_attempts=0)
+    assert set(caught.value.errors) == {"lambda", "payload", "priority", "delay",
+                                        "idempotency_key", "max_attempts"}
+    with pytest.raises(InvalidTask) as caught:
+        atf.schedule("demo.noop", run_at=datetime.now().astimezone(), delay=5)
+    assert "run_at" in caught.value.errors
+    assert TaskEntity.objects.count() == 0
+
+
+def test_payload_size_limit(settings: object) -> None:
+    settings.ATF_MAX_PAYLOAD_BYTES = 100
+    atf.schedule("demo.noop", {"s": "x" * 80})
+    with pytest.raises(InvalidTask) as caught:
+        atf.schedule("demo.noop", {"s": "x" * 100})
+    assert "limit is 100" in caught.value.errors["payload"][0]
+
+
+@pytest.mark.sqlite
+def test_an_idempotency_key_returns_the_first_task() -> None:
+    first, created = scheduling.schedule("demo.noop", {"a": 1}, idempotency_key="order-7")
+    again, created_again = scheduling.schedule("demo.noop", {"a": 2}, idempotency_key="order-7")
+    assert (created, created_again, again.pk, again.payload) == (True, False, first.pk, {"a": 1})
+    # The key is per lambda: another lambda may use it too
+    other = atf.schedule("demo.sleep", {"seconds": 0}, idempotency_key="order-7")
+    assert other.pk != first.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_concurrent_schedules_with_one_key_create_one_task() -> None:
+    barrier = threading.Barrier(20)
+    ids: list[int] = []
+    errors: list[BaseException] = []
+
+    def schedule() -> None:
+        try:
+            barrier.wait()
+            ids.append(atf.schedule("demo.noop", idempotency_key="same").pk)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=schedule) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(ids) == 20 and len(set(ids)) == 1
+    assert TaskEntity.objects.count() == 1
+
+
+@pytest.mark.sqlite
+@pytest.mark.django_db(transaction=True)
+def test_schedule_rolls_back_with_the_callers_transaction() -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        atf.schedule("demo.noop", {"order": 1})
+        raise RuntimeError("the order failed")
+    assert TaskEntity.objects.count() == 0
+    assert TaskAssoc.objects.count() == 0
+    with transaction.atomic():
+        atf.schedule("demo.noop", {"order": 2})
+    assert list(TaskEntity.objects.values_list("payload", flat=True)) == [{"order": 2}]
+
+
+@pytest.mark.sqlite
+def test_schedule_many_is_all_or_nothing(settings: object) -> None:
+    with pytest.raises(InvalidTask) as caught:
+        atf.schedule_many([{"lambda": "demo.noop"}, {"lambda": "demo.noop", "priority": "x"}])
+    assert list(caught.value.errors) == ["tasks[1].priority"]
+    assert TaskEntity.objects.count() == 0
+    tasks = atf.schedule_many([{"lambda": "demo.noop", "payload": {"i": i}} for i in range(50)])
+    assert len({t.pk for t in tasks}) == 50
+    assert TaskAssoc.objects.filter(status=AssocStatus.NEW).count() == 50
+    settings.ATF_MAX_BATCH_SIZE = 10
+    with pytest.raises(InvalidTask):
+        atf.schedule_many([{"lambda": "demo.noop"}] * 11)
+
+
+# --- races ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_claims_of_the_same_messages_have_exactly_one_winner() -> None:
+    # Given 200 enqueued tasks whose messages reached four controllers at once
+    atf.schedule_many([{"lambda": "demo.noop"} for _ in range(200)])
+    msgs = messages(enqueue_due("demo.noop", timezone.now()))
+    barrier = threading.Barrier(4)
+    wins: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def controller(name: str) -> None:
+        try:
+            barrier.wait()
+            for start in range(0, len(msgs), 20):
+                claimed = claim(msgs[start:start + 20], timezone.now(), worker=name)
+                with lock:
+                    wins.update(c.task_id for c in claimed)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=controller, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then every task was claimed exactly once
+    assert len(wins) == 200
+    assert set(wins.values()) == {1}
+    assert TaskEntity.objects.filter(status="claimed").count() == 200

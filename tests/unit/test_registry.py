@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tasks_core import atf, registry
+from tasks_core.context import TaskContext
+from tasks_core.exceptions import DuplicateLambda, LambdaNotFound
+
+
+@pytest.fixture
+def registered() -> Iterator[str]:
+    name = "tests.unit_registered"
+
+    @atf.register(name, max_attempts=7, heartbeat_timeout=45, quota=10, team="billing")
+    def handler(ctx: TaskContext, payload: dict) -> dict:
+        return {"doubled": payload["n"] * 2}
+
+    yield name
+    registry.unregister(name)
+
+
+def test_register_records_options_and_keeps_the_function_callable(registered: str) -> None:
+    lam = registry.get(registered)
+    assert lam.options.max_attempts == 7
+    assert lam.options.heartbeat_timeout_s == 45
+    assert lam.options.quota_per_s == 10
+    assert lam.options.team == "billing"
+    ctx = TaskContext(task_id=1, attempt=1, collection="default", priority="default",
+                      lambda_name=registered)
+    assert lam(ctx, {"n": 4}) == {"doubled": 8}
+
+
+def test_a_duplicate_name_raises_at_registration(registered: str) -> None:
+    with pytest.raises(DuplicateLambda):
+        atf.register(registered)(lambda ctx, payload: None)
+
+
+def test_demo_lambdas_are_discovered_from_lambdas_py() -> None:
+    assert {"demo.noop", "demo.sleep", "demo.fail", "demo.record"} <= set(registry.names())
+
+
+def test_an_unknown_lambda_raises() -> None:
+    with pytest.raises(LambdaNotFound):
+        registry.get("no.such.lambda")
