@@ -1,0 +1,134 @@
+"""The console: admin pages for every model of the task store (see gate_admin, task_admin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import admin
+from django.db.models import ForeignKey, Model, QuerySet
+from django.forms import ModelChoiceField
+from django.http import HttpRequest
+from django.utils import timezone
+
+from tasks_console import display, filters, gate_admin, scoping, task_admin  # noqa: F401
+from tasks_console.base import ConsoleAdmin
+from tasks_console.paginator import EstimatedCountPaginator
+from tasks_core.models import PeriodicTask, TaskAttempt, TaskDependency, Team, Worker
+
+admin.site.site_header = "ATF console"
+admin.site.site_title = "ATF console"
+admin.site.index_title = "Dashboard"
+
+
+@admin.register(Team)
+class TeamAdmin(ConsoleAdmin):
+    """Superusers manage teams and their members; other staff see their own teams."""
+
+    team_path = "pk"
+    list_display = ("name", "member_count", "lambda_count")
+    search_fields = ("name",)
+    filter_horizontal = ("members",)
+
+    @admin.display(description="members")
+    def member_count(self, team: Team) -> int:
+        return team.members.count()
+
+    @admin.display(description="lambdas")
+    def lambda_count(self, team: Team) -> int:
+        return team.lambdas.count()
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return scoping.sees_everything(request.user)
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return scoping.sees_everything(request.user)
+
+
+@admin.register(PeriodicTask)
+class PeriodicTaskAdmin(ConsoleAdmin):
+    """Schedules; a team member may add and edit those of the team's lambdas."""
+
+    team_path = "lambda_ref__team"
+    list_display = ("name", "lambda_ref", "cron", "interval_s", "collection", "priority",
+                    "enabled", "in_code", "next_run_at", "last_run_at")
+    list_filter = (filters.LambdaFilter, "enabled", "in_code")
+    search_fields = ("name",)
+    list_select_related = ("lambda_ref",)
+    readonly_fields = ("in_code", "next_run_at", "last_run_at")
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return scoping.is_console_user(request.user)
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return scoping.is_console_user(request.user) and not (obj and obj.in_code)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return self.has_change_permission(request, obj)
+
+    def formfield_for_foreignkey(self, db_field: ForeignKey, request: HttpRequest,
+                                 **kwargs: Any) -> ModelChoiceField:
+        if db_field.name == "lambda_ref":
+            kwargs["queryset"] = scoping.visible_lambdas(request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: PeriodicTask, form: Any,
+                   change: bool) -> None:
+        scoping.check_lambdas(request.user, [obj.lambda_ref_id])
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(TaskAttempt)
+class TaskAttemptAdmin(ConsoleAdmin):
+    team_path = "task__lambda_ref__team"
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    sortable_by = ("id",)
+    ordering = ("-id",)
+    list_display = ("id", "task", "number", "outcome", "worker", "started_at", "ended_at",
+                    "error_summary")
+    list_filter = ("outcome",)
+    search_fields = ("=task__id",)
+    raw_id_fields = ("task",)
+
+    @admin.display(description="error")
+    def error_summary(self, attempt: TaskAttempt) -> str:
+        return display.error_line(attempt.error)
+
+
+@admin.register(TaskDependency)
+class TaskDependencyAdmin(ConsoleAdmin):
+    team_path = "child__lambda_ref__team"
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    list_display = ("id", "parent", "child")
+    search_fields = ("=parent__id", "=child__id")
+    raw_id_fields = ("parent", "child")
+
+
+@admin.register(Worker)
+class WorkerAdmin(ConsoleAdmin):
+    """Workers; staff who are not superusers see those that serve one of their lambdas."""
+
+    list_display = ("worker_id", "host", "pid", "threads", "lambda_list", "started_at",
+                    "last_seen", "alive")
+    search_fields = ("worker_id", "host")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        workers = super().get_queryset(request)
+        if scoping.sees_everything(request.user):
+            return workers
+        # The worker table is small (one row per process); JSON lists are compared in Python
+        # because SQLite has no JSON containment lookup.
+        keep = [worker.pk for worker in scoping.visible_workers(request.user, workers)]
+        return workers.filter(pk__in=keep)
+
+    @admin.display(description="lambdas")
+    def lambda_list(self, worker: Worker) -> str:
+        return ", ".join(worker.lambdas) or "all registered"
+
+    @admin.display(description="alive", boolean=True)
+    def alive(self, worker: Worker) -> bool:
+        age_s = (timezone.now() - worker.last_seen).total_seconds()
+        return worker.stopped_at is None and age_s <= settings.ATF_WORKER_STALE_S

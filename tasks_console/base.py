@@ -1,0 +1,96 @@
+"""What every console admin shares: team scoping, read-only pages, and confirmation pages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from tasks_console import scoping
+
+#: Ids handed to the store per call when an action runs on a whole filtered list.
+CHUNK = 1000
+#: Per-task messages shown after an action; the rest are summed up in one line.
+MAX_MESSAGES = 20
+
+
+class ConsoleAdmin(admin.ModelAdmin):
+    """Read-only admin, visible to console users, limited to the rows of the user's teams."""
+
+    #: The path from this model to its Team (None: the model is not owned by a team).
+    team_path: str | None = None
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        queryset = super().get_queryset(request)
+        if self.team_path is None:
+            return queryset
+        return scoping.scope(queryset, request.user, self.team_path)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return scoping.is_console_user(request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return scoping.is_console_user(request.user)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+def id_chunks(request: HttpRequest, queryset: QuerySet) -> Iterator[list[int]]:
+    """The ids of `queryset` in chunks, each checked against the user's teams."""
+    rows = queryset.order_by("pk").values_list("pk", "lambda_ref_id")
+    chunk: list[tuple[int, int]] = []
+    for row in rows.iterator(chunk_size=CHUNK):
+        chunk.append(row)
+        if len(chunk) == CHUNK:
+            yield _checked(request, chunk)
+            chunk = []
+    if chunk:
+        yield _checked(request, chunk)
+
+
+def _checked(request: HttpRequest, rows: list[tuple[int, int]]) -> list[int]:
+    scoping.check_lambdas(request.user, {lambda_id for _pk, lambda_id in rows})
+    return [pk for pk, _lambda_id in rows]
+
+
+def report(request: HttpRequest, done: str, problems: list[str]) -> None:
+    """One success line, then up to MAX_MESSAGES per-item problems as warnings."""
+    if done:
+        messages.success(request, done)
+    for line in problems[:MAX_MESSAGES]:
+        messages.warning(request, line)
+    if len(problems) > MAX_MESSAGES:
+        messages.warning(request, f"… and {len(problems) - MAX_MESSAGES} more not changed.")
+
+
+def confirmation(request: HttpRequest, model_admin: admin.ModelAdmin, *, action: str,
+                 title: str, lines: list[str], button: str, form: forms.Form | None = None,
+                 danger: bool = False) -> TemplateResponse:
+    """An intermediate page that posts the action back, with `apply` set, to the same list."""
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": title,
+        "lines": lines,
+        "form": form,
+        "button": button,
+        "danger": danger,
+        "action": action,
+        "selected": request.POST.getlist(ACTION_CHECKBOX_NAME),
+        "select_across": request.POST.get("select_across", "0"),
+        "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        "opts": model_admin.model._meta,
+    }
+    return TemplateResponse(request, "tasks_console/confirm_action.html", context)

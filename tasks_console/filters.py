@@ -1,0 +1,75 @@
+"""List filters whose choices come from small tables, never from a scan of the task table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from tasks_console import scoping
+from tasks_core.models import Collection, Team
+
+
+class _ChoiceFilter(admin.SimpleListFilter):
+    field = ""
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in (None, ""):
+            return queryset
+        return queryset.filter(**{self.field: self.value()})
+
+
+class LambdaFilter(_ChoiceFilter):
+    title = "lambda"
+    parameter_name = "lambda"
+    field = "lambda_ref__id"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        lambdas = scoping.visible_lambdas(request.user).values_list("pk", "name")
+        return [(str(pk), name) for pk, name in lambdas]
+
+
+class CollectionFilter(_ChoiceFilter):
+    title = "collection"
+    parameter_name = "collection"
+    field = "collection"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        rows = scoping.scope(Collection.objects.all(), request.user, "lambda_ref__team")
+        names = sorted(set(rows.values_list("name", flat=True)))
+        return [(name, name) for name in names]
+
+
+class PriorityFilter(_ChoiceFilter):
+    title = "priority"
+    parameter_name = "priority"
+    field = "priority"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in settings.ATF_PRIORITIES]
+
+
+class TeamFilter(_ChoiceFilter):
+    title = "team"
+    parameter_name = "team"
+    field = "lambda_ref__team__id"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        teams = scoping.scope(Team.objects.all(), request.user, "pk").values_list("pk", "name")
+        return [(str(pk), name) for pk, name in teams]
+
+
+class ErrorTypeFilter(_ChoiceFilter):
+    """The error types among the rows of the (already small) dead-letter queue."""
+
+    title = "error type"
+    parameter_name = "error_type"
+    field = "last_error__type"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        types = (model_admin.get_queryset(request).order_by()
+                 .values_list("last_error__type", flat=True).distinct()[:50])
+        return [(name, name) for name in sorted(t for t in types if t)]

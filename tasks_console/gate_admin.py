@@ -1,0 +1,121 @@
+"""Lambdas and collections: their gates, and the pause / resume / drop actions."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from tasks_console import gates, scoping
+from tasks_console.base import ConsoleAdmin, confirmation, report
+from tasks_console.forms import GateForm
+from tasks_core import scheduling
+from tasks_core.gating import GateState
+from tasks_core.models import Collection, Lambda
+
+#: Buttons on a lambda's or collection's page: (action name, label).
+GATE_BUTTONS = [("pause_gate", "Pause"), ("resume_gate", "Resume"), ("drop_gate", "Drop…")]
+
+
+class GatedAdmin(ConsoleAdmin):
+    """Shared by Lambda and Collection: gate columns and the three gate actions."""
+
+    actions = ["pause_gate", "resume_gate", "drop_gate"]
+    related_for_gate: tuple[str, ...] = ()
+    change_form_template = "tasks_console/change_form_actions.html"
+
+    @admin.display(description="gate")
+    def gate_display(self, row: Lambda | Collection) -> str:
+        return gates.describe(row, timezone.now())
+
+    @admin.display(description="held back")
+    def held_back(self, row: Lambda | Collection) -> int | str:
+        """Due tasks a closed gate keeps from the queues (an open gate holds none)."""
+        now = timezone.now()
+        if not gates.is_closed(row, now):
+            return "—"
+        return gates.due_count(gates.GateTarget.of(row), now)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> TemplateResponse:
+        extra = {**(extra_context or {}), "object_actions": GATE_BUTTONS}
+        return super().change_view(request, object_id, form_url, extra)
+
+    def _targets(self, request: HttpRequest, queryset: QuerySet) -> list[gates.GateTarget]:
+        if self.related_for_gate:
+            queryset = queryset.select_related(*self.related_for_gate)
+        rows = list(queryset)
+        scoping.check_lambdas(request.user, {gates.GateTarget.of(r).lambda_id for r in rows})
+        return [gates.GateTarget.of(row) for row in rows]
+
+    def _apply(self, request: HttpRequest, targets: list[gates.GateTarget], state: GateState,
+               until: object = None) -> None:
+        for target in targets:
+            scheduling.set_gate(target.lambda_name, state, collection=target.collection,
+                                until=until)
+        names = ", ".join(str(t) for t in targets)
+        suffix = f" until {until:%Y-%m-%d %H:%M} UTC" if until else ""
+        report(request, f"Gate {state}{suffix}: {names}.", [])
+
+    @admin.action(description="Pause selected (tasks wait; nothing is lost)")
+    def pause_gate(self, request: HttpRequest, queryset: QuerySet) -> TemplateResponse | None:
+        targets = self._targets(request, queryset)
+        form = GateForm(request.POST if "apply" in request.POST else None)
+        if form.is_bound and form.is_valid():
+            self._apply(request, targets, GateState.PAUSED, form.cleaned_data["until"])
+            return None
+        now = timezone.now()
+        lines = [f"{t}: {gates.due_count(t, now)} tasks are due now; they and every task that "
+                 "comes due will wait until the gate opens." for t in targets]
+        return confirmation(request, self, action="pause_gate", title="Pause gates",
+                            lines=lines, button="Pause", form=form)
+
+    @admin.action(description="Resume selected (open the gate)")
+    def resume_gate(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._apply(request, self._targets(request, queryset), GateState.OPEN)
+
+    @admin.action(description="Drop selected… (tasks are marked dropped)")
+    def drop_gate(self, request: HttpRequest, queryset: QuerySet) -> TemplateResponse | None:
+        targets = self._targets(request, queryset)
+        form = GateForm(request.POST if "apply" in request.POST else None)
+        if form.is_bound and form.is_valid():
+            self._apply(request, targets, GateState.DROPPED, form.cleaned_data["until"])
+            return None
+        now = timezone.now()
+        lines = [
+            f"{target}: {gates.due_count(target, now)} tasks are due now and will be dropped "
+            f"at once; {gates.coming_count(target, None)} unfinished tasks in all will be "
+            "dropped as they come due while the gate stays dropped."
+            for target in targets
+        ]
+        lines.append("Dropped tasks do not run. A requeue from the task list brings them back.")
+        return confirmation(request, self, action="drop_gate", title="Drop: are you sure?",
+                            lines=lines, button="Yes, drop", form=form, danger=True)
+
+
+@admin.register(Lambda)
+class LambdaAdmin(GatedAdmin):
+    team_path = "team"
+    list_display = ("name", "team", "gate_display", "held_back", "max_attempts",
+                    "heartbeat_timeout_s", "quota_per_s", "in_code")
+    list_filter = ("gate", "team", "in_code")
+    search_fields = ("name",)
+    list_select_related = ("team",)
+    readonly_fields = ("gate_display", "held_back")
+    fields = ("name", "team", "gate_display", "held_back", "gate_until", "max_attempts",
+              "heartbeat_timeout_s", "backoff_base_s", "backoff_cap_s", "quota_per_s", "in_code",
+              "created_at", "updated_at")
+
+
+@admin.register(Collection)
+class CollectionAdmin(GatedAdmin):
+    team_path = "lambda_ref__team"
+    related_for_gate = ("lambda_ref",)
+    list_display = ("name", "lambda_ref", "gate_display", "held_back")
+    list_filter = ("gate", "lambda_ref__team")
+    search_fields = ("name", "lambda_ref__name")
+    list_select_related = ("lambda_ref",)
+    fields = ("lambda_ref", "name", "gate_display", "held_back", "gate_until")
+    readonly_fields = ("gate_display", "held_back")

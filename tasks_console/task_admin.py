@@ -1,0 +1,248 @@
+"""Tasks and the dead-letter queue: find a task, see why it failed, cancel, run now, requeue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin import DateFieldListFilter
+from django.db.models import Count, Max, Q, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Substr
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.safestring import SafeString
+
+from tasks_console import display, filters
+from tasks_console.base import ConsoleAdmin, confirmation, id_chunks, report
+from tasks_console.models import DeadLetter
+from tasks_console.paginator import EstimatedCountPaginator
+from tasks_core import scheduling, states, store
+from tasks_core.exceptions import InvalidTransition, TaskNotFound
+from tasks_core.models import TaskAttempt, TaskDependency, TaskEntity
+
+#: Buttons on a task's page: (action name, label).
+TASK_BUTTONS = [("cancel_tasks", "Cancel"), ("run_now", "Run now"), ("requeue_tasks", "Requeue")]
+#: Characters of an error message that make a dead-letter group.
+MESSAGE_PREFIX = 120
+
+
+class AttemptTimeline(admin.TabularInline):
+    """The attempt history on a task's page, oldest first."""
+
+    model = TaskAttempt
+    template = "tasks_console/attempt_timeline.html"
+    extra = 0
+    can_delete = False
+    fields = ("number", "outcome", "worker", "started_at", "ended_at", "error")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return True
+
+
+class BigTaskListAdmin(ConsoleAdmin):
+    """A list over the task table: no full COUNT, sorting only by id, filters on small tables."""
+
+    team_path = "lambda_ref__team"
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # facet counts would scan the whole table
+    list_per_page = 50
+    ordering = ("-id",)
+    sortable_by = ("id",)
+    list_select_related = ("lambda_ref",)
+    search_fields = ("idempotency_key",)
+    search_help_text = "Task id, exact idempotency key, or words of the last error."
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet,
+                           search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(idempotency_key=term) | Q(last_error__type=term)
+        match |= Q(last_error__message__icontains=term)
+        if term.lstrip("#").isdigit():
+            match |= Q(pk=int(term.lstrip("#")))
+        return queryset.filter(match), False
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, task: TaskEntity) -> SafeString:
+        return display.status_badge(task.status)
+
+    @admin.display(description="attempts")
+    def attempts_display(self, task: TaskEntity) -> str:
+        return f"{task.attempts}/{task.max_attempts}"
+
+    @admin.display(description="last error")
+    def error_summary(self, task: TaskEntity) -> str:
+        return display.error_line(task.last_error)
+
+    @admin.display(description="payload")
+    def payload_pretty(self, task: TaskEntity) -> SafeString:
+        return display.pretty_json(task.payload)
+
+    @admin.display(description="result")
+    def result_pretty(self, task: TaskEntity) -> SafeString:
+        return display.pretty_json(task.result)
+
+    @admin.display(description="last error")
+    def error_message(self, task: TaskEntity) -> str:
+        return display.error_line(task.last_error, limit=2000) or "—"
+
+    @admin.display(description="traceback")
+    def traceback(self, task: TaskEntity) -> SafeString:
+        return display.traceback_block(task.last_error)
+
+    @admin.display(description="waits for (parents)")
+    def parent_links(self, task: TaskEntity) -> SafeString:
+        ids = TaskDependency.objects.filter(child_id=task.pk).values_list("parent_id")
+        return display.task_links(list(TaskEntity.objects.filter(pk__in=ids)
+                                       .values_list("pk", "status")))
+
+    @admin.display(description="runs after it (children)")
+    def child_links(self, task: TaskEntity) -> SafeString:
+        ids = TaskDependency.objects.filter(parent_id=task.pk).values_list("child_id")
+        return display.task_links(list(TaskEntity.objects.filter(pk__in=ids)
+                                       .values_list("pk", "status")))
+
+    fieldsets = [
+        (None, {"fields": [("id", "status_badge"), ("lambda_ref", "collection", "priority"),
+                           ("attempts_display", "worker", "lease"), "idempotency_key"]}),
+        ("Times", {"fields": [("run_at", "created_at"), ("enqueued_at", "claimed_at"),
+                              ("started_at", "heartbeat_at"), "finished_at"]}),
+        ("Payload and result", {"fields": ["payload_pretty", "result_pretty"]}),
+        ("Last error", {"fields": ["error_message", "traceback"]}),
+        ("Chain", {"fields": ["parent_links", "child_links"]}),
+    ]
+    inlines = [AttemptTimeline]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        extra = {**(extra_context or {}), "object_actions": self.object_buttons}
+        return super().change_view(request, object_id, form_url, extra)
+
+    object_buttons: list[tuple[str, str]] = []
+    change_form_template = "tasks_console/change_form_actions.html"
+
+
+@admin.register(TaskEntity)
+class TaskAdmin(BigTaskListAdmin):
+    list_display = ("id", "lambda_ref", "collection", "priority", "status_badge",
+                    "attempts_display", "run_at", "created_at", "finished_at", "error_summary")
+    list_filter = (filters.LambdaFilter, filters.CollectionFilter, "status",
+                   filters.PriorityFilter, filters.TeamFilter,
+                   ("created_at", DateFieldListFilter))
+    actions = ["cancel_tasks", "run_now", "requeue_tasks"]
+    object_buttons = TASK_BUTTONS
+
+    @admin.action(description="Cancel selected tasks (only those no worker holds)")
+    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
+        now = timezone.now()
+        cancelled: list[int] = []
+        problems: list[str] = []
+        for ids in id_chunks(request, queryset):
+            for pk in ids:
+                try:
+                    scheduling.cancel(pk, now=now)
+                    cancelled.append(pk)
+                except (InvalidTransition, TaskNotFound) as exc:
+                    problems.append(f"Task #{pk} not cancelled: {exc}.")
+        done = f"Cancelled {len(cancelled)} task(s)." if cancelled else ""
+        report(request, done, problems)
+
+    @admin.action(description="Run selected tasks now (scheduled or retrying ones)")
+    def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        now = timezone.now()
+        selected = moved = 0
+        for ids in id_chunks(request, queryset):
+            selected += len(ids)
+            moved += store.run_now(ids, now=now)
+        skipped = [f"{selected - moved} task(s) were not new or retrying and were left as they "
+                   "are."] if selected > moved else []
+        report(request, f"{moved} task(s) are due now." if moved else "", skipped)
+
+    @admin.action(description="Requeue selected finished tasks (attempts reset)")
+    def requeue_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
+        requeue(request, queryset, statuses=states.REQUEUEABLE)
+
+
+def requeue(request: HttpRequest, queryset: QuerySet, *,
+            statuses: frozenset[states.TaskStatus]) -> None:
+    now = timezone.now()
+    selected = moved = 0
+    for ids in id_chunks(request, queryset):
+        selected += len(ids)
+        moved += store.requeue(ids, now=now, statuses=statuses)
+    allowed = ", ".join(sorted(statuses))
+    skipped = [f"{selected - moved} task(s) were not in a requeueable status ({allowed})."] \
+        if selected > moved else []
+    report(request, f"Requeued {moved} task(s): they are new again." if moved else "", skipped)
+
+
+class ErrorMessageFilter(admin.SimpleListFilter):
+    """Hidden filter behind the dead-letter summary's links: messages starting with a text."""
+
+    title = "error message"
+    parameter_name = "error_message"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if not self.value():
+            return queryset
+        return queryset.filter(last_error__message__startswith=self.value())
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(BigTaskListAdmin):
+    list_display = ("id", "lambda_ref", "collection", "priority", "attempts_display",
+                    "finished_at", "error_summary")
+    list_filter = (filters.LambdaFilter, filters.ErrorTypeFilter, ErrorMessageFilter,
+                   filters.CollectionFilter, filters.TeamFilter,
+                   ("finished_at", DateFieldListFilter))
+    actions = ["requeue_dead", "discard_dead"]
+    object_buttons = [("requeue_dead", "Requeue"), ("discard_dead", "Discard…")]
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict | None = None) -> HttpResponse:
+        extra = {**(extra_context or {}), "dead_groups": self.groups(request)}
+        return super().changelist_view(request, extra)
+
+    def groups(self, request: HttpRequest) -> list[dict[str, Any]]:
+        """Dead letters counted by lambda, error type and the start of the message."""
+        return list(
+            self.get_queryset(request).order_by()
+            .values("lambda_ref_id", "lambda_ref__name")
+            .annotate(error_type=KT("last_error__type"),
+                      message=Substr(KT("last_error__message"), 1, MESSAGE_PREFIX))
+            .values("lambda_ref_id", "lambda_ref__name", "error_type", "message")
+            .annotate(count=Count("id"), latest=Max("finished_at"))
+            .order_by("-count")[:25]
+        )
+
+    @admin.action(description="Requeue selected dead letters")
+    def requeue_dead(self, request: HttpRequest, queryset: QuerySet) -> None:
+        requeue(request, queryset, statuses=frozenset({states.TaskStatus.DEAD}))
+
+    @admin.action(description="Discard selected dead letters for good…")
+    def discard_dead(self, request: HttpRequest, queryset: QuerySet) -> TemplateResponse | None:
+        if "apply" not in request.POST:
+            count = queryset.count()
+            return confirmation(
+                request, self, action="discard_dead", title="Discard: are you sure?",
+                lines=[f"{count} dead task(s) will be deleted for good, with their attempt "
+                       "history. They cannot be requeued afterwards."],
+                button=f"Yes, discard {count}", danger=True,
+            )
+        removed = sum(store.discard(ids) for ids in id_chunks(request, queryset))
+        report(request, f"Discarded {removed} dead task(s).", [])
+        return None
