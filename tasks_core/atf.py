@@ -16,12 +16,13 @@ from django.utils import timezone
 from tasks_core import scheduling
 from tasks_core.context import Fatal, Retry, TaskContext
 from tasks_core.models import TaskEntity
+from tasks_core.periodic import every
 from tasks_core.registry import register
 from tasks_core.scheduling import Call
 
 __all__ = [
-    "Call", "Fatal", "Retry", "TaskContext", "call", "cancel", "chain", "register", "schedule",
-    "schedule_many",
+    "Call", "Fatal", "Retry", "TaskContext", "call", "cancel", "chain", "every", "register",
+    "schedule", "schedule_many",
 ]
 
 

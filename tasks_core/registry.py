@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -67,8 +68,13 @@ def register(
     backoff_base: float | None = None,
     backoff_cap: float | None = None,
     quota: float | None = None,
+    schedule: str | float | timedelta | None = None,
 ) -> Callable[[LambdaFunction], RegisteredLambda]:
-    """Decorator: register `func(ctx, payload)` as the lambda `name` with these options."""
+    """Decorator: register `func(ctx, payload)` as the lambda `name` with these options.
+
+    `schedule` also runs it periodically with an empty payload: a cron expression such as
+    "*/5 * * * *", or an interval in seconds (see `tasks_core.periodic`).
+    """
     options = LambdaOptions(
         team=team or settings.ATF_DEFAULT_TEAM,
         max_attempts=max_attempts or settings.ATF_MAX_ATTEMPTS,
@@ -83,6 +89,10 @@ def register(
         with _lock:
             if name in _lambdas:
                 raise DuplicateLambda(f"lambda {name!r} is registered already")
+            if schedule is not None:
+                from tasks_core import periodic
+
+                periodic.every(schedule, name, name=name)
             _lambdas[name] = registered
         return registered
 
@@ -90,9 +100,12 @@ def register(
 
 
 def unregister(name: str) -> None:
-    """Forget a lambda (tests that register their own)."""
+    """Forget a lambda and its code schedule (tests that register their own)."""
+    from tasks_core import periodic
+
     with _lock:
         _lambdas.pop(name, None)
+    periodic.forget(name)
 
 
 def get(name: str) -> RegisteredLambda:

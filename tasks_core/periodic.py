@@ -1,0 +1,280 @@
+"""Periodic tasks: schedules defined in code, and turning due occurrences into ordinary tasks.
+
+Occurrences are a pure function of a schedule: a cron expression read in the schedule's time
+zone, or whole multiples of `interval_s` since the Unix epoch (every 300 s runs at :00, :05, ...).
+So every consumer computes the same occurrences, and the idempotency key
+`periodic:<name>:<occurrence>` turns each into exactly one task, however many consumers run.
+
+Catch-up policy: an occurrence found more than ATF_PERIODIC_GRACE_S late (every consumer was
+down) does not pile up. `once` schedules one task for all the missed occurrences, `skip`
+schedules none; both then go on with the next future occurrence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from tasks_core import directory, scheduling
+from tasks_core.exceptions import AtfError, ConfigurationError, LambdaNotFound
+from tasks_core.models import PeriodicTask
+
+logger = logging.getLogger(__name__)
+
+CatchUp = PeriodicTask.CatchUp
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Due schedules one materialise_due() call takes (the rest wait for the next call).
+BATCH_SIZE = 100
+#: Occurrences of one schedule materialised in one call when it is on time.
+MAX_OCCURRENCES_PER_CALL = 100
+
+#: A schedule given to atf.every / atf.register(schedule=): cron text, seconds or a timedelta.
+ScheduleValue = str | int | float | timedelta
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spec:
+    """A periodic task defined in code; sync_code_schedules() keeps a PeriodicTask row for it."""
+
+    name: str
+    lambda_name: str
+    cron: str = ""
+    interval_s: float | None = None
+    timezone: str = "UTC"
+    payload: Any = field(default_factory=dict)
+    collection: str = "default"
+    priority: str | None = None  #: None: ATF_DEFAULT_PRIORITY
+    catch_up: str = CatchUp.ONCE
+
+
+_lock = threading.Lock()
+_specs: dict[str, Spec] = {}
+
+
+# --- occurrences (pure) ------------------------------------------------------------------
+
+
+def parse_schedule(schedule: ScheduleValue) -> tuple[str, float | None]:
+    """(cron, interval_s) of a schedule value; ConfigurationError if it is not a valid one."""
+    if isinstance(schedule, timedelta):
+        schedule = schedule.total_seconds()
+    if isinstance(schedule, bool):
+        raise ConfigurationError(f"not a schedule: {schedule!r}")
+    if isinstance(schedule, int | float):
+        if not schedule >= 1:  # also refuses NaN
+            raise ConfigurationError(f"an interval must be 1 second or more, not {schedule!r}")
+        return "", float(schedule)
+    if isinstance(schedule, str) and croniter.is_valid(schedule.strip()):
+        return schedule.strip(), None
+    raise ConfigurationError(
+        f"not a schedule: {schedule!r}; give a cron expression such as '*/5 * * * *' or seconds"
+    )
+
+
+def check_timezone(name: str) -> ZoneInfo:
+    """The time zone called `name`; ConfigurationError if there is none."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigurationError(f"unknown time zone {name!r}") from exc
+
+
+def next_after(after: datetime, *, cron: str, interval_s: float | None, tz: str) -> datetime:
+    """The first occurrence strictly after `after`, in UTC."""
+    if interval_s:
+        step = timedelta(seconds=interval_s)
+        return EPOCH + ((after - EPOCH) // step + 1) * step
+    local = after.astimezone(check_timezone(tz))
+    return croniter(cron, local).get_next(datetime).astimezone(UTC)
+
+
+def occurrence_key(name: str, occurrence: datetime) -> str:
+    """The idempotency key of one occurrence of the schedule `name` (at most 200 characters)."""
+    if len(name) > 120:  # keep the key under ATF_MAX_IDEMPOTENCY_KEY_LENGTH
+        name = f"{name[:80]}~{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+    return f"periodic:{name}:{occurrence.astimezone(UTC).isoformat()}"
+
+
+def _row_next_after(row: PeriodicTask, after: datetime) -> datetime:
+    return next_after(after, cron=row.cron, interval_s=row.interval_s, tz=row.timezone)
+
+
+# --- schedules in code -------------------------------------------------------------------
+
+
+def every(schedule: ScheduleValue, lambda_name: str, payload: Any = None, *,
+          name: str | None = None, timezone: str | None = None, collection: str = "default",
+          priority: str | None = None, catch_up: str = CatchUp.ONCE) -> Spec:
+    """Define a periodic task in code: run `lambda_name` with `payload` on `schedule`.
+
+    `schedule` is a cron expression (read in `timezone`, default settings.TIME_ZONE), or an
+    interval in seconds or as a timedelta. The row appears when the consumer starts.
+    """
+    cron, interval_s = parse_schedule(schedule)
+    tz = timezone or settings.TIME_ZONE
+    check_timezone(tz)
+    if catch_up not in CatchUp.values:
+        raise ConfigurationError(f"catch_up must be one of {', '.join(CatchUp.values)}")
+    if priority is not None and priority not in settings.ATF_PRIORITIES:
+        raise ConfigurationError(f"unknown priority {priority!r}")
+    spec = Spec(name=name or f"{lambda_name}@{cron or f'{interval_s:g}s'}",
+                lambda_name=lambda_name, cron=cron, interval_s=interval_s, timezone=tz,
+                payload={} if payload is None else payload, collection=collection,
+                priority=priority, catch_up=catch_up)
+    with _lock:
+        if spec.name in _specs:
+            raise ConfigurationError(f"periodic task {spec.name!r} is defined already")
+        _specs[spec.name] = spec
+    return spec
+
+
+def forget(name: str) -> None:
+    """Drop a code definition (tests that define their own)."""
+    with _lock:
+        _specs.pop(name, None)
+
+
+def specs() -> list[Spec]:
+    with _lock:
+        return sorted(_specs.values(), key=lambda spec: spec.name)
+
+
+def sync_code_schedules() -> None:
+    """Create or update a PeriodicTask row per schedule defined in code.
+
+    Code owns these rows: a changed schedule starts again from its next occurrence, and a row
+    whose definition left the code is disabled (kept for its history).
+    """
+    defined = specs()
+    with transaction.atomic():
+        for spec in defined:
+            try:
+                lambda_id = directory.by_name(spec.lambda_name).id
+            except LambdaNotFound:
+                logger.error("periodic task %s names unknown lambda %s; not synced", spec.name,
+                             spec.lambda_name, extra={"action": "periodic_unknown_lambda"})
+                continue
+            _sync_one(spec, lambda_id)
+        gone = PeriodicTask.objects.filter(in_code=True, enabled=True).exclude(
+            name__in=[spec.name for spec in defined]
+        ).update(enabled=False, next_run_at=None)
+    if gone:
+        logger.info("disabled %d periodic task(s) no longer defined in code", gone)
+    logger.debug("synced %d periodic task(s) defined in code", len(defined))
+
+
+def _sync_one(spec: Spec, lambda_id: int) -> None:
+    fields: Mapping[str, Any] = {
+        "lambda_ref_id": lambda_id, "cron": spec.cron, "interval_s": spec.interval_s,
+        "timezone": spec.timezone, "payload": spec.payload, "collection": spec.collection,
+        "priority": spec.priority or settings.ATF_DEFAULT_PRIORITY, "catch_up": spec.catch_up,
+        "enabled": True, "in_code": True,
+    }
+    row = PeriodicTask.objects.select_for_update().filter(name=spec.name).first()
+    if row is None:
+        PeriodicTask.objects.create(name=spec.name, **fields)
+        return
+    timing = ("cron", "interval_s", "timezone")
+    moved = any(getattr(row, key) != fields[key] for key in timing) or not row.enabled
+    changed = [key for key, value in fields.items() if getattr(row, key) != value]
+    if not changed:
+        return
+    for key in changed:
+        setattr(row, key, fields[key])
+    if moved:
+        row.next_run_at = None  # recomputed from the new timing on the next call
+        changed.append("next_run_at")
+    row.save(update_fields=changed)
+
+
+# --- the consumer's side -----------------------------------------------------------------
+
+
+def materialise_due(*, now: datetime) -> int:
+    """Turn every due occurrence of enabled schedules into a task; return how many were created.
+
+    Rows are locked with SKIP LOCKED, so concurrent consumers share the work; the
+    per-occurrence idempotency key keeps it to one task even where locks are not available.
+    """
+    created = 0
+    with transaction.atomic():
+        rows = list(
+            PeriodicTask.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("lambda_ref")
+            .filter(Q(next_run_at__lte=now) | Q(next_run_at__isnull=True), enabled=True)
+            .order_by("next_run_at")[:BATCH_SIZE]
+        )
+        for row in rows:
+            created += _materialise_row(row, now)
+    return created
+
+
+def _materialise_row(row: PeriodicTask, now: datetime) -> int:
+    try:
+        if row.next_run_at is None:
+            row.next_run_at = _row_next_after(row, now)
+            row.save(update_fields=["next_run_at"])
+            return 0
+        created, next_run_at = _due_occurrences(row, now)
+    except (ConfigurationError, ValueError) as exc:
+        # A bad cron or time zone typed in the console: stop it instead of failing every call.
+        logger.error("periodic task %s disabled: %s", row.name, exc,
+                     extra={"action": "periodic_disabled"})
+        row.enabled = False
+        row.save(update_fields=["enabled"])
+        return 0
+    row.next_run_at = next_run_at
+    if created:
+        row.last_run_at = now
+    row.save(update_fields=["next_run_at", "last_run_at"])
+    return created
+
+
+def _due_occurrences(row: PeriodicTask, now: datetime) -> tuple[int, datetime]:
+    """Schedule the row's due occurrences; (tasks created, the next occurrence after now)."""
+    due = row.next_run_at
+    assert due is not None
+    grace = timedelta(seconds=settings.ATF_PERIODIC_GRACE_S)
+    if now - due > grace:
+        missed_created = 0
+        if row.catch_up == CatchUp.ONCE:
+            missed_created = _schedule(row, due, run_at=now, now=now)
+        logger.info("periodic task %s: occurrences since %s missed; catch-up %s",
+                    row.name, due.isoformat(), row.catch_up,
+                    extra={"action": "periodic_catch_up", "periodic": row.name})
+        return missed_created, _row_next_after(row, now)
+    created = 0
+    occurrence = due
+    for _ in range(MAX_OCCURRENCES_PER_CALL):
+        if occurrence > now:
+            break
+        created += _schedule(row, occurrence, run_at=occurrence, now=now)
+        occurrence = _row_next_after(row, occurrence)
+    return created, occurrence
+
+
+def _schedule(row: PeriodicTask, occurrence: datetime, *, run_at: datetime,
+              now: datetime) -> int:
+    try:
+        _task, created = scheduling.schedule(
+            row.lambda_ref.name, row.payload, now=now, run_at=run_at,
+            collection=row.collection, priority=row.priority,
+            idempotency_key=occurrence_key(row.name, occurrence),
+        )
+    except AtfError as exc:
+        logger.error("periodic task %s: occurrence %s not scheduled: %s", row.name,
+                     occurrence.isoformat(), exc, extra={"action": "periodic_failed"})
+        return 0
+    return int(created)

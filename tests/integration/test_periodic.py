@@ -1,0 +1,251 @@
+"""Periodic tasks: occurrences, one task per occurrence, catch-up after downtime, code sync."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from tasks_core import periodic, registry
+from tasks_core.exceptions import ConfigurationError
+from tasks_core.models import Lambda, PeriodicTask, TaskEntity
+from tests.factories import LambdaFactory
+
+T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
+
+
+def seconds(n: float) -> timedelta:
+    return timedelta(seconds=n)
+
+
+def every_second(lam: Lambda, *, catch_up: str = "once", **fields: Any) -> PeriodicTask:
+    return PeriodicTask.objects.create(name="tick", lambda_ref=lam, interval_s=1.0,
+                                       catch_up=catch_up, next_run_at=T0, **fields)
+
+
+def run_ats(lam: Lambda) -> list[datetime]:
+    return list(TaskEntity.objects.filter(lambda_ref=lam).order_by("run_at")
+                .values_list("run_at", flat=True))
+
+
+# --- occurrences -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("after", "interval_s", "expected"), [
+    (T0, 1.0, T0 + seconds(1)),
+    (T0 + seconds(0.3), 1.0, T0 + seconds(1)),
+    (T0 + seconds(59.9), 300.0, T0 + seconds(300)),
+    (T0 - seconds(1e-6), 60.0, T0),
+])
+def test_interval_occurrences_are_aligned_to_the_epoch(after: datetime, interval_s: float,
+                                                       expected: datetime) -> None:
+    # Given an interval schedule, When asking for its next occurrence, Then it is a multiple
+    assert periodic.next_after(after, cron="", interval_s=interval_s, tz="UTC") == expected
+
+
+@pytest.mark.parametrize(("after", "expected"), [
+    (datetime(2026, 1, 15, tzinfo=UTC), datetime(2026, 1, 15, 14, 0, tzinfo=UTC)),  # EST
+    (datetime(2026, 7, 15, tzinfo=UTC), datetime(2026, 7, 15, 13, 0, tzinfo=UTC)),  # EDT
+])
+def test_cron_occurrences_follow_the_time_zone(after: datetime, expected: datetime) -> None:
+    # Given "every day at 09:00" in New York
+    # When asking for the next occurrence in winter and in summer
+    found = periodic.next_after(after, cron="0 9 * * *", interval_s=None, tz="America/New_York")
+    # Then it is 09:00 local time, whatever the UTC offset
+    assert found == expected
+
+
+@pytest.mark.parametrize("value", ["not cron", "61 * * * *", 0, 0.5, -3, True, float("nan")])
+def test_bad_schedules_are_refused(value: object) -> None:
+    with pytest.raises(ConfigurationError):
+        periodic.parse_schedule(value)  # type: ignore[arg-type]
+
+
+def test_schedule_values() -> None:
+    assert periodic.parse_schedule("*/5 * * * *") == ("*/5 * * * *", None)
+    assert periodic.parse_schedule(timedelta(minutes=5)) == ("", 300.0)
+    assert periodic.parse_schedule(10) == ("", 10.0)
+
+
+# --- materialising -----------------------------------------------------------------------
+
+
+def test_three_concurrent_materialisers_make_one_task_per_occurrence(
+        transactional_db: None) -> None:
+    # Given a schedule every second, and three consumers calling materialise_due at once
+    lam = LambdaFactory()
+    every_second(lam)
+    steps = [T0 + seconds(0.1 * k) for k in range(101)]  # 10 s of controlled time
+    barrier = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def consumer() -> None:
+        try:
+            for now in steps:
+                barrier.wait(timeout=30)
+                periodic.materialise_due(now=now)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=consumer) for _ in range(3)]
+    # When they run for 10 s of controlled time
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    # Then each occurrence became exactly one task
+    assert not errors
+    assert run_ats(lam) == [T0 + seconds(n) for n in range(11)]
+    assert PeriodicTask.objects.get().next_run_at == T0 + seconds(11)
+
+
+def test_lag_within_the_grace_period_loses_no_occurrence(db: None,
+                                                         settings: Any) -> None:
+    # Given a schedule every second whose consumer comes 3 s late (grace 10 s)
+    settings.ATF_PERIODIC_GRACE_S = 10.0
+    lam = LambdaFactory()
+    every_second(lam)
+    # When it materialises
+    created = periodic.materialise_due(now=T0 + seconds(3.5))
+    # Then every occurrence is there, each due at its own time
+    assert created == 4
+    assert run_ats(lam) == [T0 + seconds(n) for n in range(4)]
+
+
+@pytest.mark.parametrize(("catch_up", "expected"), [("once", 1), ("skip", 0)])
+def test_after_downtime_the_catch_up_policy_holds(db: None, settings: Any, catch_up: str,
+                                                  expected: int) -> None:
+    # Given a schedule every second that ran at T0, then 30 s with no consumer
+    settings.ATF_PERIODIC_GRACE_S = 10.0
+    lam = LambdaFactory()
+    row = every_second(lam, catch_up=catch_up)
+    assert periodic.materialise_due(now=T0 + seconds(0.5)) == 1
+    back = T0 + seconds(30.5)
+    # When a consumer comes back
+    created = periodic.materialise_due(now=back)
+    # Then the missed occurrences gave one task (once) or none (skip), not 30
+    assert created == expected
+    assert TaskEntity.objects.filter(lambda_ref=lam).count() == 1 + expected
+    if expected:
+        assert TaskEntity.objects.filter(lambda_ref=lam).latest("run_at").run_at == back
+    # And the schedule goes on with the next future occurrence, one task each
+    row.refresh_from_db()
+    assert row.next_run_at == T0 + seconds(31)
+    assert periodic.materialise_due(now=T0 + seconds(31.2)) == 1
+    assert periodic.materialise_due(now=T0 + seconds(31.9)) == 0
+
+
+def test_a_new_schedule_starts_at_its_next_occurrence(db: None) -> None:
+    # Given a schedule created in the console without a next run
+    lam = LambdaFactory()
+    row = PeriodicTask.objects.create(name="nightly", lambda_ref=lam, cron="0 3 * * *",
+                                      timezone="Europe/Paris", payload={"x": 1},
+                                      collection="nightly", priority="low")
+    # When the consumer first sees it, nothing runs yet
+    assert periodic.materialise_due(now=T0) == 0
+    row.refresh_from_db()
+    assert row.next_run_at == datetime(2026, 1, 6, 2, 0, tzinfo=UTC)  # 03:00 in Paris
+    # When that time comes, one task with the schedule's payload, collection and priority
+    assert periodic.materialise_due(now=row.next_run_at + seconds(1)) == 1
+    task = TaskEntity.objects.get(lambda_ref=lam)
+    assert (task.payload, task.collection, task.priority) == ({"x": 1}, "nightly", "low")
+    assert task.idempotency_key == "periodic:nightly:2026-01-06T02:00:00+00:00"
+
+
+def test_disabled_schedules_make_nothing(db: None) -> None:
+    lam = LambdaFactory()
+    every_second(lam, enabled=False)
+    assert periodic.materialise_due(now=T0 + seconds(5)) == 0
+    assert not TaskEntity.objects.exists()
+
+
+def test_a_broken_console_schedule_is_disabled_not_retried_forever(db: None) -> None:
+    # Given a row with a cron expression the console did not check
+    lam = LambdaFactory()
+    row = PeriodicTask.objects.create(name="bad", lambda_ref=lam, cron="every tuesday",
+                                      next_run_at=T0)
+    # When it comes due
+    assert periodic.materialise_due(now=T0 + seconds(1)) == 0
+    # Then it is disabled
+    row.refresh_from_db()
+    assert row.enabled is False
+
+
+# --- schedules defined in code -----------------------------------------------------------
+
+
+@pytest.fixture
+def code_schedules() -> Iterator[list[str]]:
+    """Names of lambdas and schedules a test defines; forgotten afterwards."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        registry.unregister(name)
+        periodic.forget(name)
+
+
+def test_register_with_a_schedule_creates_the_periodic_task(db: None,
+                                                            code_schedules: list[str]) -> None:
+    # Given a lambda registered with a cron schedule, and one defined with atf.every
+    from tasks_core import atf
+
+    code_schedules += ["tests.report", "hourly-report"]
+
+    @atf.register("tests.report", schedule="*/5 * * * *")
+    def report(ctx: atf.TaskContext, payload: Any) -> None:
+        return None
+
+    atf.every(timedelta(hours=1), "tests.report", {"scope": "all"}, name="hourly-report",
+              catch_up="skip", priority="low")
+    # When the consumer starts
+    periodic.sync_code_schedules()
+    # Then both rows exist, owned by the code
+    rows = {row.name: row for row in PeriodicTask.objects.all()}
+    assert rows["tests.report"].cron == "*/5 * * * *"
+    assert rows["tests.report"].in_code is True
+    assert rows["hourly-report"].interval_s == 3600.0
+    assert (rows["hourly-report"].payload, rows["hourly-report"].catch_up,
+            rows["hourly-report"].priority) == ({"scope": "all"}, "skip", "low")
+
+
+def test_changed_and_removed_code_schedules(db: None, code_schedules: list[str]) -> None:
+    # Given a synced code schedule that has run
+    lam = LambdaFactory(name="tests.cleanup")
+    code_schedules.append("cleanup")
+    periodic.every(60, lam.name, name="cleanup")
+    periodic.sync_code_schedules()
+    PeriodicTask.objects.filter(name="cleanup").update(next_run_at=T0)
+    # When its interval changes in code
+    periodic.forget("cleanup")
+    periodic.every(120, lam.name, name="cleanup")
+    periodic.sync_code_schedules()
+    # Then it starts again from the new timing
+    row = PeriodicTask.objects.get(name="cleanup")
+    assert (row.interval_s, row.next_run_at) == (120.0, None)
+    # When it leaves the code, Then its row is disabled, not deleted
+    periodic.forget("cleanup")
+    periodic.sync_code_schedules()
+    row.refresh_from_db()
+    assert row.enabled is False
+
+
+def test_a_schedule_for_an_unknown_lambda_is_skipped(db: None,
+                                                     code_schedules: list[str]) -> None:
+    code_schedules.append("ghost")
+    periodic.every(60, "tests.no_such_lambda", name="ghost")
+    periodic.sync_code_schedules()
+    assert not PeriodicTask.objects.filter(name="ghost").exists()
+
+
+def test_duplicate_schedule_names_raise(code_schedules: list[str]) -> None:
+    code_schedules.append("twice")
+    periodic.every(60, "tests.x", name="twice")
+    with pytest.raises(ConfigurationError):
+        periodic.every(30, "tests.x", name="twice")
