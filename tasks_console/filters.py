@@ -14,7 +14,16 @@ from tasks_core.models import Collection, Team
 
 
 class _ChoiceFilter(admin.SimpleListFilter):
+    """A filter on one field. The admin applies only filters with choices, so the value in
+    use is always one of them."""
+
     field = ""
+
+    def with_current(self, choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        value = self.value()
+        if value and value not in {key for key, _label in choices}:
+            choices.append((value, value if len(value) <= 40 else value[:39] + "…"))
+        return choices
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() in (None, ""):
@@ -40,7 +49,7 @@ class CollectionFilter(_ChoiceFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         rows = scoping.scope(Collection.objects.all(), request.user, "lambda_ref__team")
         names = sorted(set(rows.values_list("name", flat=True)))
-        return [(name, name) for name in names]
+        return self.with_current([(name, name) for name in names])
 
 
 class PriorityFilter(_ChoiceFilter):
@@ -72,4 +81,15 @@ class ErrorTypeFilter(_ChoiceFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         types = (model_admin.get_queryset(request).order_by()
                  .values_list("last_error__type", flat=True).distinct()[:50])
-        return [(name, name) for name in sorted(t for t in types if t)]
+        return self.with_current([(name, name) for name in sorted(t for t in types if t)])
+
+
+class ErrorMessageFilter(_ChoiceFilter):
+    """Behind the dead-letter summary's links: errors whose message starts with a text."""
+
+    title = "error message starts with"
+    parameter_name = "error_message"
+    field = "last_error__message__startswith"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return self.with_current([])

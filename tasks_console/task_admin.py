@@ -187,26 +187,11 @@ def requeue(request: HttpRequest, queryset: QuerySet, *,
     report(request, f"Requeued {moved} task(s): they are new again." if moved else "", skipped)
 
 
-class ErrorMessageFilter(admin.SimpleListFilter):
-    """Hidden filter behind the dead-letter summary's links: messages starting with a text."""
-
-    title = "error message"
-    parameter_name = "error_message"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return []
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if not self.value():
-            return queryset
-        return queryset.filter(last_error__message__startswith=self.value())
-
-
 @admin.register(DeadLetter)
 class DeadLetterAdmin(BigTaskListAdmin):
     list_display = ("id", "lambda_ref", "collection", "priority", "attempts_display",
                     "finished_at", "error_summary")
-    list_filter = (filters.LambdaFilter, filters.ErrorTypeFilter, ErrorMessageFilter,
+    list_filter = (filters.LambdaFilter, filters.ErrorTypeFilter, filters.ErrorMessageFilter,
                    filters.CollectionFilter, filters.TeamFilter,
                    ("finished_at", DateFieldListFilter))
     actions = ["requeue_dead", "discard_dead"]
