@@ -1,0 +1,1 @@
+"""The chaos and soak suite: `python -m tests.chaos short|long|soak` (docs/sections/chaos.md)."""

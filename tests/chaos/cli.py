@@ -1,0 +1,184 @@
+"""`python -m tests.chaos short|long|soak [options]`: set up, run, tear down.
+
+The runner makes its own PostgreSQL database (dropped and recreated; its name must contain
+"chaos"), starts its own redis-server on a free port, migrates, starts the API (gunicorn), the
+consumers and the worker processes with short timeouts, and then runs the chosen mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.chaos.faults import FAULTS
+from tests.chaos.services import ChaosDatabase, PrivateRedis, free_port, say
+
+#: Timeouts of every process of the run: short, so that recovery takes seconds, not minutes.
+#: The heartbeat timeout exceeds three heartbeat intervals, as the workers check at start.
+CHILD_SETTINGS = {
+    "ATF_HEARTBEAT_INTERVAL_S": "0.5",
+    "ATF_HEARTBEAT_TIMEOUT_S": "2.5",
+    # Not 3 s: while a queue holds more than this much work, the consumer's re-enqueue moves
+    # each task's only valid message to the back again and again (see docs/sections/chaos.md).
+    "ATF_ENQUEUE_TIMEOUT_S": "10",
+    "ATF_CLAIM_TIMEOUT_S": "3",
+    "ATF_POLL_INTERVAL_S": "0.2",
+    "ATF_RESTART_DELAY_S": "0.3",
+    "ATF_BACKOFF_BASE_S": "0.2",
+    "ATF_BACKOFF_CAP_S": "2",
+    "ATF_SHUTDOWN_GRACE_S": "5",
+    "ATF_RETENTION_S": "0",
+    "ATF_API_THROTTLE_RATE": "",
+    "ATF_QUEUE_BACKEND": "redis",
+    "ATF_REDIS_CLUSTER": "0",
+    "ATF_QUEUE_PREFIX": "chaos",
+    "ATF_LOG_LEVEL": "INFO",
+    "DJANGO_SETTINGS_MODULE": "atf_project.settings",
+    "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+    "PYTHONUNBUFFERED": "1",
+}
+
+#: Defaults that differ by mode: tasks, rate (tasks/s), fault interval (s), task seconds,
+#: settle timeout (s).
+MODE_DEFAULTS = {
+    "short": {"tasks": 2000, "rate": 50.0, "fault_interval": 2.5, "task_seconds": 0.1,
+              "settle_timeout": 90.0},
+    "long": {"tasks": 100_000, "rate": 250.0, "fault_interval": 4.0, "task_seconds": 0.03,
+             "settle_timeout": 900.0},
+    "soak": {"tasks": 0, "rate": 40.0, "fault_interval": 0.0, "task_seconds": 0.05,
+             "settle_timeout": 120.0},
+}
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.chaos",
+        description="Chaos and soak runs of ATF on real PostgreSQL, Redis and processes.",
+    )
+    parser.add_argument("mode", choices=sorted(MODE_DEFAULTS),
+                        help="short: ~2,000 tasks, every fault once; long: 100,000 tasks, "
+                             "faults every few seconds; soak: a steady stream for --duration")
+    parser.add_argument("--tasks", type=int, help="tasks to schedule (chaos modes)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the task mix and faults")
+    parser.add_argument("--rate", type=float, help="tasks scheduled per second")
+    parser.add_argument("--duration", type=float, default=300.0,
+                        help="seconds of steady load (soak; default %(default)s)")
+    parser.add_argument("--fault-interval", type=float,
+                        help="mean seconds between faults (soak: 0 = no faults)")
+    parser.add_argument("--faults", default=",".join(FAULTS),
+                        help="comma-separated faults to inject (default: all of them)")
+    parser.add_argument("--task-seconds", type=float,
+                        help="most demo.record tasks sleep up to this; a tenth up to 6x")
+    parser.add_argument("--settle-timeout", type=float,
+                        help="seconds to wait for every task to finish after the load")
+    parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
+    parser.add_argument("--threads", type=int, default=8, help="executor threads per worker")
+    parser.add_argument("--consumers", type=int, default=2, help="consumers (default 2)")
+    parser.add_argument("--batch", type=int, default=100, help="tasks per schedule call")
+    parser.add_argument("--api-share", type=float, default=0.25,
+                        help="share of batches scheduled through the REST API when it answers")
+    parser.add_argument("--database", default="atf_chaos",
+                        help="database to (re)create; its name must contain 'chaos'")
+    parser.add_argument("--pg-host", default="127.0.0.1")
+    parser.add_argument("--pg-port", type=int, default=5432)
+    parser.add_argument("--pg-user", default="postgres")
+    parser.add_argument("--pg-restart-command", default=None,
+                        help="command that restarts the PostgreSQL server (e.g. 'pg_ctlcluster "
+                             "15 main restart'); without it pg-restart terminates the chaos "
+                             "database's backends instead. Never on a shared server.")
+    parser.add_argument("--redis-port", type=int, default=0,
+                        help="port of the private redis-server (default: a free one)")
+    parser.add_argument("--log-dir", type=Path, default=None,
+                        help="where the processes' logs go (default: a new temp directory)")
+    parser.add_argument("--keep-database", action="store_true",
+                        help="keep the database after a successful run (kept after a failure)")
+    args = parser.parse_args(argv)
+    for name, value in MODE_DEFAULTS[args.mode].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.faults = [name.strip() for name in args.faults.split(",") if name.strip()]
+    if unknown := sorted(set(args.faults) - set(FAULTS)):
+        parser.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
+    args.crash_every = max(1, args.tasks // max(3, args.tasks // 1000)) if args.tasks else 10**9
+    return args
+
+
+def _api_token(env: dict[str, str]) -> str | None:
+    """A token of the demo team, or None when `atf_token` does not exist (yet)."""
+    result = subprocess.run([sys.executable, "manage.py", "atf_token", "demo", "chaos"],
+                            cwd=Path(__file__).resolve().parents[2], env=env,
+                            capture_output=True, text=True, timeout=120)
+    lines = result.stdout.strip().splitlines()
+    return lines[-1].strip() if result.returncode == 0 and lines else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="atf-chaos-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    database = ChaosDatabase(args.database, host=args.pg_host, port=args.pg_port,
+                             user=args.pg_user)
+    database.recreate()
+    server = PrivateRedis(args.redis_port or free_port(), log_dir)
+    server.start()
+    env = {**os.environ, **CHILD_SETTINGS, "DATABASE_URL": database.url, "REDIS_URL": server.url}
+    # The runner itself is a Django process too, but quieter than its children.
+    os.environ.update({**env, "ATF_LOG_LEVEL": "WARNING"})
+    say(f"chaos {args.mode}: database {database.name}, redis port {server.port}, "
+        f"logs in {log_dir}")
+    status = 1
+    try:
+        status = _run(args, env, database, server, log_dir)
+    finally:
+        server.stop()
+        if status == 0 and not args.keep_database:
+            database.drop()
+        else:
+            say(f"database {database.name} kept for inspection")
+    return status
+
+
+def _run(args: argparse.Namespace, env: dict[str, str], database: ChaosDatabase,
+         server: PrivateRedis,
+         log_dir: Path) -> int:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from tests.chaos import soak
+    from tests.chaos.cluster import Cluster
+    from tests.chaos.faults import Lab
+    from tests.chaos.load import ApiClient, Victims
+    from tests.chaos.records import RecordSink
+    from tests.chaos.run import run_chaos
+
+    call_command("migrate", verbosity=0)
+    token = _api_token(env)
+    cluster = Cluster(env=env, database_host=args.pg_host, database_port=args.pg_port,
+                      workers=args.workers, consumers=args.consumers, threads=args.threads,
+                      log_dir=log_dir)
+    cluster.start()
+    try:
+        api = ApiClient(cluster.api_url, token) if token else None
+        if api is not None and not api.answers():
+            api = None
+        say(f"started API, {args.consumers} consumer(s), {args.workers} worker(s) x "
+            f"{args.threads} thread(s); scheduling through the API: {'yes' if api else 'no'}")
+        lab = Lab(cluster=cluster, redis=server, database=database, records=RecordSink(server),
+                  victims=Victims(), rng=random.Random(args.seed + 2),
+                  heartbeat_interval_s=float(CHILD_SETTINGS["ATF_HEARTBEAT_INTERVAL_S"]),
+                  pg_restart_command=args.pg_restart_command)
+        if args.mode == "soak":
+            return soak.run_soak(args, lab, api)
+        return run_chaos(args, lab, api)
+    finally:
+        cluster.stop()

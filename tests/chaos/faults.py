@@ -1,0 +1,207 @@
+"""The faults the runner injects, each a function that does it and says what happened.
+
+Every fault returns a FaultEvent: when it began and ended (Unix seconds, for the latency
+windows), whether it did what it should (`ok`; the DB cut also checks that the worker
+terminated itself with exit status 75), and one line of detail.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError
+
+from tests.chaos.cluster import Child, Cluster
+from tests.chaos.load import Victims
+from tests.chaos.records import RecordSink
+from tests.chaos.services import ChaosDatabase, PrivateRedis
+from workers import db
+
+logger = logging.getLogger(__name__)
+
+#: Exit status of a worker that cut itself off (workers/heartbeat.py EXIT_CUT_OFF).
+EXIT_CUT_OFF = 75
+#: Seconds a paused gate stays paused, and a stopped Redis stays down.
+PAUSE_S = 2.0
+REDIS_DOWN_S = 1.0
+#: Seconds between a SIGKILL and the restart of the killed process.
+KILL_RESTART_S = 0.5
+
+
+@dataclass(kw_only=True)
+class FaultEvent:
+    name: str
+    started: float
+    ended: float = 0.0
+    ok: bool = True
+    detail: str = ""
+
+    def line(self) -> str:
+        mark = "ok" if self.ok else "FAILED"
+        return f"{self.name:16s} {mark:6s} {self.ended - self.started:5.1f}s  {self.detail}"
+
+
+@dataclass(kw_only=True)
+class Lab:
+    """What faults act on."""
+
+    cluster: Cluster
+    redis: PrivateRedis
+    database: ChaosDatabase
+    records: RecordSink
+    victims: Victims
+    rng: random.Random
+    heartbeat_interval_s: float
+    pg_restart_command: str | None = None
+    events: list[FaultEvent] = field(default_factory=list)
+
+
+def with_db(action: Callable[[], object], attempts: int = 20) -> object:
+    """Run a store action from the runner, retrying while its own connection was terminated."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except DatabaseError as exc:
+            db.reset_connection()
+            if attempt == attempts:
+                raise
+            logger.info("runner database action failed, retrying: %s", exc)
+            time.sleep(0.2)
+    return None
+
+
+def _busy_workers(lab: Lab) -> list[Child]:
+    """Workers that run a task right now (their pid appears in a processing task's worker id)."""
+    from tasks_core.models import TaskEntity  # the CLI lists FAULTS before Django is set up
+
+    ids = with_db(lambda: list(TaskEntity.objects.filter(status="processing")
+                                .values_list("worker", flat=True).distinct()))
+    pids = {int(worker.split(":")[1]) for worker in ids if worker.count(":") >= 2}
+    return [child for child in lab.cluster.role("worker") if child.pid in pids]
+
+
+def _kill_and_restart(lab: Lab, child: Child, event: FaultEvent) -> None:
+    lab.cluster.hold(child)
+    code = child.kill()
+    time.sleep(KILL_RESTART_S)
+    lab.cluster.release(child)
+    event.detail += f"{child.name} (exit {code}) restarted"
+
+
+def worker_kill(lab: Lab, event: FaultEvent) -> None:
+    """SIGKILL a worker process that is running tasks, and start it again."""
+    busy = _busy_workers(lab)
+    child = lab.rng.choice(busy or lab.cluster.role("worker"))
+    event.detail = "busy " if busy else "idle "
+    _kill_and_restart(lab, child, event)
+
+
+def consumer_kill(lab: Lab, event: FaultEvent) -> None:
+    """SIGKILL a consumer, and start it again."""
+    _kill_and_restart(lab, lab.rng.choice(lab.cluster.role("consumer")), event)
+
+
+def redis_flush(lab: Lab, event: FaultEvent) -> None:
+    """FLUSHALL: every queued message (and any record not yet drained) is gone."""
+    lab.records.drain()
+    lab.redis.flushall()
+    event.detail = "queues, wake-ups and undrained records flushed"
+
+
+def redis_restart(lab: Lab, event: FaultEvent) -> None:
+    """SIGKILL the private redis-server, leave it down a moment, start it on the same port."""
+    lab.records.drain()
+    lab.redis.stop()
+    time.sleep(REDIS_DOWN_S)
+    lab.redis.start()
+    event.detail = f"down {REDIS_DOWN_S}s, back on port {lab.redis.port}"
+
+
+def db_cut(lab: Lab, event: FaultEvent) -> None:
+    """Cut worker 0's database connection (the proxy stops forwarding) for over 3 heartbeats.
+
+    The worker must terminate itself with exit status 75 within three heartbeat intervals
+    (plus slack for a loaded machine); the runner restores the proxy and starts it again.
+    """
+    child = lab.cluster.role("worker")[0]
+    lab.cluster.hold(child)
+    if not child.alive():
+        child.start()
+    child.wait_ready()
+    lab.cluster.proxy.cut()
+    cut_at = time.monotonic()
+    deadline = cut_at + 3 * lab.heartbeat_interval_s + 5.0
+    while child.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    exited_after_s = time.monotonic() - cut_at
+    code = child.process.poll() if child.process else None
+    # Keep it cut for longer than three heartbeats, whatever happened.
+    time.sleep(max(0.0, cut_at + 4 * lab.heartbeat_interval_s - time.monotonic()))
+    if code is None:
+        code = child.kill()
+        event.ok = False
+        event.detail = f"{child.name} did not terminate itself; killed it. "
+    elif code != EXIT_CUT_OFF:
+        event.ok = False
+    lab.cluster.proxy.restore()
+    lab.cluster.release(child)
+    event.detail += f"{child.name} exited {code} after {exited_after_s:.1f}s (expected 75)"
+
+
+def pg_restart(lab: Lab, event: FaultEvent) -> None:
+    """Terminate every backend of the chaos database; a real server restart only when asked."""
+    if lab.pg_restart_command:
+        lab.database.restart_server(lab.pg_restart_command)
+        event.detail = f"server restarted with {lab.pg_restart_command!r}"
+        return
+    ended = lab.database.terminate_backends()
+    event.detail = f"pg_terminate_backend on {ended} connection(s) of {lab.database.name}"
+
+
+def gate_pause(lab: Lab, event: FaultEvent) -> None:
+    """Pause demo.record's gate, wait, open it again."""
+    from tasks_core import scheduling
+
+    with_db(lambda: scheduling.set_gate("demo.record", "paused"))
+    time.sleep(PAUSE_S)
+    with_db(lambda: scheduling.set_gate("demo.record", "open"))
+    event.detail = f"demo.record paused for {PAUSE_S}s"
+
+
+def collection_drop(lab: Lab, event: FaultEvent) -> None:
+    """Drop the current victim collection of demo.record."""
+    from tasks_core import scheduling
+
+    name = lab.victims.advance()
+    with_db(lambda: scheduling.set_gate("demo.record", "dropped", collection=name))
+    event.detail = f"demo.record/{name} dropped"
+
+
+FAULTS: dict[str, Callable[[Lab, FaultEvent], None]] = {
+    "worker-kill": worker_kill,
+    "consumer-kill": consumer_kill,
+    "redis-flush": redis_flush,
+    "redis-restart": redis_restart,
+    "db-cut": db_cut,
+    "pg-restart": pg_restart,
+    "gate-pause": gate_pause,
+    "collection-drop": collection_drop,
+}
+
+
+def inject(lab: Lab, name: str) -> FaultEvent:
+    """Inject one fault by name; the event is also kept in `lab.events`."""
+    event = FaultEvent(name=name, started=time.time())
+    try:
+        FAULTS[name](lab, event)
+    except Exception as exc:  # noqa: BLE001 - a fault that could not be injected fails the run
+        logger.exception("fault %s could not be injected", name)
+        event.ok = False
+        event.detail += f" error: {exc}"
+    event.ended = time.time()
+    lab.events.append(event)
+    return event

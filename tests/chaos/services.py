@@ -1,0 +1,141 @@
+"""The runner's own services: a private redis-server and a PostgreSQL database of its own.
+
+Both belong to the run alone, so FLUSHALL, a Redis restart and terminating every backend of the
+database hit nobody else. The shared PostgreSQL server itself is never restarted unless the
+operator passes a command for it (`--pg-restart-command`).
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import redis
+
+logger = logging.getLogger(__name__)
+
+
+def say(line: str) -> None:
+    """The runner's output: one flushed line on stdout."""
+    print(line, flush=True)  # noqa: T201 - the runner is a command-line program
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(condition: Callable[[], object], *, timeout_s: float, what: str) -> object:
+    """Poll `condition` every 0.1 s until it is truthy; RuntimeError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.1)
+
+
+class PrivateRedis:
+    """A redis-server on its own port, without persistence; stop() and start() keep the port."""
+
+    def __init__(self, port: int, log_dir: Path) -> None:
+        self.port = port
+        self.log_path = log_dir / "redis.log"
+        self.process: subprocess.Popen | None = None
+        self.url = f"redis://127.0.0.1:{port}/0"
+
+    def client(self, timeout_s: float = 2.0) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=timeout_s,
+                           socket_connect_timeout=timeout_s)
+
+    def _answers(self) -> bool:
+        try:
+            with self.client(0.5) as client:
+                return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    def start(self) -> None:
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--maxclients", "2000"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        wait_until(self._answers, timeout_s=10, what=f"redis-server on port {self.port}")
+
+    def stop(self) -> None:
+        """Stop the server at once (SIGKILL): whatever it held is gone, as after a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def flushall(self) -> None:
+        with self.client() as client:
+            client.flushall()
+
+    def used_memory(self) -> int:
+        try:
+            with self.client(1.0) as client:
+                return int(client.info("memory")["used_memory"])
+        except redis.RedisError:
+            return 0
+
+
+class ChaosDatabase:
+    """A database of the shared PostgreSQL server that belongs to the run: made fresh each run."""
+
+    def __init__(self, name: str, *, host: str = "127.0.0.1", port: int = 5432,
+                 user: str = "postgres") -> None:
+        if "chaos" not in name:
+            # The run drops and recreates it: refuse any name that could be someone's database.
+            raise ValueError(f"database name {name!r} must contain 'chaos'")
+        self.name = name
+        self.host, self.port, self.user = host, port, user
+        self.url = f"postgres://{user}@{host}:{port}/{name}"
+
+    def _admin(self) -> psycopg.Connection:
+        return psycopg.connect(host=self.host, port=self.port, user=self.user, dbname="postgres",
+                               autocommit=True, connect_timeout=5)
+
+    def recreate(self) -> None:
+        with self._admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+
+    def drop(self) -> None:
+        with self._admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+    def terminate_backends(self) -> int:
+        """Terminate every connection to the database but this one; how many were ended."""
+        with self._admin() as conn:
+            rows = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()", (self.name,)
+            ).fetchall()
+        return sum(1 for (ended,) in rows if ended)
+
+    def restart_server(self, command: str) -> None:
+        """Restart the whole PostgreSQL server with the operator's command (never by default)."""
+        subprocess.run(shlex.split(command), check=True, timeout=120)
+        wait_until(self._accepts, timeout_s=60, what="PostgreSQL to accept connections again")
+
+    def _accepts(self) -> bool:
+        try:
+            with self._admin() as conn:
+                conn.execute("SELECT 1")
+            return True
+        except psycopg.Error:
+            return False
