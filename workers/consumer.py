@@ -137,7 +137,7 @@ class Consumer:
             return summary
         self._turn = (self._turn + 1) % len(lambdas)
         share = max(1, self.batch_size // len(lambdas))
-        now_s = time.monotonic()
+        now_s = now.timestamp()
         for lam in lambdas[self._turn:] + lambdas[: self._turn]:
             if gating.effective(lam.gate, now) is gating.GateState.PAUSED:
                 continue

@@ -1,0 +1,296 @@
+"""The store consumer against real PostgreSQL and Redis, one pass at a time with a set clock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+import redis
+from django.db import connection, transaction
+from django.utils import timezone
+
+from tasks_core import atf, queues, scheduling, store, wakeup
+from tasks_core.models import Collection, Lambda, TaskEntity
+from tests.conftest import ROOT, subprocess_env, wait_for
+from tests.factories import LambdaFactory
+from workers.consumer import Consumer
+
+pytestmark = [pytest.mark.django_db]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = timezone.now() + timedelta(seconds=1)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def consumer(queue: queues.QueueBackend, clock: Clock) -> Consumer:
+    return Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+
+
+def drain(queue: queues.QueueBackend, lambda_name: str) -> list[tuple[str, int]]:
+    """Every message of a lambda's queues as (priority, task id), highest priority first."""
+    names = [queue.queue_name(lambda_name, p) for p in ("high", "default", "low")]
+    found = []
+    while popped := queue.pop(names, max_count=100, wait_s=0):
+        found += [(item.queue.rsplit(":", 1)[1], item.message.task_id) for item in popped]
+    return found
+
+
+def test_tasks_reach_their_priority_queue_in_priority_order(consumer: Consumer,
+                                                            queue: queues.QueueBackend) -> None:
+    low = atf.schedule("demo.noop", priority="low")
+    default = atf.schedule("demo.noop")
+    high = atf.schedule("demo.noop", priority="high")
+    summary = consumer.run_pass()
+    assert summary.enqueued == 3
+    assert drain(queue, "demo.noop") == [("high", high.pk), ("default", default.pk),
+                                         ("low", low.pk)]
+
+
+def test_a_delayed_task_is_enqueued_no_earlier_than_its_run_at(
+        consumer: Consumer, queue: queues.QueueBackend, clock: Clock) -> None:
+    task = atf.schedule("demo.noop", run_at=clock.now + timedelta(seconds=30))
+    clock.advance(29.9)
+    assert consumer.run_pass().enqueued == 0
+    clock.advance(0.2)
+    assert consumer.run_pass().enqueued == 1
+    assert drain(queue, "demo.noop") == [("default", task.pk)]
+
+
+@pytest.mark.parametrize("lost_at", ["enqueued", "claimed", "processing"])
+def test_a_task_lost_anywhere_is_enqueued_again_after_its_timeout_once(
+        lost_at: str, consumer: Consumer, queue: queues.QueueBackend, clock: Clock,
+        redis_client: redis.Redis, settings: object) -> None:
+    # Given a task the consumer enqueued
+    settings.ATF_ENQUEUE_TIMEOUT_S = 10
+    settings.ATF_CLAIM_TIMEOUT_S = 10
+    task = atf.schedule("demo.noop")
+    consumer.run_pass()
+    # ...lost at `lost_at`: Redis flushed, or the controller/executor gone after claim/start
+    popped = queue.pop([queue.queue_name("demo.noop", "default")], max_count=1, wait_s=0)
+    if lost_at == "enqueued":
+        redis_client.flushdb()
+    else:
+        lambda_id = Lambda.objects.get(name="demo.noop").pk
+        (claimed,) = store.claim([popped[0].message], worker="w", lambda_ids=[lambda_id],
+                                 now=clock.now)
+        if lost_at == "processing":
+            assert store.start(claimed, now=clock.now)
+    timeout_s = 30 if lost_at == "processing" else 10  # demo lambdas: heartbeat_timeout 30
+    # When its timeout has not passed, nothing is enqueued
+    clock.advance(timeout_s - 1)
+    assert consumer.run_pass().total == 0
+    # When it passes, the task is enqueued again, exactly once
+    clock.advance(2)
+    summary = consumer.run_pass()
+    assert summary.reenqueued == {lost_at: 1}
+    assert consumer.run_pass().total == 0
+    assert drain(queue, "demo.noop") == [("default", task.pk)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("consumers", [2, 3])
+def test_several_consumers_enqueue_each_task_exactly_once(
+        consumers: int, redis_client: redis.Redis) -> None:
+    # Given a backlog of 20,000 due tasks
+    for _ in range(20):
+        scheduling.schedule_many([{"lambda": "demo.noop"}] * 1000)
+    later = timezone.now() + timedelta(seconds=1)
+    pushed: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    # When several consumers run passes over it at the same time
+    def run() -> None:
+        queue = queues.backend()
+        consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue,
+                            clock=lambda: later)
+        try:
+            while consumer.run_pass().total:
+                pass
+        finally:
+            connection.close()
+            queue.close()
+
+    threads = [threading.Thread(target=run) for _ in range(consumers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    queue = queues.backend()
+    for _priority, task_id in drain(queue, "demo.noop"):
+        pushed[task_id] += 1
+    # Then every task was pushed once, and all are enqueued with lease 1
+    assert len(pushed) == 20_000
+    assert set(pushed.values()) == {1}
+    assert set(TaskEntity.objects.values_list("status", "lease").distinct()) == {("enqueued", 1)}
+
+
+def test_a_paused_lambda_delivers_nothing_until_resumed(
+        consumer: Consumer, queue: queues.QueueBackend) -> None:
+    tasks = [atf.schedule("demo.noop") for _ in range(5)]
+    scheduling.set_gate("demo.noop", "paused")
+    assert consumer.run_pass().total == 0
+    assert set(TaskEntity.objects.values_list("status", flat=True)) == {"new"}
+    scheduling.set_gate("demo.noop", "open")
+    assert consumer.run_pass().enqueued == 5
+    assert sorted(task_id for _p, task_id in drain(queue, "demo.noop")) == [t.pk for t in tasks]
+
+
+def test_a_dropped_lambda_marks_its_due_tasks_dropped(consumer: Consumer) -> None:
+    atf.schedule("demo.noop")
+    atf.schedule("demo.noop")
+    later = atf.schedule("demo.noop", delay=3600)
+    scheduling.set_gate("demo.noop", "dropped")
+    assert consumer.run_pass().dropped == 2
+    assert Counter(TaskEntity.objects.values_list("status", flat=True)) == {"dropped": 2,
+                                                                            "new": 1}
+    assert TaskEntity.objects.get(pk=later.pk).status == "new"
+
+
+def test_a_collection_gate_leaves_the_lambdas_other_collections_flowing(
+        consumer: Consumer, queue: queues.QueueBackend) -> None:
+    marketing = atf.schedule("demo.noop", collection="marketing")
+    reset = atf.schedule("demo.noop", collection="password_reset")
+    scheduling.set_gate("demo.noop", "paused", collection="marketing")
+    assert consumer.run_pass().enqueued == 1
+    assert drain(queue, "demo.noop") == [("default", reset.pk)]
+    scheduling.set_gate("demo.noop", "dropped", collection="marketing")
+    assert consumer.run_pass().dropped == 1
+    assert TaskEntity.objects.get(pk=marketing.pk).status == "dropped"
+
+
+def test_a_gate_with_until_reopens_by_itself(consumer: Consumer, clock: Clock,
+                                             queue: queues.QueueBackend) -> None:
+    task = atf.schedule("demo.noop")
+    scheduling.set_gate("demo.noop", "paused", until=clock.now + timedelta(seconds=60))
+    assert consumer.run_pass().total == 0
+    clock.advance(61)
+    consumer.housekeep(clock.now)
+    assert Lambda.objects.get(name="demo.noop").gate == "open"
+    assert consumer.run_pass().enqueued == 1
+    assert drain(queue, "demo.noop") == [("default", task.pk)]
+
+
+def test_housekeeping_reopens_collections_and_marks_vanished_workers(
+        consumer: Consumer, clock: Clock, settings: object) -> None:
+    from tasks_core.models import Worker
+
+    scheduling.set_gate("demo.noop", "dropped", collection="c",
+                        until=clock.now - timedelta(seconds=1))
+    Worker.objects.create(worker_id="h:1", host="h", pid=1, started_at=clock.now,
+                          last_seen=clock.now - timedelta(seconds=settings.ATF_WORKER_STALE_S + 1))
+    Worker.objects.create(worker_id="h:2", host="h", pid=2, started_at=clock.now,
+                          last_seen=clock.now)
+    consumer.housekeep(clock.now)
+    assert Collection.objects.get(name="c").gate == "open"
+    assert list(Worker.objects.filter(stopped_at__isnull=False).values_list("worker_id",
+                                                                            flat=True)) == ["h:1"]
+
+
+def test_a_lambda_with_a_huge_backlog_does_not_delay_another(queue: queues.QueueBackend,
+                                                             clock: Clock) -> None:
+    # Given lambda A with 50,000 due tasks and a quota, and lambda B with 10
+    a, b = LambdaFactory(name="tests.a", quota_per_s=1000), LambdaFactory(name="tests.b")
+    for _ in range(10):
+        store.create([store.NewTask(lambda_id=a.pk, collection="default", priority="default",
+                                    payload={}, run_at=clock.now, max_attempts=3)] * 5000,
+                     now=clock.now)
+    b_tasks = store.create([store.NewTask(lambda_id=b.pk, collection="default",
+                                          priority="default", payload={}, run_at=clock.now,
+                                          max_attempts=3)] * 10, now=clock.now)
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+    # When the consumer makes two passes
+    first, second = consumer.run_pass(), consumer.run_pass()
+    # Then all of B's tasks are enqueued, and A got no more than its share and quota
+    statuses = Counter(TaskEntity.objects.filter(lambda_ref=b).values_list("status", flat=True))
+    assert statuses == {"enqueued": len(b_tasks)}
+    a_enqueued = TaskEntity.objects.filter(lambda_ref=a, status="enqueued").count()
+    assert a_enqueued <= 1000
+    assert first.busy
+    assert first.enqueued + second.enqueued == a_enqueued + 10
+
+
+def test_a_quota_limits_how_fast_a_lambda_is_enqueued(queue: queues.QueueBackend,
+                                                      clock: Clock) -> None:
+    lam = LambdaFactory(name="tests.slow", quota_per_s=50)
+    store.create([store.NewTask(lambda_id=lam.pk, collection="default", priority="default",
+                                payload={}, run_at=clock.now, max_attempts=3)] * 300,
+                 now=clock.now)
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+    # Within one second it gets one second's worth, however often it polls
+    assert sum(consumer.run_pass().enqueued for _ in range(5)) == 50
+    clock.advance(0.5)
+    assert sum(consumer.run_pass().enqueued for _ in range(5)) == 25
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_committed_schedule_wakes_the_consumer(redis_client: redis.Redis) -> None:
+    event = threading.Event()
+    listener = wakeup.Listener(event)
+    listener.start()
+    try:
+        wait_for(lambda: redis_client.pubsub_numsub(wakeup.channel())[0][1] >= 1,
+                 message="the listener to subscribe")
+        with transaction.atomic():
+            atf.schedule("demo.noop")
+            assert not event.wait(0.2), "woken before the commit"
+        assert event.wait(5), "no wake-up after the commit"
+    finally:
+        listener.stop()
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("ATF_QUEUE_BACKEND", "carrier-pigeon", "unknown ATF_QUEUE_BACKEND"),
+        ("REDIS_URL", "redis://127.0.0.1:{port}/0", "Connection refused"),
+        ("DATABASE_URL", "postgres://postgres@127.0.0.1:{port}/test", "cannot reach the database"),
+    ],
+)
+def test_bad_configuration_stops_the_commands_with_one_line(
+        variable: str, value: str, message: str, closed_port: int) -> None:
+    env = subprocess_env(**{variable: value.format(port=closed_port)})
+    for command in ("runconsumer", "runworker"):
+        done = subprocess.run([sys.executable, "manage.py", command], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0
+        assert message in done.stderr
+        assert "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_bad_flags_are_refused() -> None:
+    for args in (["runconsumer", "--batch-size", "0"], ["runconsumer", "--poll-interval", "x"],
+                 ["runworker", "--threads", "-1"], ["runworker", "no.such.lambda"]):
+        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT,
+                              env=subprocess_env(), capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0, args
+        assert "Traceback" not in done.stderr
