@@ -198,6 +198,14 @@ ATF_PERIODIC_GRACE_S = env_float("ATF_PERIODIC_GRACE_S", 10.0)
 
 #: Requests per token, e.g. "6000/min"; empty turns throttling off.
 ATF_API_THROTTLE_RATE = env_str("ATF_API_THROTTLE_RATE", "100000/min")
+#: Largest request body in bytes (413 above it): room for a full batch of small payloads.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("ATF_MAX_REQUEST_BYTES", 16 * 1024 * 1024)
+#: Tasks per page of a list, unless the caller asks for another `page_size` (at most 1000).
+ATF_API_PAGE_SIZE = env_int("ATF_API_PAGE_SIZE", 100)
+#: Serve /metrics without a token (for scrapers that cannot send one); it shows every lambda.
+ATF_METRICS_PUBLIC = env_bool("ATF_METRICS_PUBLIC", False)
+#: Seconds of recent history behind the delivery-latency histogram of /metrics.
+ATF_METRICS_WINDOW_S = env_float("ATF_METRICS_WINDOW_S", 300.0)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -206,8 +214,10 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["tasks_api.parsers.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": ["tasks_api.throttling.TokenRateThrottle"],
+    "EXCEPTION_HANDLER": "tasks_api.exceptions.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -217,6 +227,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"GateStateEnum": ["open", "paused", "dropped"]},
 }
 
 # --- Django tasks API -----------------------------------------------------------------

@@ -5,4 +5,11 @@ urlpatterns = [
     # The console's dashboard is the admin's front page: its URLs come before the admin's.
     path("admin/", include("tasks_console.urls")),
     path("admin/", admin.site.urls),
+    path("", include("tasks_api.urls")),
 ]
+
+# Error pages are JSON under /api/ and the health endpoints, Django's own elsewhere.
+handler400 = "tasks_api.exceptions.bad_request"
+handler403 = "tasks_api.exceptions.permission_denied"
+handler404 = "tasks_api.exceptions.page_not_found"
+handler500 = "tasks_api.exceptions.server_error"

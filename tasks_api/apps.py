@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class TasksApiConfig(AppConfig):
+    name = "tasks_api"
+    verbose_name = "ATF REST API"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,153 @@
+"""/healthz (the process answers), /readyz (database and queue reachable) and /metrics.
+
+/healthz and /readyz need no credentials, so that load balancers and orchestrators can probe
+them; they tell nothing but up or down. /metrics needs a token (Prometheus sends one with
+`authorization: {type: Token, credentials: ...}`) unless ATF_METRICS_PUBLIC is on, and shows the
+caller's teams' lambdas (all of them to staff and when public).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tasks_api import permissions
+from tasks_api.renderers import FirstRenderer, JsonErrorsMixin, PrometheusRenderer
+from tasks_core import queues, stats
+from tasks_core.exceptions import QueueUnavailable
+from tasks_core.models import Lambda
+
+logger = logging.getLogger(__name__)
+
+
+class ProbeView(APIView):
+    """No authentication (a bad token must not fail a probe) and no throttling."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes: list = []
+
+
+class HealthzView(ProbeView):
+    @extend_schema(tags=["health"], responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request) -> Response:
+        return Response({"status": "ok"})
+
+
+def _check_database() -> str:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return "ok"
+    except DatabaseError as exc:
+        logger.warning("readiness: database unreachable: %s", exc)
+        return "unavailable"
+
+
+def _check_queue() -> str:
+    backend = None
+    try:
+        backend = queues.backend()
+        backend.ping()
+        return "ok"
+    except QueueUnavailable as exc:
+        logger.warning("readiness: queue unreachable: %s", exc)
+        return "unavailable"
+    finally:
+        if backend is not None:
+            backend.close()
+
+
+class ReadyzView(ProbeView):
+    @extend_schema(tags=["health"], responses={200: OpenApiTypes.OBJECT, 503: OpenApiTypes.OBJECT})
+    def get(self, request: Request) -> Response:
+        checks = {"database": _check_database(), "queue": _check_queue()}
+        ready = all(value == "ok" for value in checks.values())
+        return Response({"status": "ok" if ready else "unavailable", "checks": checks},
+                        status=200 if ready else 503)
+
+
+class StoreCollector(Collector):
+    """Reads the task store and the queues when Prometheus scrapes."""
+
+    def __init__(self, lambda_ids: list[int] | None) -> None:
+        self.lambda_ids = lambda_ids
+
+    def collect(self) -> Iterator[Metric]:
+        now = timezone.now()
+        window_s = settings.ATF_METRICS_WINDOW_S
+        tasks = GaugeMetricFamily("atf_tasks", "Tasks in the store by lambda and status.",
+                                  labels=["lambda", "status"])
+        for name, counts in sorted(stats.status_counts_by_lambda(
+                lambda_ids=self.lambda_ids).items()):
+            for status, n in sorted(counts.items()):
+                tasks.add_metric([name, status], n)
+        yield tasks
+        yield from self._queue_depths()
+        histogram = stats.latency_histogram(
+            since=now - timedelta(seconds=window_s), lambda_ids=self.lambda_ids)
+        buckets = [(str(bound), n) for bound, n in zip(histogram.bounds, histogram.buckets,
+                                                        strict=True)]
+        buckets.append(("+Inf", histogram.count))
+        yield GaugeHistogramMetricFamily(
+            "atf_delivery_latency_seconds",
+            f"started_at - run_at of first attempts started in the last {window_s:g} s.",
+            buckets=buckets, gsum_value=histogram.sum_s)
+        yield GaugeMetricFamily("atf_workers", "Live worker processes.",
+                                value=stats.live_workers(now=now))
+
+    def _queue_depths(self) -> Iterator[Metric]:
+        lambdas = Lambda.objects.order_by("name")
+        if self.lambda_ids is not None:
+            lambdas = lambdas.filter(pk__in=self.lambda_ids)
+        up = GaugeMetricFamily("atf_queue_up", "1 when the queue service answered.")
+        try:
+            depths = stats.queue_depths(list(lambdas.values_list("name", flat=True)))
+        except QueueUnavailable as exc:
+            logger.warning("metrics: queue depths unavailable: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        depth = GaugeMetricFamily("atf_queue_depth", "Messages waiting per lambda and priority.",
+                                  labels=["lambda", "priority"])
+        for name, by_priority in depths.items():
+            for priority, n in by_priority.items():
+                depth.add_metric([name, priority], n)
+        yield depth
+
+
+class MetricsPermission(BasePermission):
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return settings.ATF_METRICS_PUBLIC or IsAuthenticated().has_permission(request, view)
+
+
+class MetricsView(JsonErrorsMixin, APIView):
+    permission_classes = [MetricsPermission]
+    renderer_classes = [PrometheusRenderer]
+    content_negotiation_class = FirstRenderer
+
+    @extend_schema(tags=["health"], responses={(200, "text/plain"): str})
+    def get(self, request: Request) -> Response:
+        lambda_ids = None
+        if request.user.is_authenticated:
+            lambda_ids = permissions.lambda_ids_for(request.user)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(StoreCollector(lambda_ids))
+        return Response(generate_latest(registry),
+                        content_type="text/plain; version=0.0.4; charset=utf-8")

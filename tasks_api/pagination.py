@@ -1,0 +1,26 @@
+"""Cursor pagination of task lists, newest first."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import Cursor, CursorPagination
+from rest_framework.request import Request
+
+
+class TaskCursorPagination(CursorPagination):
+    """`?cursor=` from `next`/`previous`; `?page_size=` up to 1000."""
+
+    ordering = "-id"
+    page_size = settings.ATF_API_PAGE_SIZE
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        cursor = super().decode_cursor(request)
+        # A hand-made cursor could carry a position that is not an id; refuse it here rather
+        # than let the database reject it.
+        position = None if cursor is None else cursor.position
+        if position is not None and not (str(position).isdigit() and len(str(position)) <= 18):
+            raise NotFound(self.invalid_cursor_message)
+        return cursor

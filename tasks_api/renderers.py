@@ -1,0 +1,44 @@
+"""Renderers for views whose success answer is not JSON; their errors stay JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+
+class PrometheusRenderer(BaseRenderer):
+    """Passes through the text that prometheus_client produced."""
+
+    media_type = "text/plain"
+    format = "txt"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type: str | None = None,
+               renderer_context: dict[str, Any] | None = None) -> bytes:
+        return data if isinstance(data, bytes) else str(data).encode()
+
+
+class FirstRenderer(BaseContentNegotiation):
+    """Answers with the view's first renderer whatever the client accepts (no 406)."""
+
+    def select_parser(self, request: Request, parsers: list) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request: Request, renderers: list,
+                        format_suffix: str | None = None) -> tuple[BaseRenderer, str]:
+        return renderers[0], renderers[0].media_type
+
+
+class JsonErrorsMixin:
+    """Renders a view's errors as JSON even when its answers are text, YAML or HTML."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)  # type: ignore[misc]
+        renderer = JSONRenderer()
+        response.accepted_renderer = renderer
+        response.accepted_media_type = renderer.media_type
+        return response

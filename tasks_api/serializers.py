@@ -1,0 +1,330 @@
+"""Shapes of the API's requests and answers, with their field checks. Nothing here changes state."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from tasks_core.gating import GateState
+from tasks_core.models import Collection, Lambda, TaskEntity
+from tasks_core.states import TaskStatus
+
+#: Longest delay accepted: ten years.
+MAX_DELAY_S = 10 * 365 * 86400.0
+#: Most attempts a task may ask for.
+MAX_ATTEMPTS = 10_000
+#: Most ids in one dead-letter request.
+MAX_IDS = 10_000
+_MAX_ID = 2**63 - 1
+
+
+def _renamed(fields: dict[str, serializers.Field], **names: str) -> dict[str, serializers.Field]:
+    """Rename fields, keeping their order ("lambda" is a keyword, so it cannot be declared).
+
+    A renamed field without an explicit source reads and writes its new name.
+    """
+    return {names.get(name, name): field for name, field in fields.items()}
+
+
+def bad_text(text: str) -> bool:
+    """True for text the database cannot store: NUL characters or lone surrogates."""
+    if "\x00" in text:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+@extend_schema_field(OpenApiTypes.ANY)
+class PayloadField(serializers.JSONField):
+    """Any JSON value whose strings the database can store; size is checked by scheduling."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        pending = [data]
+        while pending:  # iterative: deep nesting must not overflow the stack
+            value = pending.pop()
+            if isinstance(value, str) and bad_text(value):
+                self.fail("bad_text")
+            elif isinstance(value, Mapping):
+                if any(not isinstance(key, str) or bad_text(key) for key in value):
+                    self.fail("bad_text")
+                pending.extend(value.values())
+            elif isinstance(value, list):
+                pending.extend(value)
+        try:
+            return super().to_internal_value(data)
+        except RecursionError:
+            self.fail("too_deep")
+
+    default_error_messages = {
+        **serializers.JSONField.default_error_messages,
+        "bad_text": "Strings may not contain NUL (\\u0000) characters or lone surrogates.",
+        "too_deep": "Payload is nested too deeply.",
+    }
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know, so a misspelt option is an error, not a silent default."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(key) for key in data if key not in self.fields)
+            if unknown:
+                raise serializers.ValidationError(
+                    {key[:100]: ["Unknown field."] for key in unknown[:20]}
+                )
+        return super().to_internal_value(data)
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    """A task as CONTRACT.md lists its fields."""
+
+    lambda_name = serializers.CharField(source="lambda_ref.name", read_only=True)
+    payload = serializers.JSONField(read_only=True)
+    result = serializers.JSONField(read_only=True)
+    last_error = serializers.JSONField(read_only=True)
+
+    class Meta:
+        model = TaskEntity
+        fields = [
+            "id", "lambda_name", "collection", "priority", "status", "payload", "attempts",
+            "max_attempts", "run_at", "created_at", "enqueued_at", "started_at", "finished_at",
+            "heartbeat_at", "result", "last_error", "idempotency_key", "worker",
+        ]
+        read_only_fields = fields
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return _renamed(super().get_fields(), lambda_name="lambda")
+
+
+class ScheduleTaskSerializer(StrictSerializer):
+    """One task to schedule. Scheduling itself checks the lambda, priority, size and key."""
+
+    lambda_name = serializers.CharField(max_length=200)
+    payload = PayloadField(required=False, allow_null=True)
+    collection = serializers.CharField(required=False, max_length=100)
+    priority = serializers.CharField(required=False, max_length=32,
+                                     help_text=f"One of {', '.join(settings.ATF_PRIORITIES)}.")
+    run_at = serializers.DateTimeField(required=False, help_text="ISO 8601; UTC without offset.")
+    delay = serializers.FloatField(required=False, min_value=0, max_value=MAX_DELAY_S,
+                                   help_text="Seconds from now; not with run_at.")
+    idempotency_key = serializers.CharField(required=False, max_length=255)
+    max_attempts = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ATTEMPTS)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return _renamed(super().get_fields(), lambda_name="lambda")
+
+
+class ScheduleBatchSerializer(StrictSerializer):
+    """Many tasks, all scheduled or none. Item errors are keyed "tasks[i].field"."""
+
+    tasks = ScheduleTaskSerializer(many=True, allow_empty=False,
+                                   max_length=settings.ATF_MAX_BATCH_SIZE)
+
+    def to_internal_value(self, data: Any) -> Any:
+        tasks = data.get("tasks") if isinstance(data, Mapping) else None
+        if isinstance(tasks, list) and len(tasks) > settings.ATF_MAX_BATCH_SIZE:
+            raise serializers.ValidationError(
+                {"tasks": [f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch; "
+                           f"got {len(tasks)}."]}
+            )
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError(_flatten(exc.detail)) from exc
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        tasks = attrs["tasks"]
+        seen: dict[tuple[str, str], int] = {}
+        errors: dict[str, list[str]] = {}
+        for index, task in enumerate(tasks):
+            if "idempotency_key" not in task:
+                continue
+            key = (task["lambda"], task["idempotency_key"])
+            if key in seen:
+                errors[f"tasks[{index}].idempotency_key"] = [
+                    f"Repeats the idempotency key of tasks[{seen[key]}]."
+                ]
+            seen.setdefault(key, index)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
+def _flatten(detail: Any) -> Any:
+    """{"tasks": [{}, {"lambda": [...]}]} -> {"tasks[1].lambda": [...]}, like schedule_many()."""
+    if not isinstance(detail, Mapping) or "tasks" not in detail:
+        return detail
+    flat = {name: value for name, value in detail.items() if name != "tasks"}
+    tasks = detail["tasks"]
+    items = tasks.items() if isinstance(tasks, Mapping) else enumerate(tasks)
+    for key, item in items:
+        if isinstance(item, Mapping):  # one item's field errors
+            flat.update({f"tasks[{key}].{field}": msgs for field, msgs in item.items()})
+        else:  # an error of the list itself ("non_field_errors", "Expected a list")
+            flat.setdefault("tasks", []).extend(item if isinstance(item, list) else [item])
+    return flat
+
+
+class TaskFilterSerializer(StrictSerializer):
+    """The query of a task list."""
+
+    lambda_name = serializers.CharField(required=False, max_length=200)
+    collection = serializers.CharField(required=False, max_length=100)
+    status = serializers.ChoiceField(required=False, choices=[s.value for s in TaskStatus])
+    priority = serializers.CharField(required=False, max_length=32)
+    cursor = serializers.CharField(required=False)
+    page_size = serializers.CharField(required=False)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return _renamed(super().get_fields(), lambda_name="lambda")
+
+    def filters(self) -> dict[str, str]:
+        """The ORM filters of the validated query."""
+        fields = {"lambda": "lambda_ref__name", "collection": "collection",
+                  "status": "status", "priority": "priority"}
+        return {fields[key]: value for key, value in self.validated_data.items() if key in fields}
+
+
+# --- lambdas, collections, gates -------------------------------------------------------------
+
+
+class GateSerializer(StrictSerializer):
+    state = serializers.ChoiceField(choices=[s.value for s in GateState])
+    until = serializers.DateTimeField(required=False, allow_null=True,
+                                      help_text="ISO 8601; a closed gate reopens by itself then.")
+
+
+class CollectionSerializer(serializers.ModelSerializer):
+    lambda_name = serializers.CharField(source="lambda_ref.name", read_only=True)
+
+    class Meta:
+        model = Collection
+        fields = ["lambda_name", "name", "gate", "gate_until"]
+        read_only_fields = fields
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return _renamed(super().get_fields(), lambda_name="lambda")
+
+
+class LambdaCollectionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Collection
+        fields = ["name", "gate", "gate_until"]
+        read_only_fields = fields
+
+
+class LambdaSerializer(serializers.ModelSerializer):
+    """A lambda with its gate, its collections' gates, queue depths and task counts.
+
+    The view passes `depths` (name -> priority -> n, or None when the queues are unreachable)
+    and `counts` (name -> status -> n) in the context, computed once for all lambdas shown.
+    """
+
+    team = serializers.CharField(source="team.name", read_only=True)
+    collections = LambdaCollectionSerializer(many=True, read_only=True)
+    queue_depth = serializers.SerializerMethodField()
+    counts = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Lambda
+        fields = ["name", "team", "gate", "gate_until", "max_attempts", "heartbeat_timeout_s",
+                  "in_code", "collections", "queue_depth", "counts"]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.DictField(child=serializers.IntegerField(), allow_null=True))
+    def get_queue_depth(self, row: Lambda) -> dict[str, int] | None:
+        depths = self.context.get("depths")
+        return None if depths is None else depths.get(row.name)
+
+    @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
+    def get_counts(self, row: Lambda) -> dict[str, int]:
+        found = self.context.get("counts", {}).get(row.name, {})
+        return {status.value: found.get(status.value, 0) for status in TaskStatus}
+
+
+# --- dead letters ------------------------------------------------------------------------------
+
+
+class DeadLetterFilterSerializer(StrictSerializer):
+    lambda_name = serializers.CharField(required=False, max_length=200)
+    collection = serializers.CharField(required=False, max_length=100)
+    cursor = serializers.CharField(required=False)
+    page_size = serializers.CharField(required=False)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return _renamed(super().get_fields(), lambda_name="lambda")
+
+
+class DeadLetterSelectSerializer(DeadLetterFilterSerializer):
+    """Which dead tasks to requeue or discard: `ids`, or all of a `lambda` (and `collection`)."""
+
+    ids = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=_MAX_ID),
+                                required=False, allow_empty=False, max_length=MAX_IDS)
+    cursor = None
+    page_size = None
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        has_ids, has_lambda = "ids" in attrs, "lambda" in attrs
+        if has_ids == has_lambda:
+            raise serializers.ValidationError(
+                {"non_field_errors": ['Give "ids" or "lambda" (with an optional "collection").']}
+            )
+        if "collection" in attrs and not has_lambda:
+            raise serializers.ValidationError({"collection": ['"collection" goes with "lambda".']})
+        return attrs
+
+
+class CountSerializer(serializers.Serializer):
+    requeued = serializers.IntegerField(required=False)
+    discarded = serializers.IntegerField(required=False)
+
+
+# --- stats -----------------------------------------------------------------------------------
+
+
+class StatsQuerySerializer(StrictSerializer):
+    minutes = serializers.IntegerField(required=False, min_value=1, max_value=1440, default=15,
+                                       help_text="The recent window, in minutes.")
+
+
+class LatencySerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    p50_s = serializers.FloatField(allow_null=True)
+    p95_s = serializers.FloatField(allow_null=True)
+    p99_s = serializers.FloatField(allow_null=True)
+
+
+class MinuteSerializer(serializers.Serializer):
+    minute = serializers.DateTimeField()
+    finished = serializers.IntegerField()
+
+
+class ThroughputSerializer(serializers.Serializer):
+    per_minute = serializers.FloatField()
+    minutes = MinuteSerializer(many=True)
+
+
+class StatsSerializer(serializers.Serializer):
+    """The answer of /api/v1/stats/ (see tasks_core.stats.Snapshot)."""
+
+    window_s = serializers.FloatField()
+    counts = serializers.DictField(child=serializers.IntegerField())
+    counts_by_lambda = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField()))
+    queue_depths = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField()), allow_null=True)
+    throughput = ThroughputSerializer()
+    delivery_latency = LatencySerializer()
+    failures_by_lambda = serializers.DictField(child=serializers.IntegerField())
+    live_workers = serializers.IntegerField()

@@ -1,0 +1,67 @@
+"""Per-token request limits: a fixed-window counter in the cache, answered 429 + Retry-After."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework.throttling import BaseThrottle
+
+if TYPE_CHECKING:
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
+
+logger = logging.getLogger(__name__)
+
+_PERIODS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    """"6000/min" -> (6000, 60): requests allowed per period of seconds."""
+    count, _slash, period = rate.partition("/")
+    return int(count), _PERIODS_S[period.strip()[:1]]
+
+
+class TokenRateThrottle(BaseThrottle):
+    """At most ATF_API_THROTTLE_RATE requests per token (per user for a session) and window.
+
+    One counter per window costs one cache round trip per request, whatever the rate; an
+    unreachable cache lets requests through rather than refusing them.
+    """
+
+    def __init__(self) -> None:
+        self.wait_s: float | None = None
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        rate = settings.ATF_API_THROTTLE_RATE
+        if not rate:
+            return True
+        limit, period_s = parse_rate(rate)
+        now = time.time()
+        window = int(now // period_s)
+        key = f"{settings.ATF_QUEUE_PREFIX}:throttle:{self._ident(request)}:{window}"
+        try:
+            cache.add(key, 0, timeout=period_s + 1)
+            count = cache.incr(key)
+        except ValueError:  # the key vanished (cache unreachable or evicted): let it pass
+            return True
+        if count is None or count <= limit:
+            return True
+        self.wait_s = (window + 1) * period_s - now
+        logger.info("throttled %s", self._ident(request), extra={"action": "throttled"})
+        return False
+
+    def wait(self) -> float | None:
+        return self.wait_s
+
+    def _ident(self, request: Request) -> str:
+        key = getattr(request.auth, "key", None)
+        if key:
+            return "token-" + hashlib.sha256(key.encode()).hexdigest()[:24]
+        if request.user and request.user.is_authenticated:
+            return f"user-{request.user.pk}"
+        return f"addr-{self.get_ident(request)}"

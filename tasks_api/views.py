@@ -1,0 +1,289 @@
+"""Thin views: validate with a serializer, make one call into tasks_core, answer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tasks_api import permissions, serializers
+from tasks_api.pagination import TaskCursorPagination
+from tasks_core import scheduling, stats, store
+from tasks_core.exceptions import QueueUnavailable
+from tasks_core.models import Collection, Lambda, TaskEntity
+from tasks_core.states import TaskStatus
+
+logger = logging.getLogger(__name__)
+
+#: Dead tasks requeued or discarded per transaction when a whole lambda is selected.
+_CHUNK = 1000
+
+_ERRORS = {
+    400: OpenApiResponse(OpenApiTypes.OBJECT, description="Field errors or a bad request."),
+    401: OpenApiResponse(OpenApiTypes.OBJECT, description="No or bad credentials."),
+    403: OpenApiResponse(OpenApiTypes.OBJECT, description="Not allowed."),
+    404: OpenApiResponse(OpenApiTypes.OBJECT, description="Not found, or not yours."),
+    409: OpenApiResponse(OpenApiTypes.OBJECT, description="Conflicts with the task's status."),
+    413: OpenApiResponse(OpenApiTypes.OBJECT, description="Request body too large."),
+    415: OpenApiResponse(OpenApiTypes.OBJECT, description="Not JSON."),
+    429: OpenApiResponse(OpenApiTypes.OBJECT, description="Throttled; see Retry-After."),
+    503: OpenApiResponse(OpenApiTypes.OBJECT, description="Database or queue unavailable."),
+}
+
+
+def _errors(*codes: int) -> dict[int, OpenApiResponse]:
+    return {code: _ERRORS[code] for code in (401, 429, 503, *codes)}
+
+
+def _clean_path_value(value: str) -> str:
+    """A name taken from the URL; 404 for text no row can hold (NUL, lone surrogates)."""
+    if serializers.bad_text(value):
+        raise NotFound("Not found.")
+    return value
+
+
+def _query(serializer_class: type[serializers.StrictSerializer],
+           request: Request) -> serializers.StrictSerializer:
+    form = serializer_class(data=request.query_params.dict())
+    form.is_valid(raise_exception=True)
+    return form
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+@extend_schema(tags=["tasks"])
+class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Schedule tasks and follow them. A caller sees only its teams' tasks."""
+
+    serializer_class = serializers.TaskSerializer
+    pagination_class = TaskCursorPagination
+    lookup_value_regex = "[0-9]{1,18}"
+
+    def get_queryset(self) -> QuerySet[TaskEntity]:
+        return permissions.tasks_for(self.request.user).select_related("lambda_ref")
+
+    def filter_queryset(self, queryset: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
+        if self.action != "list":
+            return queryset
+        return queryset.filter(**_query(serializers.TaskFilterSerializer, self.request).filters())
+
+    @extend_schema(parameters=[serializers.TaskFilterSerializer], responses={
+        200: serializers.TaskSerializer(many=True), **_errors(400, 404)})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(responses={200: serializers.TaskSerializer, **_errors(404)})
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().retrieve(request, *args, **kwargs)
+
+    @extend_schema(request=serializers.ScheduleTaskSerializer, responses={
+        201: serializers.TaskSerializer, 200: serializers.TaskSerializer,
+        **_errors(400, 403, 409, 413, 415)})
+    def create(self, request: Request) -> Response:
+        form = serializers.ScheduleTaskSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        options = dict(form.validated_data)
+        lambda_name, payload = options.pop("lambda"), options.pop("payload", None)
+        permissions.check_may_schedule(request.user, [lambda_name])
+        task, created = scheduling.schedule(lambda_name, payload, **options)
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(_shown([task])[0], status=code)
+
+    @extend_schema(request=serializers.ScheduleBatchSerializer, responses={
+        201: serializers.ScheduleBatchSerializer(read_only=True),
+        **_errors(400, 403, 409, 413, 415)})
+    @action(detail=False, methods=["post"])
+    def batch(self, request: Request) -> Response:
+        form = serializers.ScheduleBatchSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        calls = form.validated_data["tasks"]
+        permissions.check_may_schedule(request.user, (call["lambda"] for call in calls))
+        tasks = scheduling.schedule_many(calls)
+        return Response({"tasks": _shown(tasks)}, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: serializers.TaskSerializer, **_errors(404, 409)})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        task = scheduling.cancel(self.get_object().pk)
+        return Response(_shown([task])[0])
+
+
+def _shown(tasks: Sequence[TaskEntity]) -> list[dict[str, Any]]:
+    """Tasks as the API shows them, read back in one query."""
+    fresh = {t.pk: t for t in TaskEntity.objects.select_related("lambda_ref")
+             .filter(pk__in=[t.pk for t in tasks])}
+    return serializers.TaskSerializer([fresh[t.pk] for t in tasks], many=True).data
+
+
+# --- lambdas and collections ------------------------------------------------------------------
+
+
+def _lambda_context(rows: Iterable[Lambda]) -> dict[str, Any]:
+    """Queue depths and task counts of `rows`, computed once for all of them."""
+    rows = list(rows)
+    try:
+        depths: dict[str, dict[str, int]] | None = stats.queue_depths([r.name for r in rows])
+    except QueueUnavailable as exc:
+        logger.warning("queue depths unavailable: %s", exc)
+        depths = None
+    counts = stats.status_counts_by_lambda(lambda_ids=[r.pk for r in rows])
+    return {"depths": depths, "counts": counts}
+
+
+@extend_schema(tags=["lambdas"])
+class LambdaViewSet(viewsets.ReadOnlyModelViewSet):
+    """Lambdas with their gates, collections, queue depths and task counts."""
+
+    serializer_class = serializers.LambdaSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet[Lambda]:
+        return (permissions.lambdas_for(self.request.user).select_related("team")
+                .prefetch_related("collections").order_by("name"))
+
+    def get_object(self) -> Lambda:
+        _clean_path_value(self.kwargs["name"])
+        return super().get_object()
+
+    def _show(self, *rows: Lambda) -> Any:
+        return serializers.LambdaSerializer(rows, many=True, context=_lambda_context(rows)).data
+
+    @extend_schema(responses={200: serializers.LambdaSerializer(many=True), **_errors()})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(self._show(*self.get_queryset()))
+
+    @extend_schema(responses={200: serializers.LambdaSerializer, **_errors(404)})
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(self._show(self.get_object())[0])
+
+    @extend_schema(request=serializers.GateSerializer,
+                   responses={200: serializers.LambdaSerializer, **_errors(400, 404, 415)})
+    @action(detail=True, methods=["post"])
+    def gate(self, request: Request, name: str) -> Response:
+        row = self.get_object()
+        form = serializers.GateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        scheduling.set_gate(row.name, form.validated_data["state"],
+                            until=form.validated_data.get("until"))
+        return Response(self._show(self.get_queryset().get(pk=row.pk))[0])
+
+    @extend_schema(request=serializers.GateSerializer,
+                   responses={200: serializers.CollectionSerializer, **_errors(400, 404, 415)})
+    @action(detail=True, methods=["post"], url_path="collections/(?P<collection>[^/]+)/gate",
+            url_name="collection-gate")
+    def collection_gate(self, request: Request, name: str, collection: str) -> Response:
+        row = self.get_object()
+        if serializers.bad_text(collection) or len(collection) > 100:
+            raise NotFound("No such collection.")
+        form = serializers.GateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        gated = scheduling.set_gate(row.name, form.validated_data["state"], collection=collection,
+                                    until=form.validated_data.get("until"))
+        shown = Collection.objects.select_related("lambda_ref").get(pk=gated.pk)
+        return Response(serializers.CollectionSerializer(shown).data)
+
+
+# --- dead letters ----------------------------------------------------------------------------
+
+
+@extend_schema(tags=["dead letters"])
+class DeadLetterViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Tasks whose attempts ran out: list them, requeue them (back to new) or discard them."""
+
+    serializer_class = serializers.TaskSerializer
+    pagination_class = TaskCursorPagination
+
+    def get_queryset(self) -> QuerySet[TaskEntity]:
+        return (permissions.tasks_for(self.request.user).filter(status=TaskStatus.DEAD)
+                .select_related("lambda_ref"))
+
+    def filter_queryset(self, queryset: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
+        if self.action != "list":
+            return queryset
+        return self._narrow(queryset, _query(serializers.DeadLetterFilterSerializer,
+                                             self.request).validated_data)
+
+    @staticmethod
+    def _narrow(queryset: QuerySet[TaskEntity], selection: dict[str, Any]) -> QuerySet[TaskEntity]:
+        if "ids" in selection:
+            queryset = queryset.filter(pk__in=selection["ids"])
+        if "lambda" in selection:
+            queryset = queryset.filter(lambda_ref__name=selection["lambda"])
+        if "collection" in selection:
+            queryset = queryset.filter(collection=selection["collection"])
+        return queryset
+
+    def _selected_ids(self, request: Request) -> list[int]:
+        form = serializers.DeadLetterSelectSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        selection = form.validated_data
+        if "lambda" in selection and not permissions.lambdas_for(request.user).filter(
+                name=selection["lambda"]).exists():
+            raise ValidationError(
+                {"lambda": [f"Unknown lambda {selection['lambda']!r}."]})
+        return list(self._narrow(self.get_queryset(), selection).order_by("pk")
+                    .values_list("pk", flat=True))
+
+    @extend_schema(parameters=[serializers.DeadLetterFilterSerializer], responses={
+        200: serializers.TaskSerializer(many=True), **_errors(400, 404)})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(request=serializers.DeadLetterSelectSerializer,
+                   responses={200: serializers.CountSerializer, **_errors(400, 415)})
+    @action(detail=False, methods=["post"])
+    def requeue(self, request: Request) -> Response:
+        ids, now = self._selected_ids(request), timezone.now()
+        requeued = sum(store.requeue(ids[i:i + _CHUNK], now=now)
+                       for i in range(0, len(ids), _CHUNK))
+        logger.info("requeued %d dead tasks", requeued, extra={"action": "dead_requeued"})
+        return Response({"requeued": requeued})
+
+    @extend_schema(request=serializers.DeadLetterSelectSerializer,
+                   responses={200: serializers.CountSerializer, **_errors(400, 415)})
+    @action(detail=False, methods=["post"])
+    def discard(self, request: Request) -> Response:
+        ids = self._selected_ids(request)
+        discarded = sum(store.discard(ids[i:i + _CHUNK]) for i in range(0, len(ids), _CHUNK))
+        logger.info("discarded %d dead tasks", discarded, extra={"action": "dead_discarded"})
+        return Response({"discarded": discarded})
+
+
+# --- stats -----------------------------------------------------------------------------------
+
+
+class StatsView(APIView):
+    """Counts, queue depths, throughput and delivery latency of the caller's lambdas."""
+
+    @extend_schema(tags=["stats"], parameters=[serializers.StatsQuerySerializer],
+                   responses={200: serializers.StatsSerializer, **_errors(400)})
+    def get(self, request: Request) -> Response:
+        minutes = _query(serializers.StatsQuerySerializer, request).validated_data["minutes"]
+        snap = stats.snapshot(now=timezone.now(), window_s=minutes * 60.0,
+                              lambda_ids=permissions.lambda_ids_for(request.user))
+        return Response(serializers.StatsSerializer({
+            "window_s": snap.window_s,
+            "counts": snap.counts,
+            "counts_by_lambda": snap.counts_by_lambda,
+            "queue_depths": snap.queue_depths,
+            "throughput": {"per_minute": snap.per_minute,
+                           "minutes": [{"minute": m, "finished": n} for m, n in snap.throughput]},
+            "delivery_latency": snap.latency,
+            "failures_by_lambda": snap.failures_by_lambda,
+            "live_workers": snap.live_workers,
+        }).data)
+
