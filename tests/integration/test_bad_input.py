@@ -1,0 +1,367 @@
+"""Bad input on the queue, worker and store side: a clear error each time, no lost or stuck task.
+
+Tasks go through the real pipeline in process: the consumer's pass pushes to Redis, the
+controller pops and claims, an executor runs the lambda and records the outcome. Test-only
+lambdas are registered here, not in demo/lambdas.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from tasks_core import atf, directory, registry, store
+from tasks_core.exceptions import InvalidTask
+from tasks_core.gating import Decision
+from tasks_core.models import TaskEntity
+from tasks_core.queues import Message, QueueBackend
+from tests.integration.test_api_support import Member, member
+from workers.buffer import WorkBuffer
+from workers.consumer import Consumer
+from workers.controller import ControllerThread
+from workers.executor import ExecutorThread, Tally
+from workers.heartbeat import HeartbeatThread
+
+pytestmark = [pytest.mark.django_db]
+
+NOT_JSON_RESULTS = {
+    "tests.bad_input.returns_set": lambda: {1, 2},
+    "tests.bad_input.returns_nan": lambda: {"ratio": float("nan")},
+    "tests.bad_input.returns_object": lambda: object(),
+    "tests.bad_input.returns_bytes": lambda: b"\xff\xfe",
+}
+
+
+@pytest.fixture
+def odd_lambdas() -> Iterator[list[str]]:
+    """Test-only lambdas whose return value is not JSON."""
+    for name, value in NOT_JSON_RESULTS.items():
+        def returns(ctx: atf.TaskContext, payload: Any, value: Any = value) -> Any:
+            return value()
+
+        registry.register(name, team=settings.ATF_DEMO_TEAM, max_attempts=3)(returns)
+    registry.sync_to_store()
+    yield list(NOT_JSON_RESULTS)
+    for name in NOT_JSON_RESULTS:
+        registry.unregister(name)
+    registry.sync_to_store()
+
+
+@dataclass
+class Pipeline:
+    """One consumer, one controller and one executor of the real code, driven step by step."""
+
+    queue: QueueBackend
+    consumer: Consumer
+    controller: ControllerThread
+    executor: ExecutorThread
+    buffer: WorkBuffer
+
+    def deliver(self) -> list[store.ClaimedTask]:
+        """One consumer pass, then pop and claim what it pushed; the claimed tasks."""
+        self.consumer.run_pass()
+        popped = self.queue.pop(self.controller.queue_names, max_count=100, wait_s=0.2)
+        self.controller.dispatch(popped)
+        claimed = []
+        while (task := self.buffer.take(timeout_s=0)) is not None:
+            claimed.append(task)
+        return claimed
+
+    def run(self) -> list[store.ClaimedTask]:
+        """Deliver and execute until nothing more is due (a pop takes one queue at a time)."""
+        done: list[store.ClaimedTask] = []
+        while claimed := self.deliver():
+            for task in claimed:
+                self.executor.execute(task)
+            done.extend(claimed)
+        return done
+
+
+@pytest.fixture
+def pipeline(queue: QueueBackend) -> Pipeline:
+    registry.sync_to_store()
+    buffer = WorkBuffer(priorities=settings.ATF_PRIORITIES, executors=100)
+    heartbeat = HeartbeatThread(buffer=buffer, interval_s=1.0, worker_id="tests:1:bad")
+    controller = ControllerThread(
+        buffer=buffer, queue=queue, worker_id="tests:1:bad",
+        lambda_ids={name: directory.by_name(name).id for name in registry.names()},
+        priorities=settings.ATF_PRIORITIES,
+    )
+    executor = ExecutorThread(index=0, buffer=buffer, heartbeat=heartbeat,
+                              worker_id="tests:1:bad", tally=Tally())
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue)
+    return Pipeline(queue=queue, consumer=consumer, controller=controller, executor=executor,
+                    buffer=buffer)
+
+
+def status(task_id: int) -> str:
+    return TaskEntity.objects.values_list("status", flat=True).get(pk=task_id)
+
+
+def payload_of_size(size: int) -> dict[str, str]:
+    """A payload whose compact JSON text is exactly `size` bytes."""
+    overhead = len(json.dumps({"x": ""}, separators=(",", ":")))
+    return {"x": "a" * (size - overhead)}
+
+
+def nested(depth: int) -> Any:
+    value: Any = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+# --- payload size and shape ----------------------------------------------------------------
+
+
+def test_a_payload_at_the_size_limit_is_accepted_and_runs(pipeline: Pipeline) -> None:
+    # Given a payload exactly as large as the limit
+    limit = settings.ATF_MAX_PAYLOAD_BYTES
+    task = atf.schedule("demo.noop", payload_of_size(limit))
+    # When the pipeline delivers and runs it
+    claimed = pipeline.run()
+    # Then it is claimed with its payload intact and succeeds
+    assert [c.task_id for c in claimed] == [task.pk]
+    assert len(json.dumps(claimed[0].payload, separators=(",", ":"))) == limit
+    assert status(task.pk) == "success"
+
+
+def test_a_payload_one_byte_over_the_limit_is_refused_naming_both_sizes() -> None:
+    # Given a payload one byte over the limit
+    limit = settings.ATF_MAX_PAYLOAD_BYTES
+    # When it is scheduled
+    with pytest.raises(InvalidTask) as caught:
+        atf.schedule("demo.noop", payload_of_size(limit + 1))
+    # Then the error names the payload, its size and the limit, and no task exists
+    assert caught.value.errors["payload"] == [
+        f"Payload is {limit + 1} bytes; the limit is {limit}."
+    ]
+    assert not TaskEntity.objects.exists()
+
+
+def test_a_huge_payload_is_refused_without_storing_anything() -> None:
+    # When a payload of ten times the limit is scheduled in a batch with a good task
+    huge = payload_of_size(10 * settings.ATF_MAX_PAYLOAD_BYTES)
+    calls = [{"lambda": "demo.noop", "payload": {}}, {"lambda": "demo.noop", "payload": huge}]
+    with pytest.raises(InvalidTask) as caught:
+        atf.schedule_many(calls)
+    # Then the whole batch is refused, naming the bad item
+    assert list(caught.value.errors) == ["tasks[1].payload"]
+    assert not TaskEntity.objects.exists()
+
+
+def test_a_deeply_nested_payload_is_refused_clearly() -> None:
+    # When a payload nested far deeper than any JSON parser allows is scheduled
+    with pytest.raises(InvalidTask) as caught:
+        atf.schedule("demo.noop", nested(100_000))
+    # Then it is refused as too deeply nested, and nothing is stored
+    assert caught.value.errors["payload"] == ["Payload is nested too deeply."]
+    assert not TaskEntity.objects.exists()
+
+
+def test_a_nested_payload_within_reach_runs(pipeline: Pipeline) -> None:
+    # Given a payload nested 200 levels deep (deep, but far from the parser's limit)
+    task = atf.schedule("demo.noop", nested(200))
+    # When the pipeline runs it
+    pipeline.run()
+    # Then it succeeds
+    assert status(task.pk) == "success"
+
+
+@pytest.mark.xfail(strict=True, raises=RecursionError, reason=(
+    "bug reported to the lead: validation measures nesting with json.dumps at the caller's "
+    "stack depth; storing the payload needs a few dozen frames more, so a payload nested just "
+    "under Python's recursion limit passes validation and then fails the INSERT with a bare "
+    "RecursionError (a 500 through the API) instead of an InvalidTask"))
+def test_every_nesting_depth_is_either_refused_clearly_or_stored_and_run(
+    pipeline: Pipeline
+) -> None:
+    # Given payloads nested from deeper than any parser allows down to shallow ones
+    accepted = None
+    for depth in range(1000, 0, -1):
+        # When each is scheduled until one is accepted
+        try:
+            accepted = atf.schedule("demo.noop", nested(depth))
+            break
+        except InvalidTask as exc:
+            # Then each refused one is refused as too deeply nested...
+            assert exc.errors["payload"] == ["Payload is nested too deeply."]
+    # ...and the deepest accepted one is stored and runs to success
+    assert accepted is not None
+    pipeline.run()
+    assert status(accepted.pk) == "success"
+
+
+def test_a_huge_batch_is_refused_whole() -> None:
+    # When a batch one over the limit is scheduled
+    calls = [{"lambda": "demo.noop"}] * (settings.ATF_MAX_BATCH_SIZE + 1)
+    with pytest.raises(InvalidTask) as caught:
+        atf.schedule_many(calls)
+    # Then nothing is created and the error says the limit
+    assert caught.value.errors == {
+        "tasks": [f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch."]
+    }
+    assert not TaskEntity.objects.exists()
+
+
+def test_a_payload_that_is_not_json_is_refused() -> None:
+    with pytest.raises(InvalidTask) as caught:
+        atf.schedule("demo.noop", {"when": timezone.now(), "ratio": float("inf")})
+    assert caught.value.errors["payload"][0].startswith("Payload must be JSON")
+
+
+# --- queues and workers --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [
+    b"\xff\xfe\x00 not utf-8",
+    b"not json at all",
+    b'{"id": "7", "lease": 1}',
+    b'{"id": 7}',
+    b"[1, 2, 3]",
+    b"",
+])
+def test_a_corrupted_message_is_discarded_and_the_good_ones_run(
+    pipeline: Pipeline, body: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a corrupted message in a worker's queue, ahead of a real one
+    task = atf.schedule("demo.noop", {"n": 1})
+    queue_name = pipeline.queue.queue_name("demo.noop", "default")
+    pipeline.queue.client.lpush(queue_name, body)
+    # When the pipeline delivers and runs what is due
+    with caplog.at_level(logging.WARNING, logger="workers.controller"):
+        pipeline.run()
+    # Then the corrupted message is logged and dropped, and the real task succeeds
+    assert "discarded a message that is not ATF's" in caplog.text
+    assert status(task.pk) == "success"
+    assert pipeline.queue.depth(queue_name) == 0
+
+
+def test_a_message_for_another_lambdas_task_is_not_claimed_and_the_task_is_not_lost(
+    pipeline: Pipeline, queue: QueueBackend
+) -> None:
+    # Given a task of demo.sleep whose message sits in demo.noop's queue instead of its own
+    task = atf.schedule("demo.sleep", {"seconds": 0})
+    batch = store.enqueue_due(directory.by_name("demo.sleep").id, limit=10, now=timezone.now(),
+                              skip_collections=[], decide=lambda _collection: Decision.ENQUEUE)
+    (_priority, message), = batch.messages
+    queue.push(queue.queue_name("demo.noop", "default"), [message])
+    # When a worker that runs only demo.noop pops it
+    noop_only = ControllerThread(buffer=pipeline.buffer, queue=queue, worker_id="tests:2:noop",
+                                 lambda_ids={"demo.noop": directory.by_name("demo.noop").id},
+                                 priorities=settings.ATF_PRIORITIES)
+    noop_only.dispatch(queue.pop(noop_only.queue_names, max_count=10, wait_s=0.1))
+    # Then it does not claim it: the task stays enqueued for its own workers
+    assert pipeline.buffer.take(timeout_s=0) is None
+    assert status(task.pk) == "enqueued"
+    # And once the enqueue timeout passes, the consumer enqueues it again in its own queue
+    later = timezone.now() + timedelta(seconds=settings.ATF_ENQUEUE_TIMEOUT_S + 1)
+    pipeline.consumer.clock = lambda: later
+    pipeline.run()
+    assert status(task.pk) == "success"
+
+
+def test_a_message_for_a_task_that_no_longer_exists_is_dropped(pipeline: Pipeline,
+                                                               queue: QueueBackend) -> None:
+    # Given a well-formed message whose task was deleted
+    queue.push(queue.queue_name("demo.noop", "default"), [Message(task_id=987654, lease=1)])
+    task = atf.schedule("demo.noop")
+    # When the pipeline runs
+    pipeline.run()
+    # Then nothing is claimed for it, and the real task still runs
+    assert status(task.pk) == "success"
+    assert queue.depth(queue.queue_name("demo.noop", "default")) == 0
+
+
+def test_a_worker_for_an_unknown_lambda_refuses_to_start() -> None:
+    with pytest.raises(CommandError, match=r"unknown lambda\(s\): no\.such\.lambda; registered:"):
+        call_command("runworker", "no.such.lambda")
+
+
+def test_a_lambda_the_code_no_longer_has_fails_retriably_with_its_name(pipeline: Pipeline) -> None:
+    # Given a task of a lambda that was registered when scheduled but is gone from the code
+    registry.register("tests.bad_input.vanishing", team=settings.ATF_DEMO_TEAM)(
+        lambda ctx, payload: {})
+    registry.sync_to_store()
+    try:
+        task = atf.schedule("tests.bad_input.vanishing")
+        pipeline.controller.lambda_ids["tests.bad_input.vanishing"] = task.lambda_ref_id
+        pipeline.controller.queue_names.append(
+            pipeline.queue.queue_name("tests.bad_input.vanishing", "default"))
+        claimed = pipeline.deliver()
+    finally:
+        registry.unregister("tests.bad_input.vanishing")
+    # When an executor runs it
+    pipeline.executor.execute(claimed[0])
+    # Then the attempt fails retriably, saying which lambda is unknown (another worker may have it)
+    row = TaskEntity.objects.get(pk=task.pk)
+    assert row.status == "retrying"
+    assert row.last_error["type"] == "LambdaNotFound"
+    assert "tests.bad_input.vanishing" in row.last_error["message"]
+
+
+def test_a_lambda_returning_something_that_is_not_json_fails_clearly(
+    pipeline: Pipeline, odd_lambdas: list[str]
+) -> None:
+    # Given one task per lambda whose result is not JSON
+    tasks = {name: atf.schedule(name) for name in odd_lambdas}
+    pipeline.controller.lambda_ids.update(
+        {name: directory.by_name(name).id for name in odd_lambdas})
+    pipeline.controller.queue_names.extend(pipeline.queue.queue_name(name, "default")
+                                           for name in odd_lambdas)
+    # When the pipeline runs them
+    pipeline.run()
+    # Then each ends fatal_failure (retrying would not help) with a ResultNotJSON error
+    for task in tasks.values():
+        row = TaskEntity.objects.get(pk=task.pk)
+        assert row.status == "fatal_failure"
+        assert row.last_error["type"] == "ResultNotJSON"
+        assert "not JSON" in row.last_error["message"]
+        assert row.result is None
+
+
+# --- the API, where bad bytes first arrive --------------------------------------------------
+
+
+@pytest.fixture
+def demo_member() -> Member:
+    return member(settings.ATF_DEMO_TEAM, lambda_name="demo.noop")
+
+
+@pytest.mark.parametrize("body", [
+    b'{"lambda": "demo.noop", "payload": {"s": "\xff\xfe"}}',
+    b'{"lambda": "demo.noop", "payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"lambda": "demo.noop", "payload": NaN}',
+    b'{"lambda": "demo.noop"',
+])
+def test_the_api_answers_bad_bodies_with_400_json(demo_member: Member, body: bytes) -> None:
+    # When a body that is not valid UTF-8 / JSON, or nests absurdly deep, is posted
+    response = demo_member.client.generic("POST", "/api/v1/tasks/", body,
+                                          content_type="application/json")
+    # Then the answer is a JSON 400 saying why, and no task exists
+    assert response.status_code == 400
+    assert "detail" in response.json()
+    assert not TaskEntity.objects.exists()
+
+
+def test_the_api_refuses_a_batch_body_over_the_upload_limit(demo_member: Member) -> None:
+    # Given a batch body larger than the request limit
+    item = {"lambda": "demo.noop", "payload": payload_of_size(200_000)}
+    body = json.dumps({"tasks": [item] * 100}).encode()
+    assert len(body) > (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0)
+    # When it is posted
+    response = demo_member.client.generic("POST", "/api/v1/tasks/batch/", body,
+                                          content_type="application/json")
+    # Then it is refused with a JSON error, and nothing is created
+    assert response.status_code in (400, 413)
+    assert "detail" in response.json()
+    assert not TaskEntity.objects.exists()
