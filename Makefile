@@ -14,6 +14,7 @@ PYTHON := $(VENV)/bin/python
 ATF_DEMO_PORT ?= 8000
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
+CHAOS_ARGS ?=
 
 # No `export` line: make passes variables from the environment and the command line to every
 # recipe as they are, and leaves unset ones unset (tests/settings.py then picks its defaults).
@@ -21,12 +22,14 @@ PYTEST_ARGS ?=
 # PostgreSQL for the demo only when DATABASE_URL asks for it; the default is SQLite.
 DEMO_SERVICES := redis $(if $(filter postgres%,$(DATABASE_URL)),postgres)
 
-.PHONY: help venv test demo lint clean
+.PHONY: help venv test demo chaos lint clean
 
 help:
 	@echo "make test    create .venv, start Redis/PostgreSQL if needed, run the whole test suite"
 	@echo "make demo    create .venv, start Redis if needed, run API + console + consumer + worker"
 	@echo "             on http://127.0.0.1:$(ATF_DEMO_PORT)/ (ATF_DEMO_PORT), scheduling demo tasks"
+	@echo "make chaos   long chaos run: 100,000 tasks, faults every few seconds, then the checks"
+	@echo "             (python -m tests.chaos long \$$CHAOS_ARGS; see docs/sections/chaos.md)"
 	@echo "make lint    ruff check"
 	@echo "make clean   remove caches and collected static files (rm atf.sqlite3 resets the demo)"
 
@@ -42,6 +45,10 @@ test: venv
 demo: venv
 	@$(PYTHON) scripts/ensure_services.py $(DEMO_SERVICES)
 	@$(PYTHON) manage.py atf_demo --port $(ATF_DEMO_PORT) $(DEMO_ARGS)
+
+chaos: venv
+	@$(PYTHON) scripts/ensure_services.py redis postgres
+	@$(PYTHON) -m tests.chaos long $(CHAOS_ARGS)
 
 lint: venv
 	@$(VENV)/bin/ruff check .
