@@ -195,6 +195,9 @@ def postgres_cluster(port: int) -> Cluster:
         raise ServiceMissing(f"postgres: nothing answers at 127.0.0.1:{port} and PostgreSQL is "
                              "not installed: install it (apt-get install postgresql) or set "
                              "DATABASE_URL")
+    if shutil.which("pg_lsclusters") is None or shutil.which("pg_ctlcluster") is None:
+        raise ServiceMissing("postgres: Debian's cluster tools (pg_lsclusters, pg_ctlcluster) are "
+                             "missing: install postgresql-common, or start PostgreSQL yourself")
     if not clusters() and is_root():
         version = server_versions()[0]
         logger.info("postgres: creating cluster %s/main on port %s", version, port)
@@ -324,7 +327,7 @@ def main(argv: list[str]) -> int:
     except ServiceMissing as exc:
         logger.error("error: %s", exc)
         return 2
-    except subprocess.CalledProcessError as exc:
+    except (subprocess.CalledProcessError, OSError) as exc:
         logger.error("error: %s", exc)
         return 2
     return 0
