@@ -115,6 +115,10 @@ def lines(series: Sequence[Series], x_labels: Sequence[str], *, title: str, unit
                           for i, v in enumerate(s.values) if v is not None)
         body.append(f'<polyline points="{points}" fill="none" stroke="{escape(s.colour)}" '
                     f'stroke-width="2"/>')
+        body += [f'<circle cx="{left + i * step + step / 2:.1f}" cy="{y_of(v):.1f}" r="2.5" '
+                 f'fill="{escape(s.colour)}"><title>{escape(x_labels[i])} {escape(s.name)}: '
+                 f"{number(v)}{escape(unit)}</title></circle>"
+                 for i, v in enumerate(s.values) if v is not None]
     legend_x = left
     for s in series:
         body.append(f'<rect x="{legend_x}" y="2" width="10" height="10" fill="{escape(s.colour)}"/>'

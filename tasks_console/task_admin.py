@@ -11,7 +11,9 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Substr
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from tasks_console import display, filters
@@ -77,6 +79,11 @@ class BigTaskListAdmin(ConsoleAdmin):
     def status_badge(self, task: TaskEntity) -> SafeString:
         return display.status_badge(task.status)
 
+    @admin.display(description="lambda", ordering="lambda_ref__name")
+    def lambda_name(self, task: TaskEntity) -> SafeString:
+        url = reverse("admin:tasks_core_lambda_change", args=[task.lambda_ref_id])
+        return format_html('<a href="{}">{}</a>', url, task.lambda_ref.name)
+
     @admin.display(description="attempts")
     def attempts_display(self, task: TaskEntity) -> str:
         return f"{task.attempts}/{task.max_attempts}"
@@ -114,7 +121,7 @@ class BigTaskListAdmin(ConsoleAdmin):
                                        .values_list("pk", "status")))
 
     fieldsets = [
-        (None, {"fields": [("id", "status_badge"), ("lambda_ref", "collection", "priority"),
+        (None, {"fields": [("id", "status_badge"), ("lambda_name", "collection", "priority"),
                            ("attempts_display", "worker", "lease"), "idempotency_key"]}),
         ("Times", {"fields": [("run_at", "created_at"), ("enqueued_at", "claimed_at"),
                               ("started_at", "heartbeat_at"), "finished_at"]}),
@@ -135,7 +142,7 @@ class BigTaskListAdmin(ConsoleAdmin):
 
 @admin.register(TaskEntity)
 class TaskAdmin(BigTaskListAdmin):
-    list_display = ("id", "lambda_ref", "collection", "priority", "status_badge",
+    list_display = ("id", "lambda_name", "collection", "priority", "status_badge",
                     "attempts_display", "run_at", "created_at", "finished_at", "error_summary")
     list_filter = (filters.LambdaFilter, filters.CollectionFilter, "status",
                    filters.PriorityFilter, filters.TeamFilter,
@@ -189,7 +196,7 @@ def requeue(request: HttpRequest, queryset: QuerySet, *,
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(BigTaskListAdmin):
-    list_display = ("id", "lambda_ref", "collection", "priority", "attempts_display",
+    list_display = ("id", "lambda_name", "collection", "priority", "attempts_display",
                     "finished_at", "error_summary")
     list_filter = (filters.LambdaFilter, filters.ErrorTypeFilter, filters.ErrorMessageFilter,
                    filters.CollectionFilter, filters.TeamFilter,
