@@ -214,7 +214,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["tasks_api.parsers.BoundedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["tasks_api.parsers.SafeJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["tasks_api.throttling.TokenRateThrottle"],
     "EXCEPTION_HANDLER": "tasks_api.exceptions.exception_handler",

@@ -2,7 +2,8 @@
 
 InvalidTask -> 400 with its field errors; InvalidTransition -> 409; TaskNotFound and
 LambdaNotFound -> 404; QueueUnavailable and an unreachable database -> 503; an idempotency key
-that a concurrent request inserted first -> 409 (retrying returns the existing task).
+that a concurrent request inserted first -> 409 (retrying returns the existing task); a body
+over DATA_UPLOAD_MAX_MEMORY_SIZE -> 413.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import IntegrityError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
@@ -49,6 +52,9 @@ class RequestTooLarge(exceptions.APIException):
 
 
 def _translate(exc: Exception) -> Exception:
+    if isinstance(exc, RequestDataTooBig):
+        return RequestTooLarge(
+            f"The request body is over the limit of {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.")
     if isinstance(exc, InvalidTask):
         return exceptions.ValidationError(exc.errors)
     if isinstance(exc, InvalidTransition):

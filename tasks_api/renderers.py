@@ -37,8 +37,8 @@ class JsonErrorsMixin:
     """Renders a view's errors as JSON even when its answers are text, YAML or HTML."""
 
     def handle_exception(self, exc: Exception) -> Response:
-        response = super().handle_exception(exc)  # type: ignore[misc]
-        renderer = JSONRenderer()
-        response.accepted_renderer = renderer
-        response.accepted_media_type = renderer.media_type
-        return response
+        # finalize_response() renders with the request's renderer: make that one JSON.
+        request = self.request  # type: ignore[attr-defined]
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = request.accepted_renderer.media_type
+        return super().handle_exception(exc)  # type: ignore[misc]
