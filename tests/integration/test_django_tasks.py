@@ -1,0 +1,328 @@
+"""The django-tasks backend: `@task` functions enqueued through ATF, run by the executor, and
+their results read back, following the behaviour django-tasks' own backend tests check.
+
+Tasks run as a worker runs them: the store enqueues, claims and starts them, and
+`workers.executor.run_lambda` calls the lambda and turns what happened into the result.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.utils import timezone
+from django_tasks import TaskContext, TaskResultStatus, default_task_backend, task, task_backends
+from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist, TaskResultMismatch
+
+from tasks_core import atf, store
+from tasks_core.context import TaskContext as AtfContext
+from tasks_core.contrib import django_tasks as backend_module
+from tasks_core.contrib.django_tasks import ATFBackend, priority_name
+from tasks_core.gating import Decision
+from tasks_core.models import Lambda, TaskEntity
+from tasks_core.states import TaskStatus
+from workers.executor import run_lambda
+
+pytestmark = [pytest.mark.django_db]
+
+BACKEND = "tasks_core.contrib.django_tasks.ATFBackend"
+
+
+class TaskBroke(Exception):
+    """A failure of our own, to check the exception's class path comes back."""
+
+
+@task()
+def noop_task(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@task()
+async def noop_task_async(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@task()
+def calculate_meaning_of_life() -> int:
+    return 42
+
+
+@task()
+def add(a: int, b: int = 0) -> dict[str, int]:
+    return {"sum": a + b}
+
+
+@task()
+def failing_task_value_error() -> None:
+    raise ValueError("This task failed due to ValueError")
+
+
+@task()
+def failing_task_own_error() -> None:
+    raise TaskBroke("our own failure")
+
+
+@task()
+def failing_task_system_exit() -> None:
+    raise SystemExit("This task failed due to SystemExit")
+
+
+@task()
+def returns_a_set() -> object:
+    return {1, 2}
+
+
+@task(takes_context=True)
+def get_task_id(context: TaskContext) -> dict[str, Any]:
+    return {"id": context.task_result.id, "attempt": context.attempt}
+
+
+@pytest.fixture(autouse=True)
+def atf_backend(settings: Any) -> None:
+    settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": ["default", "reports"]}}
+
+
+def run_due(*, now: datetime | None = None, worker: str = "w1") -> list[str]:
+    """Run every due django-tasks task once, as a worker would; return the statuses reached."""
+    now = now or timezone.now() + timedelta(seconds=1)
+    lam = Lambda.objects.get(name=backend_module.LAMBDA_NAME)
+    batch = store.enqueue_due(lam.pk, limit=100, now=now, skip_collections=[],
+                              decide=lambda collection: Decision.ENQUEUE)
+    messages = [message for _priority, message in batch.messages]
+    reached = []
+    for claimed in store.claim(messages, worker=worker, lambda_ids=[lam.pk], now=now):
+        assert store.start(claimed, now=now)
+        ctx = AtfContext(task_id=claimed.task_id, attempt=claimed.attempt,
+                         collection=claimed.collection, priority=claimed.priority,
+                         lambda_name=claimed.lambda_name)
+        result = run_lambda(claimed, ctx, worker=worker)
+        reached.append(str(store.finish(claimed, result, now=timezone.now())))
+    return reached
+
+
+# --- the backend -------------------------------------------------------------------------
+
+
+def test_using_the_atf_backend() -> None:
+    backend = task_backends["default"]
+    assert isinstance(backend, ATFBackend)
+    assert backend.supports_defer and backend.supports_get_result
+    assert backend.supports_priority and backend.supports_async_task
+
+
+@pytest.mark.parametrize("func", [noop_task, noop_task_async])
+def test_enqueue_creates_an_atf_task(func: Any) -> None:
+    # When a @task function is enqueued
+    result = func.enqueue(1, two=3)
+    # Then the result is ready, not finished, with its arguments
+    assert result.status == TaskResultStatus.READY
+    assert not result.is_finished
+    assert (result.started_at, result.last_attempted_at, result.finished_at) == (None,) * 3
+    with pytest.raises(ValueError, match="Task has not finished yet"):
+        result.return_value  # noqa: B018
+    assert result.task == func
+    assert (result.args, result.kwargs, result.attempts) == ([1], {"two": 3}, 0)
+    # And it is an ordinary ATF task of the django_tasks.run lambda
+    entity = TaskEntity.objects.get(pk=int(result.id))
+    assert entity.lambda_ref.name == "django_tasks.run"
+    assert (entity.status, entity.collection, entity.priority) == ("new", "default", "default")
+    assert entity.payload["task"] == func.module_path
+
+
+def test_aenqueue_and_aget_result() -> None:
+    result = async_to_sync(noop_task.aenqueue)()
+    assert result.status == TaskResultStatus.READY
+    assert async_to_sync(default_task_backend.aget_result)(result.id) == result
+
+
+def test_get_result_equals_the_enqueued_result() -> None:
+    result = default_task_backend.enqueue(noop_task, [], {})
+    assert default_task_backend.get_result(result.id) == result
+
+
+@pytest.mark.parametrize("result_id", ["123456789", "not-a-number", ""])
+def test_a_missing_result_does_not_exist(result_id: str) -> None:
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(result_id)
+
+
+def test_an_atf_task_of_another_lambda_is_not_a_result() -> None:
+    other = atf.schedule("demo.noop")
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(str(other.pk))
+
+
+def test_get_result_of_another_task_function_is_a_mismatch() -> None:
+    result = noop_task.enqueue()
+    with pytest.raises(TaskResultMismatch):
+        calculate_meaning_of_life.get_result(result.id)
+
+
+# --- priority, run_after, queue_name -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("priority", "expected"), [
+    (-100, "low"), (-1, "low"), (0, "default"), (1, "high"), (100, "high"),
+])
+def test_priorities_map_to_atf_names(priority: int, expected: str) -> None:
+    assert priority_name(priority) == expected
+
+
+@pytest.mark.parametrize(("priority", "expected"), [
+    (100, "urgent"), (51, "urgent"), (50, "high"), (1, "high"), (0, "default"), (-100, "low"),
+])
+def test_priorities_spread_over_more_names(settings: Any, priority: int, expected: str) -> None:
+    settings.ATF_PRIORITIES = ["urgent", "high", "default", "low"]
+    assert priority_name(priority) == expected
+
+
+def test_enqueue_with_priority() -> None:
+    result = noop_task.using(priority=10).enqueue()
+    assert TaskEntity.objects.get(pk=int(result.id)).priority == "high"
+    assert result.task.priority == 10
+    assert default_task_backend.get_result(result.id).task.priority == 10
+
+
+def test_invalid_priority_is_refused() -> None:
+    with pytest.raises(InvalidTaskError):
+        noop_task.using(priority=101)
+
+
+def test_run_after_becomes_run_at_and_holds_the_task_back() -> None:
+    # Given a task that may run only in an hour
+    run_after = timezone.now() + timedelta(hours=1)
+    result = noop_task.using(run_after=run_after).enqueue()
+    assert TaskEntity.objects.get(pk=int(result.id)).run_at == run_after
+    assert default_task_backend.get_result(result.id).task.run_after == run_after
+    # When workers look now, Then it does not run; in an hour, it does
+    assert run_due() == []
+    assert run_due(now=run_after + timedelta(seconds=1)) == ["success"]
+
+
+def test_queue_name_is_the_collection() -> None:
+    result = add.using(queue_name="reports").enqueue(1, b=2)
+    assert TaskEntity.objects.get(pk=int(result.id)).collection == "reports"
+    assert default_task_backend.get_result(result.id).task.queue_name == "reports"
+
+
+def test_an_unknown_queue_is_refused() -> None:
+    with pytest.raises(InvalidTaskError, match="Queue 'elsewhere' is not valid"):
+        noop_task.using(queue_name="elsewhere").enqueue()
+
+
+def test_enqueue_rolls_back_with_the_callers_transaction() -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        noop_task.enqueue()
+        raise RuntimeError("the caller's work failed")
+    assert not TaskEntity.objects.exists()
+
+
+# --- results and exceptions --------------------------------------------------------------
+
+
+def test_a_result_comes_back_with_its_return_value() -> None:
+    # Given an enqueued task
+    result = calculate_meaning_of_life.enqueue()
+    # When a worker runs it and the caller refreshes the result
+    assert run_due() == ["success"]
+    assert result.status == TaskResultStatus.READY
+    result.refresh()
+    # Then it succeeded with its return value, once, on that worker
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.is_finished
+    assert result.return_value == 42
+    assert (result.attempts, result.worker_ids) == (1, ["w1"])
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert result.last_attempted_at == result.started_at
+
+
+def test_arguments_reach_the_function() -> None:
+    result = add.enqueue(2, b=40)
+    run_due()
+    result.refresh()
+    assert result.return_value == {"sum": 42}
+
+
+@pytest.mark.parametrize(("func", "exception", "message"), [
+    (failing_task_value_error, ValueError, "This task failed due to ValueError"),
+    (failing_task_own_error, TaskBroke, "our own failure"),
+])
+def test_an_exception_fails_the_task_with_its_class_and_traceback(
+        func: Any, exception: type[BaseException], message: str) -> None:
+    # Given an enqueued task that raises
+    result = func.enqueue()
+    # When a worker runs it
+    assert run_due() == ["dead"]  # one attempt by default: dead-letter queue, FAILED
+    result.refresh()
+    # Then it failed, with the exception's class and traceback
+    assert result.status == TaskResultStatus.FAILED
+    with pytest.raises(ValueError, match="Task failed"):
+        result.return_value  # noqa: B018
+    assert result.is_finished
+    assert result.errors[0].exception_class is exception
+    assert result.errors[0].traceback.endswith(f"{exception.__name__}: {message}\n")
+    assert result.attempts == 1
+
+
+def test_system_exit_fails_the_task_instead_of_the_worker() -> None:
+    result = failing_task_system_exit.enqueue()
+    assert run_due() == ["dead"]
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert "SystemExit" in result.errors[0].traceback
+
+
+def test_a_return_value_that_is_not_json_fails_the_task() -> None:
+    result = returns_a_set.enqueue()
+    run_due()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class is TypeError
+
+
+def test_a_task_that_takes_context_sees_its_result_and_attempt() -> None:
+    result = get_task_id.enqueue()
+    run_due()
+    result.refresh()
+    assert result.return_value == {"id": result.id, "attempt": 1}
+
+
+def test_retries_when_the_backend_allows_several_attempts(settings: Any) -> None:
+    # Given a backend that gives tasks two attempts, and a task that fails
+    settings.TASKS = {"default": {"BACKEND": BACKEND, "OPTIONS": {"MAX_ATTEMPTS": 2}}}
+    result = failing_task_value_error.enqueue()
+    # When the first attempt fails, Then the task is ready again, the error recorded
+    assert run_due() == ["retrying"]
+    result.refresh()
+    assert (result.status, len(result.errors), result.attempts) == (TaskResultStatus.READY, 1, 1)
+    # When the second attempt fails too, Then it failed for good after two attempts
+    assert run_due(now=timezone.now() + timedelta(hours=1)) == ["dead"]
+    result.refresh()
+    assert (result.status, len(result.errors), result.attempts) == (TaskResultStatus.FAILED, 2,
+                                                                    2)
+
+
+def test_a_cancelled_task_is_failed() -> None:
+    result = noop_task.enqueue()
+    store.cancel(int(result.id), now=timezone.now())
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert "Cancelled" in result.errors[0].traceback
+
+
+def test_statuses_map_to_django_tasks_statuses() -> None:
+    assert set(backend_module.STATUSES) == set(TaskStatus)
+
+
+def test_enqueue_and_run_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="django_tasks"):
+        result = noop_task.enqueue()
+        run_due()
+    lines = [r.getMessage() for r in caplog.records if r.name == "django_tasks"]
+    assert any("enqueued" in line and result.id in line for line in lines)
+    assert any("state=RUNNING" in line for line in lines)
+    assert any("state=SUCCESSFUL" in line for line in lines)
