@@ -1,0 +1,101 @@
+"""`manage.py atf_dlq list|requeue|discard [--lambda NAME] [--collection NAME] [--ids 1,2]`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from tasks_core import store
+from tasks_core.contrib import cli
+from tasks_core.models import Lambda, TaskEntity
+from tasks_core.states import TaskStatus
+
+#: Dead tasks requeued or discarded per transaction.
+CHUNK = 1000
+DONE = {"requeue": "requeued", "discard": "discarded"}
+
+
+class Command(BaseCommand):
+    help = (
+        "The dead-letter queue: tasks whose attempts ran out. List them, requeue them (back to "
+        "'new' with their attempts reset; chained children come back too) or discard them."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = (
+            "examples:\n"
+            "  manage.py atf_dlq list --lambda billing.send_invoice\n"
+            "  manage.py atf_dlq requeue --ids 41,42\n"
+            "  manage.py atf_dlq discard --lambda billing.send_invoice --collection marketing"
+        )
+        parser.add_argument("action", choices=["list", "requeue", "discard"])
+        parser.add_argument("--lambda", dest="lambda_name", metavar="NAME",
+                            help="only dead tasks of this lambda")
+        parser.add_argument("--collection", metavar="NAME",
+                            help="only dead tasks of this collection (with --lambda)")
+        parser.add_argument("--ids", type=cli.ids, metavar="ID,ID,...",
+                            help="only these tasks")
+        parser.add_argument("--limit", type=int, default=50,
+                            help="most tasks `list` shows (default 50)")
+
+    def handle(self, *args: Any, action: str, lambda_name: str | None, collection: str | None,
+               ids: list[int] | None, limit: int, **options: Any) -> None:
+        if collection and not lambda_name:
+            raise CommandError("--collection goes with --lambda")
+        if lambda_name and not Lambda.objects.filter(name=lambda_name).exists():
+            raise CommandError(f"unknown lambda {lambda_name!r}")
+        dead = TaskEntity.objects.filter(status=TaskStatus.DEAD).order_by("pk")
+        if lambda_name:
+            dead = dead.filter(lambda_ref__name=lambda_name)
+        if collection:
+            dead = dead.filter(collection=collection)
+        if ids:
+            dead = dead.filter(pk__in=ids)
+        if action == "list":
+            self._list(dead, limit)
+            return
+        if not (ids or lambda_name):
+            raise CommandError(f"say which tasks to {action}: --ids, or --lambda "
+                               "(with --collection)")
+        done = self._apply(action, list(dead.values_list("pk", flat=True)))
+        asked = f" of {len(ids)}" if ids else ""
+        skipped = " (the others are not dead)" if ids and done < len(ids) else ""
+        self.stdout.write(f"{DONE[action]} {done}{asked} dead task(s){skipped}")
+
+    def _list(self, dead: QuerySet[TaskEntity], limit: int) -> None:
+        total = dead.count()
+        rows = dead.values_list("pk", "lambda_ref__name", "collection", "attempts",
+                                "finished_at", "last_error")[:max(limit, 0)]
+        self.stdout.write(cli.table(
+            ["ID", "LAMBDA", "COLLECTION", "ATTEMPTS", "DIED", "LAST ERROR"],
+            [(pk, name, coll, attempts,
+              finished.strftime("%Y-%m-%d %H:%M:%S") if finished else "-", _error_line(error))
+             for pk, name, coll, attempts, finished, error in rows],
+        ))
+        shown = min(total, max(limit, 0))
+        self.stdout.write(f"{total} dead task(s)" + (f", {shown} shown" if shown < total else ""))
+
+    def _apply(self, action: str, task_ids: list[int]) -> int:
+        progress = cli.Progress(self.stderr, total=len(task_ids), label=action)
+        done = 0
+        for start in range(0, len(task_ids), CHUNK):
+            chunk = task_ids[start:start + CHUNK]
+            if action == "requeue":
+                done += store.requeue(chunk, now=timezone.now())
+            else:
+                done += store.discard(chunk)
+            progress.advance(len(chunk))
+        progress.close()
+        return done
+
+
+def _error_line(error: dict[str, Any] | None, limit: int = 60) -> str:
+    if not error:
+        return "-"
+    line = f"{error.get('type', '')}: {error.get('message', '')}".splitlines()[0]
+    return line if len(line) <= limit else line[:limit - 1] + "…"
