@@ -80,7 +80,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     parser.add_argument("--threads", type=int, default=8, help="executor threads per worker")
     parser.add_argument("--consumers", type=int, default=2, help="consumers (default 2)")
-    parser.add_argument("--batch", type=int, default=100, help="tasks per schedule call")
+    parser.add_argument("--batch", type=int,
+                        help="tasks per schedule call (default 100; soak: a fifth of the rate)")
     parser.add_argument("--api-share", type=float, default=0.25,
                         help="share of batches scheduled through the REST API when it answers")
     parser.add_argument("--database", default="atf_chaos",
@@ -96,12 +97,21 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="port of the private redis-server (default: a free one)")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="where the processes' logs go (default: a new temp directory)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a setting of every process, e.g. "
+                             "--set ATF_ENQUEUE_TIMEOUT_S=3 (repeatable)")
     parser.add_argument("--keep-database", action="store_true",
                         help="keep the database after a successful run (kept after a failure)")
     args = parser.parse_args(argv)
     for name, value in MODE_DEFAULTS[args.mode].items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    try:
+        args.set = dict(item.split("=", 1) for item in args.set)
+    except ValueError:
+        parser.error("--set takes NAME=VALUE")
+    if args.batch is None:
+        args.batch = max(1, int(args.rate // 5)) if args.mode == "soak" else 100
     args.faults = [name.strip() for name in args.faults.split(",") if name.strip()]
     if unknown := sorted(set(args.faults) - set(FAULTS)):
         parser.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
@@ -129,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     database.recreate()
     server = PrivateRedis(args.redis_port or free_port(), log_dir)
     server.start()
-    env = {**os.environ, **CHILD_SETTINGS, "DATABASE_URL": database.url, "REDIS_URL": server.url}
+    env = {**os.environ, **CHILD_SETTINGS, **args.set, "DATABASE_URL": database.url,
+           "REDIS_URL": server.url}
     # The runner itself is a Django process too, but quieter than its children.
     os.environ.update({**env, "ATF_LOG_LEVEL": "WARNING"})
     say(f"chaos {args.mode}: database {database.name}, redis port {server.port}, "
@@ -175,7 +186,7 @@ def _run(args: argparse.Namespace, env: dict[str, str], database: ChaosDatabase,
             f"{args.threads} thread(s); scheduling through the API: {'yes' if api else 'no'}")
         lab = Lab(cluster=cluster, redis=server, database=database, records=RecordSink(server),
                   victims=Victims(), rng=random.Random(args.seed + 2),
-                  heartbeat_interval_s=float(CHILD_SETTINGS["ATF_HEARTBEAT_INTERVAL_S"]),
+                  heartbeat_interval_s=float(env["ATF_HEARTBEAT_INTERVAL_S"]),
                   pg_restart_command=args.pg_restart_command)
         if args.mode == "soak":
             return soak.run_soak(args, lab, api)
