@@ -91,6 +91,15 @@ def check_timezone(name: str) -> ZoneInfo:
         raise ConfigurationError(f"unknown time zone {name!r}") from exc
 
 
+def check_timing(*, cron: str, interval_s: float | None, tz: str) -> None:
+    """Raise ConfigurationError unless this is exactly one valid schedule in a known time zone
+    (for forms that edit PeriodicTask rows)."""
+    if bool(cron) == (interval_s is not None):
+        raise ConfigurationError("give a cron expression or an interval, not both or neither")
+    parse_schedule(cron or interval_s)  # type: ignore[arg-type]
+    check_timezone(tz)
+
+
 def next_after(after: datetime, *, cron: str, interval_s: float | None, tz: str) -> datetime:
     """The first occurrence strictly after `after`, in UTC."""
     if interval_s:

@@ -8,11 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import redis
 from django.db import connections
 
 from tasks_core import periodic, registry
 from tasks_core.exceptions import ConfigurationError
 from tasks_core.models import Lambda, PeriodicTask, TaskEntity
+from tests.conftest import Processes, subprocess_env, wait_for
 from tests.factories import LambdaFactory
 
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
@@ -65,7 +67,18 @@ def test_bad_schedules_are_refused(value: object) -> None:
         periodic.parse_schedule(value)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("cron", "interval_s", "tz"), [
+    ("", None, "UTC"), ("* * * * *", 60.0, "UTC"), ("* * * * *", None, "Mars/Olympus"),
+    ("", 0.1, "UTC"),
+])
+def test_check_timing_refuses_what_the_console_must_not_save(cron: str, interval_s: float | None,
+                                                             tz: str) -> None:
+    with pytest.raises(ConfigurationError):
+        periodic.check_timing(cron=cron, interval_s=interval_s, tz=tz)
+
+
 def test_schedule_values() -> None:
+    periodic.check_timing(cron="*/5 * * * *", interval_s=None, tz="Europe/Paris")
     assert periodic.parse_schedule("*/5 * * * *") == ("*/5 * * * *", None)
     assert periodic.parse_schedule(timedelta(minutes=5)) == ("", 300.0)
     assert periodic.parse_schedule(10) == ("", 10.0)
@@ -249,3 +262,31 @@ def test_duplicate_schedule_names_raise(code_schedules: list[str]) -> None:
     periodic.every(60, "tests.x", name="twice")
     with pytest.raises(ConfigurationError):
         periodic.every(30, "tests.x", name="twice")
+
+
+# --- end to end: real consumer processes -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_three_running_consumers_make_one_task_per_second(
+        transactional_db: None, processes: Processes, redis_client: redis.Redis) -> None:
+    # Given a schedule every second, and three consumers running at once
+    registry.sync_to_store()
+    noop = Lambda.objects.get(name="demo.noop")
+    PeriodicTask.objects.create(name="tick", lambda_ref=noop, interval_s=1.0)
+    for _ in range(3):
+        processes.start("runconsumer", "--poll-interval", "0.2",
+                        env=subprocess_env(ATF_LOG_LEVEL="INFO"))
+
+    def occurrences() -> list[datetime]:
+        keys = TaskEntity.objects.filter(idempotency_key__startswith="periodic:tick:") \
+            .values_list("idempotency_key", flat=True)
+        return sorted(datetime.fromisoformat(key.removeprefix("periodic:tick:")) for key in keys)
+
+    # When they run for ten occurrences
+    wait_for(lambda: len(occurrences()) >= 10, timeout_s=60, message="ten occurrences")
+    processes.stop_all()
+    # Then there is one task per occurrence: one a second, none missing, none twice
+    found = occurrences()
+    assert all(b - a == seconds(1) for a, b in zip(found, found[1:], strict=False)), found
+    assert TaskEntity.objects.filter(lambda_ref=noop).count() == len(found)
