@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from tasks_console import display, filters
+from tasks_console import display, filters, scoping
 from tasks_console.base import ConsoleAdmin, confirmation, id_chunks, report
 from tasks_console.models import DeadLetter
 from tasks_console.paginator import EstimatedCountPaginator
@@ -26,6 +26,10 @@ from tasks_core.models import TaskAttempt, TaskDependency, TaskEntity
 
 #: Buttons on a task's page: (action name, label).
 TASK_BUTTONS = [("cancel_tasks", "Cancel"), ("run_now", "Run now"), ("requeue_tasks", "Requeue")]
+#: Statuses whose last error is searched (a success may keep the error of an earlier retry,
+#: but people search for what is failing).
+ERROR_STATUSES = [states.TaskStatus.RETRYING, states.TaskStatus.FATAL_FAILURE,
+                  states.TaskStatus.DEAD, states.TaskStatus.CANCELLED, states.TaskStatus.DROPPED]
 #: Characters of an error message that make a dead-letter group.
 MESSAGE_PREFIX = 120
 
@@ -62,17 +66,23 @@ class BigTaskListAdmin(ConsoleAdmin):
     sortable_by = ("id",)
     list_select_related = ("lambda_ref",)
     search_fields = ("idempotency_key",)
-    search_help_text = "Task id, exact idempotency key, or words of the last error."
+    search_help_text = ("Task id, exact idempotency key, or words of the last error of a "
+                        "failing task.")
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet,
                            search_term: str) -> tuple[QuerySet, bool]:
+        """Each alternative is one an index can answer: the id, the (lambda, key) unique index,
+        and error text only among tasks whose status keeps an error (the status index)."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        match = Q(idempotency_key=term) | Q(last_error__type=term)
-        match |= Q(last_error__message__icontains=term)
-        if term.lstrip("#").isdigit():
+        lambda_ids = list(scoping.visible_lambdas(request.user).values_list("pk", flat=True))
+        match = Q(lambda_ref_id__in=lambda_ids, idempotency_key=term)
+        if term.lstrip("#").isdigit():  # a number is an id (or a key), not error text
             match |= Q(pk=int(term.lstrip("#")))
+        else:
+            match |= Q(status__in=ERROR_STATUSES) & (
+                Q(last_error__type=term) | Q(last_error__message__icontains=term))
         return queryset.filter(match), False
 
     @admin.display(description="status", ordering="status")
