@@ -234,6 +234,8 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
                          "max_attempts", "worker", "started_at")
         )
         to_enqueue: list[tuple[int, int, str]] = []
+        to_bump: list[int] = []
+        to_keep: list[int] = []
         to_drop: list[int] = []
         lost: list[TaskAttempt] = []
         to_kill: list[int] = []
@@ -261,13 +263,19 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
             states.check_transition(status, TaskStatus.ENQUEUED)
             if status is not TaskStatus.NEW:
                 batch.reenqueued[status.value] += 1
-            to_enqueue.append((pk, lease + 1, priority))
+            # An expired `enqueued` task keeps its lease: its first message may still be in a
+            # long queue, and whichever copy is popped first may claim it (a claim bumps the
+            # lease, so the other copy goes stale). Bumping here would make every message of
+            # a backlog older than the enqueue timeout stale before a worker reached it.
+            bump = status is not TaskStatus.ENQUEUED
+            to_enqueue.append((pk, lease + bump, priority))
+            (to_bump if bump else to_keep).append(pk)
         if to_enqueue:
-            ids = [pk for pk, _lease, _priority in to_enqueue]
-            TaskEntity.objects.filter(pk__in=ids).update(
+            TaskEntity.objects.filter(pk__in=to_bump).update(
                 status=TaskStatus.ENQUEUED, lease=F("lease") + 1, enqueued_at=now
             )
-            TaskAssoc.objects.filter(task_id__in=ids).update(
+            TaskEntity.objects.filter(pk__in=to_keep).update(enqueued_at=now)
+            TaskAssoc.objects.filter(task_id__in=to_bump + to_keep).update(
                 **_assoc_changes(TaskStatus.ENQUEUED, lambda_id, now)
             )
             batch.messages = [(priority, Message(task_id=pk, lease=lease))

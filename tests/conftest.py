@@ -101,8 +101,10 @@ class Processes:
 
     def stop_all(self) -> None:
         for child in self.children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGKILL)
+            try:  # the whole group: a supervisor's worker processes too
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for child in self.children:
             child.wait(timeout=10)
 

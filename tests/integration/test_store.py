@@ -110,9 +110,10 @@ def test_a_delayed_task_is_not_enqueued_before_its_run_at(now: datetime) -> None
 
 @pytest.mark.sqlite
 def test_a_stale_lease_claims_nothing(now: datetime) -> None:
-    # Given a task enqueued twice (the first message went stale)
+    # Given a task that was claimed, lost by its controller, and enqueued again
     task = atf.schedule("demo.noop")
     first = messages(enqueue_due("demo.noop", now))
+    claim(first, now)
     later = now + timedelta(hours=1)
     second = messages(enqueue_due("demo.noop", later))
     assert first[0].lease < second[0].lease
@@ -121,6 +122,19 @@ def test_a_stale_lease_claims_nothing(now: datetime) -> None:
     assert entity(task.pk).status == "enqueued"
     # And the current message still claims it
     assert [c.task_id for c in claim(second, later)] == [task.pk]
+
+
+@pytest.mark.sqlite
+def test_a_task_enqueued_again_is_claimed_by_whichever_copy_comes_first(now: datetime) -> None:
+    # Given a task whose enqueue timeout fired while its first message waited in a long queue
+    task = atf.schedule("demo.noop")
+    first = messages(enqueue_due("demo.noop", now))
+    second = messages(enqueue_due("demo.noop", now + timedelta(hours=1)))
+    # Then both copies carry the same lease: the first still claims it...
+    assert first[0].lease == second[0].lease
+    assert [c.task_id for c in claim(first, now)] == [task.pk]
+    # ...and the second copy is stale from then on
+    assert claim(second, now) == []
 
 
 @pytest.mark.sqlite

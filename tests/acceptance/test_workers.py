@@ -1,0 +1,261 @@
+"""Workers end to end: real consumer and worker processes on real PostgreSQL and Redis.
+
+Short timeouts make recovery quick: heartbeats every second, a task without one for five
+seconds is enqueued again.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.db import connection
+
+from tasks_core import atf, scheduling
+from tasks_core.models import TaskAttempt, TaskEntity, Worker
+from tests.conftest import ROOT, Processes, subprocess_env, wait_for
+from tests.proxy import Proxy
+from workers.heartbeat import EXIT_CUT_OFF
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+FAST = {
+    "ATF_HEARTBEAT_INTERVAL_S": "1",
+    "ATF_HEARTBEAT_TIMEOUT_S": "5",
+    "ATF_ENQUEUE_TIMEOUT_S": "5",
+    "ATF_CLAIM_TIMEOUT_S": "60",  # long: a test sees a task handed back, not timed out
+    "ATF_POLL_INTERVAL_S": "0.2",
+    "ATF_SHUTDOWN_GRACE_S": "20",
+}
+
+
+@pytest.fixture
+def env() -> dict[str, str]:
+    return subprocess_env(**FAST)
+
+
+@pytest.fixture
+def records(redis_client: redis.Redis) -> Iterator[callable]:
+    def read(key: str = "records") -> list[dict]:
+        return [json.loads(line) for line in redis_client.lrange(key, 0, -1)]
+
+    yield read
+
+
+def statuses() -> Counter[str]:
+    return Counter(TaskEntity.objects.values_list("status", flat=True))
+
+
+def all_final(count: int) -> bool:
+    return sum(statuses()[s] for s in ("success", "fatal_failure", "dead")) >= count
+
+
+def overlapping(lines: list[dict]) -> list[int]:
+    """Task ids with two recorded executions whose [start, end] intervals overlap."""
+    by_task: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for line in lines:
+        by_task[line["task_id"]].append((line["start"], line["end"]))
+    bad = []
+    for task_id, spans in by_task.items():
+        spans.sort()
+        if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
+            bad.append(task_id)
+    return bad
+
+
+def test_outcomes_end_in_the_right_status_with_the_right_attempts(
+        processes: Processes, env: dict[str, str]) -> None:
+    # Given one task of each kind of outcome
+    fatal = atf.schedule("demo.fail", {"mode": "fatal"})
+    retried = atf.schedule("demo.fail", {"mode": "retriable", "times": 2})
+    crashed = atf.schedule("demo.fail", {"mode": "crash", "times": 1})
+    dead = atf.schedule("demo.fail", {"mode": "retriable", "times": 99}, max_attempts=3)
+    # When a consumer and a supervised worker (which restarts a crashed process) run
+    processes.start("runconsumer", env=env)
+    # One thread per process: a crash takes down only its own task
+    processes.start("runworker", "demo.fail", "--processes", "2", "--threads", "1", env=env)
+    wait_for(lambda: all_final(4), timeout_s=90, message="four final tasks")
+
+    # Then each ends as its lambda decided, with its attempts on record
+    def outcome(task: TaskEntity) -> tuple[str, int, list[str]]:
+        row = TaskEntity.objects.get(pk=task.pk)
+        history = list(TaskAttempt.objects.filter(task=row).values_list("outcome", flat=True))
+        return row.status, row.attempts, history
+
+    assert outcome(fatal) == ("fatal_failure", 1, ["fatal"])
+    assert outcome(retried) == ("success", 3, ["retry", "retry", "success"])
+    assert outcome(crashed) == ("success", 2, ["lost", "success"])
+    assert outcome(dead) == ("dead", 3, ["retry", "retry", "dead"])
+    assert TaskEntity.objects.get(pk=fatal.pk).last_error["message"] == (
+        "demo.fail asked to fail for good")
+    last_error = TaskEntity.objects.get(pk=dead.pk).last_error
+    assert last_error["type"] == "RuntimeError"
+    assert "failing attempt 3" in last_error["message"]
+    assert "Traceback" in last_error["traceback"]
+
+
+def test_at_least_once_and_never_concurrently_while_workers_are_killed(
+        processes: Processes, env: dict[str, str], records: callable) -> None:
+    # Given 2,000 tasks and two worker processes
+    count = 2000
+    scheduling.schedule_many([{"lambda": "demo.record",
+                               "payload": {"key": "records", "seconds": 0.02}}] * 1000)
+    scheduling.schedule_many([{"lambda": "demo.record",
+                               "payload": {"key": "records", "seconds": 0.02}}] * 1000)
+    processes.start("runconsumer", env=env)
+    workers = [processes.start("runworker", "demo.record", "--threads", "4", env=env)
+               for _ in range(2)]
+    # When one of them is killed with SIGKILL mid-task, four times, and restarted
+    rng = random.Random(7)
+    for kill in range(4):
+        wait_for(lambda: TaskEntity.objects.filter(status="processing").exists(),
+                 message="a running task")
+        victim = rng.randrange(len(workers))
+        workers[victim].send_signal(signal.SIGKILL)
+        workers[victim].wait(10)
+        workers[victim] = processes.start("runworker", "demo.record", "--threads", "4", env=env)
+        time.sleep(rng.uniform(0.2, 1.0) if kill < 3 else 0)
+    wait_for(lambda: statuses()["success"] == count, timeout_s=240,
+             message=f"{count} successes; now {dict(statuses())}")
+    # Then every task succeeded; no two executions of one task overlapped
+    lines = records()
+    assert {line["task_id"] for line in lines} == set(
+        TaskEntity.objects.values_list("pk", flat=True))
+    assert overlapping(lines) == []
+    # And the interrupted attempts are on record
+    lost = TaskAttempt.objects.filter(outcome="lost")
+    assert lost.exists()
+    assert all(TaskEntity.objects.get(pk=a.task_id).attempts >= 2 for a in lost)
+
+
+def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere(
+        processes: Processes, env: dict[str, str], records: callable) -> None:
+    # Given a worker whose database connection goes through a proxy we can cut
+    db = connection.settings_dict
+    proxy = Proxy(db["HOST"], int(db["PORT"]))
+    cut_env = {**env, "DATABASE_URL": f"postgres://{db['USER']}@127.0.0.1:{proxy.port}/"
+                                      f"{db['NAME']}"}
+    try:
+        processes.start("runconsumer", env=env)
+        cut_off = processes.start("runworker", "demo.record", "--threads", "1", env=cut_env)
+        task = atf.schedule("demo.record", {"key": "records", "seconds": 8})
+        wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="processing").exists(),
+                 message="the task running on the proxied worker")
+        # When its store connection is cut for longer than three heartbeats
+        proxy.cut()
+        # Then it terminates itself...
+        wait_for(lambda: cut_off.poll() is not None, timeout_s=20,
+                 message="the cut-off worker to exit")
+        exited_at = time.time()
+        assert cut_off.returncode == EXIT_CUT_OFF
+        # ...and only then does another worker run the task
+        processes.start("runworker", "demo.record", "--threads", "1", env=env)
+        wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="success").exists(),
+                 timeout_s=60, message="the task to succeed on the second worker")
+    finally:
+        proxy.close()
+    (line,) = records()
+    assert line["attempt"] == 2
+    assert line["start"] > exited_at
+    assert list(TaskAttempt.objects.filter(task_id=task.pk).values_list("outcome", flat=True)
+                ) == ["lost", "success"]
+
+
+def test_a_single_threaded_worker_takes_high_before_default_before_low(
+        processes: Processes, env: dict[str, str], records: callable) -> None:
+    # Given a backlog of each priority, already in the queues
+    for priority in ("low", "default", "high"):
+        scheduling.schedule_many([{"lambda": "demo.record", "priority": priority,
+                                   "payload": {"key": "records"}}] * 10)
+    processes.start("runconsumer", env=env)
+    wait_for(lambda: statuses()["enqueued"] == 30, message="30 enqueued tasks")
+    # When one single-threaded worker drains it
+    processes.start("runworker", "demo.record", "--threads", "1", env=env)
+    wait_for(lambda: statuses()["success"] == 30, timeout_s=60, message="30 successes")
+    # Then the tasks started in priority order
+    priority = dict(TaskEntity.objects.values_list("pk", "priority"))
+    order = [priority[line["task_id"]] for line in sorted(records(), key=lambda x: x["start"])]
+    assert order == ["high"] * 10 + ["default"] * 10 + ["low"] * 10
+
+
+def test_a_worker_runs_only_its_lambdas_and_a_backlog_does_not_slow_another(
+        processes: Processes, env: dict[str, str], records: callable) -> None:
+    # Given a big backlog of demo.sleep served by a slow worker, and a demo.record worker
+    scheduling.schedule_many([{"lambda": "demo.sleep", "payload": {"seconds": 0.2}}] * 500)
+    processes.start("runconsumer", env=env)
+    processes.start("runworker", "demo.sleep", "--threads", "1", env=env)
+    processes.start("runworker", "demo.record", "--threads", "2", env=env)
+    # When demo.record tasks arrive
+    recorded = [atf.schedule("demo.record", {"key": "records"}) for _ in range(20)]
+    # Then they are all done while demo.sleep's backlog is still there
+    wait_for(lambda: TaskEntity.objects.filter(pk__in=[t.pk for t in recorded],
+                                               status="success").count() == 20,
+             timeout_s=60, message="the demo.record tasks")
+    assert TaskEntity.objects.filter(lambda_ref__name="demo.sleep").exclude(
+        status="success").count() > 300
+    # And the demo.record worker ran no demo.sleep task, nor the other way round
+    workers = {w.worker_id: w.lambdas for w in Worker.objects.all()}
+    for task in TaskEntity.objects.exclude(worker="").select_related("lambda_ref"):
+        assert workers[task.worker] == [task.lambda_ref.name]
+
+
+def test_sigterm_loses_nothing_and_hands_back_buffered_tasks_at_once(
+        processes: Processes, env: dict[str, str], records: callable) -> None:
+    # Given a worker in the middle of a batch
+    scheduling.schedule_many([{"lambda": "demo.record",
+                               "payload": {"key": "records", "seconds": 0.3}}] * 200)
+    processes.start("runconsumer", env=env)
+    worker = processes.start("runworker", "demo.record", "--threads", "4", env=env)
+    wait_for(lambda: statuses()["success"] >= 20, timeout_s=60, message="20 successes")
+    # When it gets SIGTERM
+    worker.send_signal(signal.SIGTERM)
+    # Then it finishes what it runs and exits cleanly, its registry row marked stopped
+    assert worker.wait(30) == 0
+    assert not TaskEntity.objects.filter(status__in=["processing", "claimed"]).exists()
+    assert Worker.objects.get(pid=worker.pid).stopped_at is not None
+    # And a new worker finishes the rest long before any claim timeout (60 s) could fire
+    started = time.monotonic()
+    processes.start("runworker", "demo.record", "--threads", "4", env=env)
+    wait_for(lambda: statuses()["success"] == 200, timeout_s=45, message="200 successes")
+    assert time.monotonic() - started < 45
+    assert overlapping(records()) == []
+
+
+def test_a_second_signal_exits_at_once(processes: Processes, env: dict[str, str]) -> None:
+    processes.start("runconsumer", env=env)
+    worker = processes.start("runworker", "demo.sleep", "--threads", "1", env=env)
+    task = atf.schedule("demo.sleep", {"seconds": 30})
+    wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="processing").exists(),
+             message="the long task running")
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(0.5)  # the first signal must be handled before the second is sent
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(10) == 130
+
+
+def test_the_worker_registry_shows_live_workers(processes: Processes,
+                                                env: dict[str, str]) -> None:
+    worker = processes.start("runworker", "demo.noop", "--threads", "3", env=env)
+    row = wait_for(lambda: Worker.objects.filter(pid=worker.pid).first(),
+                   message="the worker's registry row")
+    assert (row.lambdas, row.threads, row.stopped_at) == (["demo.noop"], 3, None)
+    first_seen = row.last_seen
+    wait_for(lambda: Worker.objects.get(pid=worker.pid).last_seen > first_seen,
+             message="last_seen to move")
+
+
+def test_a_heartbeat_timeout_under_three_intervals_is_refused_at_start() -> None:
+    env = subprocess_env(ATF_HEARTBEAT_INTERVAL_S="20", ATF_HEARTBEAT_TIMEOUT_S="30")
+    done = subprocess.run([sys.executable, "manage.py", "runworker", "demo.noop"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "must exceed 3 x ATF_HEARTBEAT_INTERVAL_S" in done.stderr
+    assert "Traceback" not in done.stderr
