@@ -15,6 +15,7 @@ ATF_DEMO_PORT ?= 8000
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 CHAOS_ARGS ?=
+BENCH_ARGS ?=
 
 # No `export` line: make passes variables from the environment and the command line to every
 # recipe as they are, and leaves unset ones unset (tests/settings.py then picks its defaults).
@@ -22,7 +23,7 @@ CHAOS_ARGS ?=
 # PostgreSQL for the demo only when DATABASE_URL asks for it; the default is SQLite.
 DEMO_SERVICES := redis $(if $(filter postgres%,$(DATABASE_URL)),postgres)
 
-.PHONY: help venv test demo chaos lint clean
+.PHONY: help venv test demo chaos lint clean bench
 
 help:
 	@echo "make test    create .venv, start Redis/PostgreSQL if needed, run the whole test suite"
@@ -30,6 +31,8 @@ help:
 	@echo "             on http://127.0.0.1:$(ATF_DEMO_PORT)/ (ATF_DEMO_PORT), scheduling demo tasks"
 	@echo "make chaos   long chaos run: 100,000 tasks, faults every few seconds, then the checks"
 	@echo "             (python -m tests.chaos long \$$CHAOS_ARGS; see docs/sections/chaos.md)"
+	@echo "make bench   install the peers into bench/.venv-peers, then the side-by-side benchmark"
+	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; docs/sections/bench.md)"
 	@echo "make lint    ruff check"
 	@echo "make clean   remove caches and collected static files (rm atf.sqlite3 resets the demo)"
 
@@ -49,6 +52,11 @@ demo: venv
 chaos: venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres
 	@$(PYTHON) -m tests.chaos long $(CHAOS_ARGS)
+
+bench: venv
+	@$(PYTHON) scripts/ensure_services.py redis postgres
+	@bench/setup_peers.sh
+	@bench/.venv-peers/bin/python -m bench.run $(BENCH_ARGS)
 
 lint: venv
 	@$(VENV)/bin/ruff check .

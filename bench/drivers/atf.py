@@ -1,0 +1,107 @@
+"""ATF for Django: PostgreSQL task store (every transition persisted) and Redis queues."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from bench.drivers.base import ATF_PYTHON, ROOT, Command, Env
+
+if TYPE_CHECKING:
+    import redis
+
+NAME = "atf"
+LABEL = "ATF"
+OPTIONS = ("PostgreSQL store, every transition persisted; Redis queues; consumer + "
+           "runworker --processes 2 --threads 8")
+DURABLE = True
+HAS_BULK = True
+SCHEMA = ("tasks_core_taskentity", "tasks_core_taskassoc", "tasks_core_taskattempt",
+          "tasks_core_taskdependency")
+MANAGE = str(ROOT / "manage.py")
+#: The team that owns the demo lambdas; the REST benchmark's token belongs to it.
+TEAM = "demo"
+
+
+def variables(env: Env) -> dict[str, str]:
+    """Our settings pointed at the bench's own database and Redis database."""
+    return {**env.variables(), "DATABASE_URL": env.pg_dsn.replace("postgresql://", "postgres://"),
+            "REDIS_URL": env.redis_url, "ATF_QUEUE_PREFIX": "atfbench",
+            "DJANGO_SETTINGS_MODULE": "atf_project.settings", "ATF_LOG_LEVEL": "WARNING",
+            "ATF_DEMO_TEAM": TEAM}
+
+
+def _manage(env: Env, role: str, *args: str) -> Command:
+    return Command(role=role, argv=[str(ATF_PYTHON), MANAGE, *args], env=variables(env))
+
+
+def setup_commands(env: Env) -> list[Command]:
+    return [_manage(env, "setup", "migrate", "-v", "0")]
+
+
+def worker_commands(env: Env) -> list[Command]:
+    return [_manage(env, "consumer", "runconsumer"),
+            _manage(env, "worker", "runworker", "--processes", "2", "--threads", "8")]
+
+
+def token_command(env: Env) -> Command:
+    """Prints an API token of the demo team as its last line."""
+    return _manage(env, "setup", "atf_token", TEAM, "bench")
+
+
+def api_command(env: Env, port: int) -> Command:
+    argv = [str(ATF_PYTHON.parent / "gunicorn"), "atf_project.wsgi:application", "-w", "2",
+            "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--chdir", str(ROOT)]
+    return Command(role="api", argv=argv, env=variables(env))
+
+
+def records(client: redis.Redis, key: str) -> list[tuple[float, float, float]]:
+    """demo.record lines joined with the due times the producer stored in `<key>:due`."""
+    dues = {int(task_id): float(due) for task_id, due in client.hgetall(f"{key}:due").items()}
+    rows = []
+    for line in client.lrange(key, 0, -1):
+        item = json.loads(line)
+        rows.append((dues.get(item["task_id"], 0.0), item["start"], item["end"]))
+    return rows
+
+
+class Client:
+    """Schedules through `atf.schedule` / `atf.schedule_many` (runs in the project's venv)."""
+
+    def __init__(self) -> None:
+        import os
+
+        import django
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "atf_project.settings")
+        django.setup()
+        from tasks_core import atf
+
+        self.atf = atf
+        self.dues: dict[str, dict[int, float]] = {}
+
+    def _call(self, task: str, key: str) -> tuple[str, dict]:
+        if task == "noop":
+            return "demo.noop", {}
+        return "demo.record", {"key": key, "seconds": 0}
+
+    def send(self, task: str, key: str, due: float, eta: float | None) -> None:
+        import datetime as dt
+
+        name, payload = self._call(task, key)
+        options = {} if eta is None else {"run_at": dt.datetime.fromtimestamp(eta, tz=dt.UTC)}
+        entity = self.atf.schedule(name, payload, **options)
+        if due:
+            self.dues.setdefault(key, {})[entity.pk] = due
+
+    def send_many(self, task: str, key: str, dues: list[float]) -> None:
+        name, payload = self._call(task, key)
+        self.atf.schedule_many([{"lambda": name, "payload": payload} for _ in dues])
+
+    def close(self) -> None:
+        import redis
+        from django.conf import settings
+
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        for key, dues in self.dues.items():
+            client.hset(f"{key}:due", mapping=dues)

@@ -1,0 +1,53 @@
+"""procrastinate on PostgreSQL with its defaults; `batch_defer` as the bulk API."""
+
+from __future__ import annotations
+
+from bench.drivers.base import Command, Env, peer_bin, peer_records
+
+NAME = "procrastinate"
+LABEL = "procrastinate"
+OPTIONS = "PostgreSQL, defaults (LISTEN/NOTIFY, polling 5 s); 2 worker processes x concurrency 8"
+DURABLE = True
+HAS_BULK = True
+SCHEMA = ("procrastinate_jobs", "procrastinate_events", "procrastinate_periodic_defers")
+records = peer_records
+_APP = "--app=bench.peers.procrastinate_app.app"
+
+
+def setup_commands(env: Env) -> list[Command]:
+    return [Command(role="setup", argv=[peer_bin("procrastinate"), _APP, "schema", "--apply"],
+                    env=env.variables())]
+
+
+def worker_commands(env: Env) -> list[Command]:
+    argv = [peer_bin("procrastinate"), _APP, "worker", "--concurrency", "8"]
+    return [Command(role="worker", argv=argv, env=env.variables()) for _ in range(2)]
+
+
+class Client:
+    def __init__(self) -> None:
+        from bench.peers import procrastinate_app
+
+        self.app = procrastinate_app.app
+        self.app.open()
+        self.tasks = {"record": procrastinate_app.record, "noop": procrastinate_app.noop}
+
+    def send(self, task: str, key: str, due: float, eta: float | None) -> None:
+        import datetime as dt
+
+        if task == "noop":
+            self.tasks[task].defer()
+        elif eta is None:
+            self.tasks[task].defer(key=key, due=due)
+        else:
+            when = dt.datetime.fromtimestamp(eta, tz=dt.UTC)
+            self.tasks[task].configure(schedule_at=when).defer(key=key, due=due)
+
+    def send_many(self, task: str, key: str, dues: list[float]) -> None:
+        if task == "noop":
+            self.tasks[task].batch_defer(*({} for _ in dues))
+        else:
+            self.tasks[task].batch_defer(*({"key": key, "due": due} for due in dues))
+
+    def close(self) -> None:
+        self.app.close()

@@ -1,0 +1,230 @@
+"""The measurements. Each takes one system, runs once, and returns {metric: value}."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from types import ModuleType
+
+import redis
+
+from bench import services, stats
+from bench.drivers.base import ATF_PYTHON, PEERS_PYTHON, ROOT, Env
+from bench.procs import Fleet, run_once
+
+logger = logging.getLogger(__name__)
+
+MB = 1024 * 1024
+#: Tasks sent and awaited before a latency run, so that start-up is not measured.
+WARMUP_TASKS = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """Sizes of one run (`--quick` picks the small one)."""
+
+    repeats: int
+    enqueue_n: int
+    rest_single_n: int
+    rest_batch_n: int
+    drain_n: int
+    drain_timeout_s: float
+    immediate_n: int
+    immediate_rate: float
+    delayed_n: int
+    delay_min_s: float
+    delay_max_s: float
+    backlog_n: int
+    b_rate: float
+    b_seconds: float
+
+
+@dataclass(kw_only=True)
+class Target:
+    """One system under test: its driver module, environment and connections."""
+
+    driver: ModuleType
+    env: Env
+
+    @property
+    def name(self) -> str:
+        return self.driver.NAME
+
+    @property
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.env.redis_url)
+
+    def python(self) -> str:
+        return str(ATF_PYTHON if self.name == "atf" else PEERS_PYTHON)
+
+    def reset(self) -> None:
+        services.flush(self.env.redis_url)
+        services.empty_tables(self.env.pg_dsn, self.driver.SCHEMA)
+
+    def produce(self, **spec: object) -> float:
+        """Run a producer process; return the seconds its enqueue loop took."""
+        command = [self.python(), "-m", "bench.producer", self.name, json.dumps(spec)]
+        done = subprocess.run(command, env={**os.environ, **self._variables()}, cwd=ROOT,
+                              capture_output=True, text=True, timeout=1800, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"producer of {self.name} failed: {done.stderr[-3000:]}")
+        return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
+
+    def _variables(self) -> dict[str, str]:
+        if hasattr(self.driver, "variables"):
+            return self.driver.variables(self.env)
+        return self.env.variables()
+
+    def backlog(self, task: str, key: str, n: int) -> None:
+        """Enqueue `n` tasks as fast as the system allows (not timed)."""
+        fast = self.driver.HAS_BULK or hasattr(self.driver.Client, "backlog")
+        self.produce(task=task, key=key, n=n, mode="bulk" if fast else "burst")
+
+    def wait_records(self, key: str, n: int, *, timeout_s: float,
+                     fleet: Fleet | None = None) -> list[tuple[float, float, float]]:
+        """Wait until `n` tasks recorded themselves under `key` (or the timeout passed)."""
+        deadline = time.monotonic() + timeout_s
+        client = self.redis
+        while client.llen(key) < n and time.monotonic() < deadline:
+            if fleet is not None:
+                fleet.check_alive()
+            time.sleep(0.05)
+        rows = self.driver.records(client, key)
+        if len(rows) < n:
+            logger.warning("%s: only %d of %d tasks finished within %.0f s", self.name,
+                           len(rows), n, timeout_s)
+        return rows
+
+    def fleet(self) -> Fleet:
+        return Fleet(self.name, self.driver.worker_commands(self.env))
+
+    def warm_up(self, fleet: Fleet, *, timeout_s: float) -> None:
+        self.produce(task="record", key="warm", n=WARMUP_TASKS, mode="paced", rate=20.0)
+        self.wait_records("warm", WARMUP_TASKS, timeout_s=timeout_s, fleet=fleet)
+
+
+def _rss(fleet: Fleet) -> dict[str, float]:
+    return {f"rss_{role}": rss / MB for role, rss in fleet.peak_rss.items()}
+
+
+def enqueue_single(target: Target, plan: Plan) -> dict[str, float]:
+    target.reset()
+    seconds = target.produce(task="record", key="enq", n=plan.enqueue_n, mode="burst")
+    return {"enqueue_single": plan.enqueue_n / seconds}
+
+
+def enqueue_bulk(target: Target, plan: Plan) -> dict[str, float]:
+    if not target.driver.HAS_BULK:
+        return {}
+    target.reset()
+    seconds = target.produce(task="record", key="enq", n=plan.enqueue_n, mode="bulk")
+    return {"enqueue_bulk": plan.enqueue_n / seconds}
+
+
+def drain(target: Target, plan: Plan) -> dict[str, float]:
+    target.reset()
+    target.backlog("record", "drain", plan.drain_n)
+    with target.fleet() as fleet:
+        rows = target.wait_records("drain", plan.drain_n, timeout_s=plan.drain_timeout_s,
+                                   fleet=fleet)
+    first_start = min(start for _due, start, _end in rows)
+    last_end = max(end for _due, _start, end in rows)
+    return {"drain": len(rows) / (last_end - first_start), **_rss(fleet)}
+
+
+def latency(target: Target, plan: Plan) -> dict[str, float]:
+    """Immediate schedule -> start at a light rate, then delivery of delayed tasks."""
+    target.reset()
+    with target.fleet() as fleet:
+        target.warm_up(fleet, timeout_s=120)
+        target.produce(task="record", key="imm", n=plan.immediate_n, mode="paced",
+                       rate=plan.immediate_rate)
+        immediate = stats.lateness_ms(target.wait_records("imm", plan.immediate_n,
+                                                          timeout_s=60, fleet=fleet))
+        target.produce(task="record", key="late", n=plan.delayed_n, mode="delayed",
+                       delay_min=plan.delay_min_s, delay_max=plan.delay_max_s)
+        delayed = stats.lateness_ms(target.wait_records("late", plan.delayed_n,
+                                                        timeout_s=plan.delay_max_s + 60,
+                                                        fleet=fleet))
+    return {"immediate_p50": immediate["p50"], "immediate_p95": immediate["p95"],
+            **{f"late_{name}": value for name, value in delayed.items()}, **_rss(fleet)}
+
+
+def isolation(target: Target, plan: Plan) -> dict[str, float]:
+    """B's lateness at `b_rate` tasks/s while the workers drain A's backlog."""
+    target.reset()
+    target.backlog("noop", "a", plan.backlog_n)
+    b_n = int(plan.b_rate * plan.b_seconds)
+    with target.fleet() as fleet:
+        target.warm_up(fleet, timeout_s=180)
+        target.produce(task="record", key="iso", n=b_n, mode="paced", rate=plan.b_rate)
+        late = stats.lateness_ms(target.wait_records("iso", b_n, timeout_s=180, fleet=fleet))
+    return {"isolation_p95": late["p95"]}
+
+
+def _post_loop(port: int, path: str, body: bytes, token: str, count: int,
+               failures: list[str]) -> None:
+    head = (f"POST {path} HTTP/1.1\r\n"
+            f"Host: 127.0.0.1\r\nAuthorization: Token {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode()
+    for _ in range(count):
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(head + body)
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        if not answer.startswith(b"HTTP/1.1 201"):
+            failures.append(answer[:300].decode(errors="replace"))
+
+
+def _post_many(port: int, path: str, body: bytes, token: str, count: int, threads: int) -> float:
+    failures: list[str] = []
+    share = [count // threads + (i < count % threads) for i in range(threads)]
+    workers = [threading.Thread(target=_post_loop, args=(port, path, body, token, n, failures))
+               for n in share]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    seconds = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"{len(failures)} requests failed, e.g. {failures[0]}")
+    return seconds
+
+
+#: Client threads sending requests to the API (gunicorn runs 2 sync workers).
+REST_CLIENT_THREADS = 4
+REST_BATCH = 1000
+SINGLE = "/api/v1/tasks/"
+BATCH = "/api/v1/tasks/batch/"
+
+
+def rest(target: Target, plan: Plan) -> dict[str, float]:
+    """Requests/s of single POSTs and tasks/s through the batch endpoint (ATF only)."""
+    if not hasattr(target.driver, "api_command"):
+        return {}
+    target.reset()
+    token = run_once(target.driver.token_command(target.env)).strip().splitlines()[-1]
+    port = services.free_port()
+    single = json.dumps({"lambda": "demo.noop", "payload": {}}).encode()
+    batch = json.dumps({"tasks": [{"lambda": "demo.noop", "payload": {}}] * REST_BATCH}).encode()
+    with Fleet(target.name, [target.driver.api_command(target.env, port)]):
+        services.wait_for_port(port, timeout_s=30)
+        _post_many(port, SINGLE, single, token, 20, REST_CLIENT_THREADS)  # warm both workers up
+        single_s = _post_many(port, SINGLE, single, token, plan.rest_single_n, REST_CLIENT_THREADS)
+        batches = max(1, plan.rest_batch_n // REST_BATCH)
+        batch_s = _post_many(port, BATCH, batch, token, batches, 2)
+    return {"rest_single": plan.rest_single_n / single_s,
+            "rest_batch": batches * REST_BATCH / batch_s}
+
+
+#: Measurements in the order they run; each interleaves the systems within a repetition.
+MEASUREMENTS = (enqueue_single, enqueue_bulk, rest, drain, latency, isolation)

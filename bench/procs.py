@@ -1,0 +1,107 @@
+"""Starting, sampling and stopping the processes of one system (workers, consumer, API)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+if TYPE_CHECKING:
+    from bench.drivers.base import Command
+
+logger = logging.getLogger(__name__)
+
+LOG_DIR = Path(__file__).resolve().parent / "results" / "logs"
+SAMPLE_INTERVAL_S = 0.2
+STOP_GRACE_S = 15.0
+
+
+def run_once(command: Command, *, timeout_s: float = 600.0) -> str:
+    """Run a command to its end; return its stdout, raise with its stderr if it failed."""
+    done = subprocess.run(command.argv, env={**os.environ, **command.env}, capture_output=True,
+                          text=True, timeout=timeout_s, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command.argv)} failed: {done.stderr[-2000:]}")
+    return done.stdout
+
+
+def tree_rss(process: psutil.Process) -> int:
+    """Resident bytes of a process and all its descendants."""
+    total = 0
+    for member in [process, *process.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):  # it may end while we look
+            total += member.memory_info().rss
+    return total
+
+
+class Fleet:
+    """The long-running processes of one system; tracks each role's peak RSS while it runs."""
+
+    def __init__(self, name: str, commands: list[Command]) -> None:
+        self.name = name
+        self.commands = commands
+        self.popens: list[tuple[str, subprocess.Popen]] = []
+        self.peak_rss: dict[str, int] = {}
+        self.sampling = False
+        self.sampler = threading.Thread(target=self._sample_loop, name="RssSampler", daemon=True)
+
+    def __enter__(self) -> Fleet:
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        for index, command in enumerate(self.commands):
+            log = open(LOG_DIR / f"{self.name}-{command.role}-{index}.log", "ab")  # noqa: SIM115
+            popen = subprocess.Popen(command.argv, env={**os.environ, **command.env},
+                                     stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+            log.close()
+            self.popens.append((command.role, popen))
+        self.sampling = True
+        self.sampler.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.sampling = False
+        self.sampler.join()
+        self.stop()
+
+    def check_alive(self) -> None:
+        for role, popen in self.popens:
+            if popen.poll() is not None:
+                raise RuntimeError(f"{self.name} {role} exited with {popen.returncode}; "
+                                   f"see {LOG_DIR}")
+
+    def _sample_loop(self) -> None:
+        while self.sampling:
+            totals: dict[str, int] = {}
+            for role, popen in self.popens:
+                try:
+                    rss = tree_rss(psutil.Process(popen.pid))
+                except psutil.Error:
+                    continue
+                totals[role] = totals.get(role, 0) + rss
+            for role, rss in totals.items():
+                self.peak_rss[role] = max(self.peak_rss.get(role, 0), rss)
+            time.sleep(SAMPLE_INTERVAL_S)
+
+    def stop(self) -> None:
+        """SIGTERM each process group we started, then SIGKILL what is left after a grace."""
+        for _role, popen in self.popens:
+            if popen.poll() is None:
+                os.killpg(popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for role, popen in self.popens:
+            try:
+                popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                logger.warning("%s %s did not stop in %ss; killing it", self.name, role,
+                               STOP_GRACE_S)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGKILL)  # also any orphaned child in its group
+            popen.wait()

@@ -1,0 +1,85 @@
+"""The bench's own Redis server and PostgreSQL databases, one per system."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import time
+from types import TracebackType
+
+import psycopg
+import redis
+from psycopg import sql
+
+logger = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_port(port: int, *, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+class PrivateRedis:
+    """A throw-away redis-server on a free loopback port, without persistence."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.popen: subprocess.Popen | None = None
+
+    def __enter__(self) -> str:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server not found: install it or pass --redis-url")
+        self.popen = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--databases", "16"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, timeout_s=10)
+        return f"redis://127.0.0.1:{self.port}"
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self.popen is not None:
+            self.popen.terminate()
+            self.popen.wait(timeout=10)
+
+
+def ensure_database(server_dsn: str, name: str) -> str:
+    """Create database `name` on the server if missing; return its DSN."""
+    with psycopg.connect(f"{server_dsn}/postgres", autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return f"{server_dsn}/{name}"
+
+
+def empty_tables(dsn: str, tables: tuple[str, ...]) -> None:
+    """Truncate those of `tables` that exist."""
+    if not tables:
+        return
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        present = [t for t in tables
+                   if conn.execute("SELECT to_regclass(%s)", (t,)).fetchone()[0] is not None]
+        if present:
+            conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
+                sql.SQL(", ").join(map(sql.Identifier, present))))
+
+
+def flush(redis_url: str) -> None:
+    """Empty one Redis database of the bench's own server."""
+    redis.Redis.from_url(redis_url).flushdb()
