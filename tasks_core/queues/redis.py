@@ -75,7 +75,7 @@ class RedisQueue(QueueBackend):
             self.client.lpush(queue, *(message.encode() for message in messages))
 
     def pop(self, queues: Sequence[str], *, max_count: int, wait_s: float) -> list[Popped]:
-        if not queues:
+        if not queues or max_count < 1:
             return []
         with unavailable_on(_ERRORS, "redis pop"):
             if not self.cluster:

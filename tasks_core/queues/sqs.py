@@ -122,9 +122,9 @@ class SqsQueue(QueueBackend):
                     )
 
     def pop(self, queues: Sequence[str], *, max_count: int, wait_s: float) -> list[Popped]:
-        if not queues:
+        if not queues or max_count < 1:
             return []
-        count = max(1, min(max_count, _BATCH))
+        count = min(max_count, _BATCH)
         deadline = time.monotonic() + wait_s
         while True:
             for queue in queues:

@@ -136,10 +136,12 @@ def test_pop_respects_max_count(backend: QueueBackend) -> None:
     # Given five waiting messages
     queue = backend.queue_name("demo.noop", "default")
     backend.push(queue, messages(1, 2, 3, 4, 5))
-    # When a worker asks for at most two
+    # When a worker asks for at most two, and for none
     popped = backend.pop([queue], max_count=2, wait_s=1)
-    # Then it gets one or two, and the rest stay queued
+    none = backend.pop([queue], max_count=0, wait_s=1)
+    # Then it gets one or two, then nothing, and the rest stay queued
     assert 1 <= len(popped) <= 2
+    assert none == []
     assert len(pop_all(backend, [queue], 5 - len(popped))) == 5 - len(popped)
 
 
