@@ -82,6 +82,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--consumers", type=int, default=2, help="consumers (default 2)")
     parser.add_argument("--batch", type=int,
                         help="tasks per schedule call (default 100; soak: a fifth of the rate)")
+    parser.add_argument("--max-backlog", type=int,
+                        help="pause scheduling while more tasks than this are unfinished "
+                             "(default 300; soak: no limit, a backlog shows as latency drift)")
     parser.add_argument("--api-share", type=float, default=0.25,
                         help="share of batches scheduled through the REST API when it answers")
     parser.add_argument("--database", default="atf_chaos",
@@ -110,6 +113,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.set = dict(item.split("=", 1) for item in args.set)
     except ValueError:
         parser.error("--set takes NAME=VALUE")
+    if args.max_backlog is None:
+        args.max_backlog = 10**9 if args.mode == "soak" else 300
     if args.batch is None:
         args.batch = max(1, int(args.rate // 5)) if args.mode == "soak" else 100
     args.faults = [name.strip() for name in args.faults.split(",") if name.strip()]

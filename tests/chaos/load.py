@@ -12,6 +12,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,16 +98,22 @@ def make_call(index: int, rng: random.Random, mix: Mix, victims: Victims) -> dic
 class Loader(threading.Thread):
     """Schedules `total` tasks in batches at `rate` tasks per second.
 
+    While more than `max_backlog` tasks are unfinished it waits, so that a machine slower than
+    the rate gets a longer run instead of queues longer than the enqueue timeout.
+
     A share of the batches goes through the REST API when it answers; a batch the API did not
     take is scheduled in process instead, and the idempotency keys keep that from doubling it.
     """
 
     def __init__(self, *, total: int, rate: float, batch: int, rng: random.Random, mix: Mix,
-                 victims: Victims, api: ApiClient | None, api_share: float) -> None:
+                 victims: Victims, api: ApiClient | None, api_share: float,
+                 backlog: Callable[[], int], max_backlog: int) -> None:
         super().__init__(name="Loader", daemon=True)
         self.total, self.rate, self.batch = total, rate, batch
         self.rng, self.mix, self.victims = rng, mix, victims
         self.api, self.api_share = api, api_share
+        self.backlog, self.max_backlog = backlog, max_backlog
+        self.throttled_s = 0.0
         self.scheduled = 0
         self.through_api = 0
         self.api_failures = 0
@@ -114,15 +121,30 @@ class Loader(threading.Thread):
         self.running = True
 
     def run(self) -> None:
-        self.started_s = time.monotonic()
+        self.started_s = due_s = time.monotonic()
         while self.running and self.scheduled < self.total:
+            self._wait_for_backlog()
             size = min(self.batch, self.total - self.scheduled)
             calls = [make_call(self.scheduled + i, self.rng, self.mix, self.victims)
                      for i in range(size)]
             self._schedule(calls)
             self.scheduled += size
-            due_s = self.started_s + self.scheduled / self.rate
+            # Pace from the later of the plan and now: a throttled loader does not burst after.
+            due_s = max(due_s, time.monotonic() - size / self.rate) + size / self.rate
             time.sleep(max(0.0, due_s - time.monotonic()))
+
+    def _wait_for_backlog(self) -> None:
+        waited_s = time.monotonic()
+        while self.running and self._backlog() > self.max_backlog:
+            time.sleep(0.5)
+        self.throttled_s += time.monotonic() - waited_s
+
+    def _backlog(self) -> int:
+        try:
+            return self.backlog()
+        except DatabaseError:
+            db.reset_connection()
+            return self.max_backlog + 1
 
     def _schedule(self, calls: list[dict[str, Any]]) -> None:
         if self.api is not None and self.rng.random() < self.api_share:

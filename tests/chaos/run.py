@@ -65,7 +65,8 @@ def run_chaos(args: Namespace, lab: Lab, api: ApiClient | None) -> int:
     started_s = time.monotonic()
     loader = Loader(total=args.tasks, rate=args.rate, batch=args.batch,
                     rng=random.Random(args.seed), victims=lab.victims, api=api,
-                    api_share=args.api_share,
+                    api_share=args.api_share, backlog=verify.unfinished,
+                    max_backlog=args.max_backlog,
                     mix=Mix(seconds=args.task_seconds, crash_every=args.crash_every))
     scheduler = FaultScheduler(lab, args.faults, interval_s=args.fault_interval,
                                seed=args.seed + 1, rounds=1 if args.mode == "short" else None,
@@ -82,8 +83,9 @@ def run_chaos(args: Namespace, lab: Lab, api: ApiClient | None) -> int:
                 f"records={len(lab.records.executions)} "
                 f"{faults.with_db(verify.status_counts)}")
     say(f"scheduled {loader.scheduled} task(s) ({loader.through_api} through the API, "
-        f"{loader.api_failures} API batch(es) fell back) and injected {len(lab.events)} "
-        f"fault(s) in {time.monotonic() - started_s:.0f}s; settling")
+        f"{loader.api_failures} API batch(es) fell back; held back {loader.throttled_s:.0f}s "
+        f"by the backlog) and injected {len(lab.events)} fault(s) in "
+        f"{time.monotonic() - started_s:.0f}s; settling")
     settle(args.settle_timeout)
     time.sleep(1.0)  # the last records reach Redis after their task's result
     lab.records.stop()

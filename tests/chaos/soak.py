@@ -104,7 +104,8 @@ def run_soak(args: Namespace, lab: Lab, api: ApiClient | None) -> int:
     """Steady load for args.duration seconds; returns the exit status."""
     loader = Loader(total=int(args.rate * args.duration), rate=args.rate, batch=args.batch,
                     rng=random.Random(args.seed), victims=lab.victims, api=api,
-                    api_share=args.api_share,
+                    api_share=args.api_share, backlog=verify.unfinished,
+                    max_backlog=args.max_backlog,
                     mix=Mix(seconds=args.task_seconds, crash_every=10**12))
     if args.fault_interval > 0:
         FaultScheduler(lab, args.faults, interval_s=args.fault_interval, seed=args.seed + 1,
