@@ -59,6 +59,12 @@ def ids(text: str) -> list[int]:
     return values
 
 
+def examples(parser: argparse.ArgumentParser, *lines: str) -> None:
+    """Show these example command lines at the end of --help."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "examples:\n" + "\n".join(f"  manage.py {line}" for line in lines)
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """Rows as left-aligned columns under their headers."""
     cells = [[str(cell) for cell in row] for row in [headers, *rows]]

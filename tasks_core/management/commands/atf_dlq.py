@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -26,13 +25,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.formatter_class = argparse.RawDescriptionHelpFormatter
-        parser.epilog = (
-            "examples:\n"
-            "  manage.py atf_dlq list --lambda billing.send_invoice\n"
-            "  manage.py atf_dlq requeue --ids 41,42\n"
-            "  manage.py atf_dlq discard --lambda billing.send_invoice --collection marketing"
-        )
+        cli.examples(parser, "atf_dlq list --lambda billing.send_invoice",
+                     "atf_dlq requeue --ids 41,42",
+                     "atf_dlq discard --lambda billing.send_invoice --collection marketing")
         parser.add_argument("action", choices=["list", "requeue", "discard"])
         parser.add_argument("--lambda", dest="lambda_name", metavar="NAME",
                             help="only dead tasks of this lambda")

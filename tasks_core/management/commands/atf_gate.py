@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -24,13 +23,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.formatter_class = argparse.RawDescriptionHelpFormatter
-        parser.epilog = (
-            "examples:\n"
-            "  manage.py atf_gate billing.send_invoice pause --until 30m\n"
-            "  manage.py atf_gate billing.send_invoice/marketing drop\n"
-            "  manage.py atf_gate billing.send_invoice open"
-        )
+        cli.examples(parser, "atf_gate billing.send_invoice pause --until 30m",
+                     "atf_gate billing.send_invoice/marketing drop",
+                     "atf_gate billing.send_invoice open")
         parser.add_argument("target", metavar="LAMBDA[/COLLECTION]",
                             help="a lambda name, or lambda/collection for one collection")
         parser.add_argument("action", choices=sorted(ACTIONS), help="what to do with the gate")

@@ -20,6 +20,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        cli.examples(parser, "atf_prune --older-than 7d --dry-run", "atf_prune --older-than 7d")
         parser.add_argument("--older-than", dest="older_than_s", type=cli.duration_s,
                             metavar="AGE",
                             help="age of finished tasks to delete: 7d, 12h, 90m, 3600 "

@@ -37,6 +37,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        cli.examples(parser, "atf_status", "atf_status --once --lambda billing.send_invoice")
         parser.add_argument("--once", action="store_true", help="print one view and exit")
         parser.add_argument("--interval", type=cli.duration_s, default=2.0, metavar="SECONDS",
                             help="seconds between two refreshes (default 2)")
