@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 from django.db import connections
+from django.utils import timezone
 
 from tasks_core import periodic, registry
 from tasks_core.exceptions import ConfigurationError
@@ -268,35 +268,40 @@ def test_duplicate_schedule_names_raise(code_schedules: list[str]) -> None:
 # --- end to end: real consumer processes -------------------------------------------------
 
 
-def consumer_materialises() -> bool:
-    """Whether runconsumer's housekeeping calls materialise_due (wired by the workers' owner)."""
-    from workers import consumer
-
-    return "materialise_due" in inspect.getsource(consumer)
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not consumer_materialises(),
-                    reason="workers/consumer.py does not call periodic.materialise_due yet")
-def test_three_running_consumers_make_one_task_per_second(
+def test_three_running_consumers_make_one_task_per_second_and_catch_up(
         transactional_db: None, processes: Processes, redis_client: redis.Redis) -> None:
-    # Given a schedule every second, and three consumers running at once
+    # Given three schedules every second: a new one, and two whose consumers were down for
+    # 30 s, one catching up `once` and one `skip`
     registry.sync_to_store()
     noop = Lambda.objects.get(name="demo.noop")
+    down_since = periodic.next_after(timezone.now() - seconds(31), cron="", interval_s=1.0,
+                                     tz="UTC")
     PeriodicTask.objects.create(name="tick", lambda_ref=noop, interval_s=1.0)
+    for policy in ("once", "skip"):
+        PeriodicTask.objects.create(name=f"tick-{policy}", lambda_ref=noop, interval_s=1.0,
+                                    catch_up=policy, next_run_at=down_since)
+    # When three consumers run at once for ten occurrences
     for _ in range(3):
         processes.start("runconsumer", "--poll-interval", "0.2",
                         env=subprocess_env(ATF_LOG_LEVEL="INFO"))
-
-    def occurrences() -> list[datetime]:
-        keys = TaskEntity.objects.filter(idempotency_key__startswith="periodic:tick:") \
-            .values_list("idempotency_key", flat=True)
-        return sorted(datetime.fromisoformat(key.removeprefix("periodic:tick:")) for key in keys)
-
-    # When they run for ten occurrences
-    wait_for(lambda: len(occurrences()) >= 10, timeout_s=60, message="ten occurrences")
+    wait_for(lambda: len(occurrences("tick")) >= 10, timeout_s=60, message="ten occurrences")
     processes.stop_all()
-    # Then there is one task per occurrence: one a second, none missing, none twice
-    found = occurrences()
-    assert all(b - a == seconds(1) for a, b in zip(found, found[1:], strict=False)), found
-    assert TaskEntity.objects.filter(lambda_ref=noop).count() == len(found)
+    # Then each schedule has one task per occurrence: one a second, none missing, none twice
+    ticks, once, skip = occurrences("tick"), occurrences("tick-once"), occurrences("tick-skip")
+    for found in (ticks, once[1:], skip):
+        assert all(b - a == seconds(1) for a, b in zip(found, found[1:], strict=False)), found
+    # And the 30 s of downtime gave one task under `once` (keyed by the first missed
+    # occurrence), none under `skip`
+    assert once[0] == down_since
+    assert once[1] - once[0] > seconds(25)
+    assert skip[0] - down_since > seconds(25)
+    assert TaskEntity.objects.count() == len(ticks) + len(once) + len(skip)
+
+
+def occurrences(name: str) -> list[datetime]:
+    """The occurrences of the schedule `name` that have a task, oldest first."""
+    prefix = f"periodic:{name}:"
+    keys = TaskEntity.objects.filter(idempotency_key__startswith=prefix) \
+        .values_list("idempotency_key", flat=True)
+    return sorted(datetime.fromisoformat(key.removeprefix(prefix)) for key in keys)
