@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -11,6 +13,7 @@ from django.utils import timezone
 from tasks_console import gates, scoping
 from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.forms import GateForm
+from tasks_console.gates import GateTarget
 from tasks_core import scheduling
 from tasks_core.gating import GateState
 from tasks_core.models import Collection, Lambda
@@ -59,18 +62,28 @@ class GatedAdmin(ConsoleAdmin):
         suffix = f" until {until:%Y-%m-%d %H:%M} UTC" if until else ""
         report(request, f"Gate {state}{suffix}: {names}.", [])
 
-    @admin.action(description="Pause selected (tasks wait; nothing is lost)")
-    def pause_gate(self, request: HttpRequest, queryset: QuerySet) -> TemplateResponse | None:
+    def _close(self, request: HttpRequest, queryset: QuerySet, state: GateState, *,
+               action: str, title: str, button: str, lines: Callable[[GateTarget], str],
+               danger: bool = False) -> TemplateResponse | None:
+        """Ask for the optional "until" (and a confirmation); on `apply`, close the gates."""
         targets = self._targets(request, queryset)
         form = GateForm(request.POST if "apply" in request.POST else None)
         if form.is_bound and form.is_valid():
-            self._apply(request, targets, GateState.PAUSED, form.cleaned_data["until"])
+            self._apply(request, targets, state, form.cleaned_data["until"])
             return None
+        return confirmation(request, self, action=action, title=title, button=button,
+                            lines=[lines(target) for target in targets], form=form,
+                            danger=danger)
+
+    @admin.action(description="Pause selected (tasks wait; nothing is lost)")
+    def pause_gate(self, request: HttpRequest, queryset: QuerySet) -> TemplateResponse | None:
         now = timezone.now()
-        lines = [f"{t}: {gates.due_count(t, now)} tasks are due now; they and every task that "
-                 "comes due will wait until the gate opens." for t in targets]
-        return confirmation(request, self, action="pause_gate", title="Pause gates",
-                            lines=lines, button="Pause", form=form)
+        return self._close(
+            request, queryset, GateState.PAUSED, action="pause_gate", title="Pause gates",
+            button="Pause",
+            lines=lambda t: f"{t}: {gates.due_count(t, now)} tasks are due now; they and every "
+                            "task that comes due will wait until the gate opens.",
+        )
 
     @admin.action(description="Resume selected (open the gate)")
     def resume_gate(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -78,21 +91,16 @@ class GatedAdmin(ConsoleAdmin):
 
     @admin.action(description="Drop selected… (tasks are marked dropped)")
     def drop_gate(self, request: HttpRequest, queryset: QuerySet) -> TemplateResponse | None:
-        targets = self._targets(request, queryset)
-        form = GateForm(request.POST if "apply" in request.POST else None)
-        if form.is_bound and form.is_valid():
-            self._apply(request, targets, GateState.DROPPED, form.cleaned_data["until"])
-            return None
         now = timezone.now()
-        lines = [
-            f"{target}: {gates.due_count(target, now)} tasks are due now and will be dropped "
-            f"at once; {gates.coming_count(target, None)} unfinished tasks in all will be "
-            "dropped as they come due while the gate stays dropped."
-            for target in targets
-        ]
-        lines.append("Dropped tasks do not run. A requeue from the task list brings them back.")
-        return confirmation(request, self, action="drop_gate", title="Drop: are you sure?",
-                            lines=lines, button="Yes, drop", form=form, danger=True)
+        return self._close(
+            request, queryset, GateState.DROPPED, action="drop_gate",
+            title="Drop: are you sure?", button="Yes, drop", danger=True,
+            lines=lambda t: f"{t}: {gates.due_count(t, now)} tasks are due now and will be "
+                            f"dropped at once; {gates.coming_count(t, None)} unfinished tasks "
+                            "in all will be dropped as they come due while the gate stays "
+                            "dropped. Dropped tasks do not run; a requeue from the task list "
+                            "brings them back.",
+        )
 
 
 @admin.register(Lambda)
