@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import override_settings
 
@@ -110,7 +112,7 @@ def test_a_body_that_is_not_an_object_answers_400(alice: Member, body: object) -
 
 @pytest.mark.parametrize("payload", [{"k\u0000": 1}, "\ud800", ["\u0000"]])
 def test_text_the_database_cannot_store_answers_400(alice: Member, payload: object) -> None:
-    body = '{"lambda": "alpha.work", "payload": %s}' % __import__("json").dumps(payload)
+    body = json.dumps({"lambda": "alpha.work", "payload": payload})
     response = alice.client.post("/api/v1/tasks/", body, content_type="application/json")
     assert response.status_code == 400
     assert "payload" in response.json()
