@@ -234,7 +234,9 @@ SPECTACULAR_SETTINGS = {
 
 # --- Django tasks API -----------------------------------------------------------------
 
-TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
+# `@task` functions (django-tasks, `django.tasks` in Django 6.0) run as ATF tasks of the lambda
+# `django_tasks.run`; QUEUES empty allows any queue_name (it becomes the collection).
+TASKS = {"default": {"BACKEND": "tasks_core.contrib.django_tasks.ATFBackend", "QUEUES": []}}
 
 # --- The rest -------------------------------------------------------------------------
 

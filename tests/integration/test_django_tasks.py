@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+import redis
 from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
@@ -25,6 +26,7 @@ from tasks_core.contrib.django_tasks import ATFBackend, priority_name
 from tasks_core.gating import Decision
 from tasks_core.models import Lambda, TaskEntity
 from tasks_core.states import TaskStatus
+from tests.conftest import Processes, wait_for
 from workers.executor import run_lambda
 
 pytestmark = [pytest.mark.django_db]
@@ -326,3 +328,30 @@ def test_enqueue_and_run_are_logged(caplog: pytest.LogCaptureFixture) -> None:
     assert any("enqueued" in line and result.id in line for line in lines)
     assert any("state=RUNNING" in line for line in lines)
     assert any("state=SUCCESSFUL" in line for line in lines)
+
+
+# --- end to end: a real consumer and worker ----------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_tasks_run_on_a_real_worker(processes: Processes, redis_client: redis.Redis) -> None:
+    # Given @task functions enqueued through the project's own settings
+    good = add.using(priority=50).enqueue(40, b=2)
+    bad = failing_task_own_error.enqueue()
+    # When a consumer and a worker run (the worker registers django_tasks.run at start-up)
+    processes.start("runconsumer", "--poll-interval", "0.2")
+    processes.start("runworker", "django_tasks.run", "--threads", "2")
+
+    def finished() -> bool:
+        for result in (good, bad):
+            result.refresh()
+        return good.is_finished and bad.is_finished
+
+    wait_for(finished, timeout_s=60, message="both results")
+    # Then the results and the error come back to the caller
+    assert (good.status, good.return_value, good.attempts) == (TaskResultStatus.SUCCESSFUL,
+                                                               {"sum": 42}, 1)
+    assert bad.status == TaskResultStatus.FAILED
+    assert bad.errors[0].exception_class is TaskBroke
+    assert good.worker_ids[0] != "w1"
