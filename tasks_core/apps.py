@@ -6,9 +6,10 @@ from django.utils.module_loading import autodiscover_modules
 
 
 def _sync_lambdas(sender: AppConfig, **kwargs: object) -> None:
-    from tasks_core import registry
+    from tasks_core import periodic, registry
 
     registry.sync_to_store()
+    periodic.sync_code_schedules()
 
 
 class TasksCoreConfig(AppConfig):

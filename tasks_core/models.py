@@ -103,7 +103,8 @@ class TaskEntity(models.Model):
     #: {"type", "message", "traceback"} of the last failure, or why it was cancelled.
     last_error = models.JSONField(null=True, blank=True)
     parents = models.ManyToManyField(
-        "self", through="TaskDependency", symmetrical=False, related_name="children", blank=True
+        "self", through="TaskDependency", through_fields=("child", "parent"),
+        symmetrical=False, related_name="children", blank=True,
     )
 
     class Meta:

@@ -537,9 +537,16 @@ def _cancel_waiting(task_id: int, now: datetime, *, parent_id: int, status: Task
 
 
 def _after_requeue(task_id: int, now: datetime) -> None:
-    """A requeued parent revives the children its failure cancelled: they wait again."""
+    """A requeued parent revives the children its failure cancelled: they wait again.
+
+    A child with another parent that is still failed stays cancelled.
+    """
+    failed = states.FINAL - {TaskStatus.SUCCESS}
     for child in TaskDependency.objects.filter(parent_id=task_id).values_list("child_id",
                                                                                flat=True):
+        parents = TaskDependency.objects.filter(child_id=child).values_list("parent_id")
+        if TaskEntity.objects.filter(pk__in=parents, status__in=list(failed)).exists():
+            continue
         states.check_transition(TaskStatus.CANCELLED, TaskStatus.WAITING)
         entity = TaskEntity.objects.filter(pk=child, status=TaskStatus.CANCELLED,
                                            last_error__type="ParentFailed")

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db.models import Min
 from django.utils import timezone
 
-from tasks_core import gating, queues, store, wakeup
+from tasks_core import gating, periodic, queues, retention, store, wakeup
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, TaskAssoc, Worker
 from tasks_core.states import AssocStatus
@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two housekeeping rounds (gates reopened, dead workers marked).
 HOUSEKEEPING_INTERVAL_S = 1.0
+#: Finished tasks pruned per housekeeping round (small, so no lock is held long).
+PRUNE_BATCH_SIZE = 500
 #: Seconds between two summary lines at INFO.
 SUMMARY_INTERVAL_S = 10.0
 
@@ -184,7 +186,8 @@ class Consumer:
     # --- housekeeping ----------------------------------------------------------------------
 
     def housekeep(self, now: datetime) -> None:
-        """Reopen gates whose `until` passed; mark workers that stopped being seen."""
+        """Reopen gates whose `until` passed; mark workers that stopped being seen; prune
+        finished tasks past their retention, a small batch at a time."""
         for model in (Lambda, Collection):
             reopened = model.objects.exclude(gate=gating.GateState.OPEN).filter(
                 gate_until__lte=now
@@ -199,6 +202,8 @@ class Consumer:
         if gone:
             logger.info("marked %d worker(s) gone (not seen for %ss)", gone,
                         settings.ATF_WORKER_STALE_S)
+        if pruned := retention.prune_batch(now=now, batch_size=PRUNE_BATCH_SIZE):
+            logger.info("pruned %d finished task(s) past their retention", pruned)
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -236,6 +241,8 @@ class Consumer:
                 if time.monotonic() - self._housekept_s >= HOUSEKEEPING_INTERVAL_S:
                     self.housekeep(self.clock())
                     self._housekept_s = time.monotonic()
+                # Periodic occurrences become ordinary tasks, due at their own time.
+                periodic.materialise_due(now=self.clock())
                 summary = self.run_pass()
                 totals.add(summary)
                 if time.monotonic() - logged_s >= SUMMARY_INTERVAL_S:

@@ -156,8 +156,6 @@ def test_a_chain_is_scheduled_all_or_nothing() -> None:
     assert not TaskEntity.objects.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="store._after_requeue revives a child whatever its "
-                   "other parents' status (reported to the lead)")
 def test_requeue_keeps_a_child_cancelled_while_another_parent_failed() -> None:
     # Given a child of two parents that both ended fatal
     left = atf.schedule("demo.noop")
@@ -172,8 +170,6 @@ def test_requeue_keeps_a_child_cancelled_while_another_parent_failed() -> None:
     assert status(join) == TaskStatus.CANCELLED
 
 
-@pytest.mark.xfail(strict=True, reason="TaskEntity.parents lacks through_fields=('child', "
-                   "'parent'), so it lists children (reported to the lead)")
 def test_the_parents_and_children_relations_point_the_right_way() -> None:
     first, second, third = three_steps()
     assert list(second.parents.values_list("pk", flat=True)) == [first.pk]

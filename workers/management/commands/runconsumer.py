@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from tasks_core import registry
+from tasks_core import periodic, registry
 from workers import checks, signals
 from workers.consumer import Consumer
 
@@ -31,6 +31,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         queue = checks.require_store_and_queue()
         registry.sync_to_store()
+        periodic.sync_code_schedules()
         consumer = Consumer(batch_size=options["batch_size"],
                             poll_interval_s=options["poll_interval"], queue=queue)
         signals.on_stop(consumer.stop)
