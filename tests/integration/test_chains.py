@@ -10,13 +10,15 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 import pytest
+import redis
 from django.utils import timezone
 
 from tasks_core import atf, store
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import Decision
 from tasks_core.models import Lambda, TaskDependency, TaskEntity
-from tasks_core.states import TaskStatus
+from tasks_core.states import FINAL, TaskStatus
+from tests.conftest import Processes, wait_for
 
 pytestmark = [pytest.mark.django_db]
 
@@ -174,3 +176,27 @@ def test_the_parents_and_children_relations_point_the_right_way() -> None:
     first, second, third = three_steps()
     assert list(second.parents.values_list("pk", flat=True)) == [first.pk]
     assert list(second.children.values_list("pk", flat=True)) == [third.pk]
+
+
+# --- end to end: a real consumer and worker ----------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_chains_on_a_real_worker(processes: Processes, redis_client: redis.Redis) -> None:
+    # Given a chain that succeeds and a chain whose middle step fails for good
+    good = atf.chain(*(atf.call("demo.noop", {"step": n}) for n in range(3)))
+    bad = atf.chain(atf.call("demo.noop"), atf.call("demo.fail", {"mode": "fatal"}),
+                    atf.call("demo.noop"))
+    # When a consumer and a worker run
+    processes.start("runconsumer", "--poll-interval", "0.2")
+    processes.start("runworker", "demo.noop", "demo.fail", "--threads", "2")
+    everything = [*good, *bad]
+    wait_for(lambda: all(status(t) in FINAL for t in everything), timeout_s=60,
+             message="both chains finished")
+    # Then the good chain ran in order, and the bad one stopped at its failed step
+    assert [status(t) for t in good] == ["success"] * 3
+    starts = [TaskEntity.objects.get(pk=t.pk).started_at for t in good]
+    assert starts == sorted(starts)
+    assert [status(t) for t in bad] == ["success", "fatal_failure", "cancelled"]
+    assert reason(bad[2]) == f"parent task {bad[1].pk} ended fatal_failure"
