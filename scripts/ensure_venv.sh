@@ -51,5 +51,8 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$wanted" ]; then
     exit 0
 fi
 say "installing requirements.txt into $VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r requirements.txt
+# This machine's pip configuration may name local indexes that do not exist: pip warns about each
+# of them for every package, which buries what matters.
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    -r requirements.txt 2>&1 | { grep -v "is neither a file nor a directory" || true; }
 echo "$wanted" >"$STAMP"

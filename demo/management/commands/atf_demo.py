@@ -195,7 +195,7 @@ class Command(BaseCommand):
         children = [Child(name="web", tracebacks=tracebacks, argv=[
             sys.executable, "-m", "gunicorn", "atf_project.wsgi:application", "--bind", bind,
             "--workers", "2", "--worker-class", "gthread", "--threads", "4",
-            "--graceful-timeout", "10", "--log-level", "info"])]
+            "--graceful-timeout", "5", "--log-level", "info"])]
         commands = get_commands()
         for name, argv in (("consumer", ["runconsumer"]),
                            ("worker", ["runworker", "--threads", str(threads)])):
