@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from tasks_core import queues
+from tasks_core.contrib import cli
 from tasks_core.models import Collection, Lambda, TaskEntity, Worker
 from tasks_core.queues import Message
 from tasks_core.states import TaskStatus
@@ -51,6 +53,30 @@ def dead(lam: Lambda, collection: str = "default", **fields: Any) -> TaskEntity:
 
 def status(task: TaskEntity) -> str:
     return TaskEntity.objects.get(pk=task.pk).status
+
+
+# --- argument types ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "expected_s"), [
+    ("90", 90.0), ("30s", 30.0), ("15m", 900.0), ("1h30m", 5400.0), ("7d", 604800.0),
+    ("2w", 1209600.0), ("1.5h", 5400.0), (" 7D ", 604800.0),
+])
+def test_durations(text: str, expected_s: float) -> None:
+    assert cli.duration_s(text) == expected_s
+
+
+@pytest.mark.parametrize("text", ["", "7 days", "1h x", "h", "-5", "0s", "1y"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        cli.duration_s(text)
+
+
+def test_moments() -> None:
+    now = timezone.now()
+    assert cli.moment("2h", now=now) == now + timedelta(hours=2)
+    assert cli.moment("2026-01-31T18:00:00+01:00").isoformat() == "2026-01-31T18:00:00+01:00"
+    assert cli.moment("2026-01-31 18:00").tzinfo is not None  # naive: the current time zone
 
 
 # --- atf_gate ----------------------------------------------------------------------------
