@@ -15,7 +15,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -59,9 +59,9 @@ def _cluster_port() -> int:
     raise RuntimeError("no free port pair for a Redis Cluster node")
 
 
-def _wait_until(condition: object, what: str) -> None:
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out after {START_TIMEOUT_S}s waiting for {what}")
         time.sleep(0.05)
@@ -124,11 +124,14 @@ def redis_cluster(base_dir: Path, *, nodes: int = 3) -> Iterator[str]:
             ))
         for port in ports:
             _wait_until(lambda port=port: _answers(port), f"redis-server on port {port}")
-        subprocess.run(
+        created = subprocess.run(
             [cli, "--cluster", "create", *(f"127.0.0.1:{port}" for port in ports),
              "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, capture_output=True, timeout=START_TIMEOUT_S,
+            capture_output=True, text=True, timeout=START_TIMEOUT_S,
         )
+        if created.returncode != 0:
+            output = created.stdout + created.stderr
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{output}")
         _wait_until(lambda: _cluster_ok(ports), "cluster_state:ok on every node")
         yield f"redis://127.0.0.1:{ports[0]}/0"
     finally:
