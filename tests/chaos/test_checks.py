@@ -1,0 +1,61 @@
+"""The chaos runner's own judgements: overlap detection, percentiles and the soak criteria."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.records import Execution
+from tests.chaos.soak import MB, Window, judge
+from tests.chaos.verify import count_overlaps, percentiles
+
+
+def run(task_id: int, start: float, end: float, attempt: int = 1) -> Execution:
+    return Execution(task_id=task_id, attempt=attempt, start=start, end=end, pid=1)
+
+
+@pytest.mark.parametrize(("runs", "overlaps"), [
+    ([run(1, 0, 1)], 0),
+    ([run(1, 0, 1), run(1, 1, 2, 2)], 0),  # one ends as the next starts: not at the same time
+    ([run(1, 0, 1), run(1, 0.5, 2, 2)], 1),
+    ([run(1, 0, 10), run(1, 2, 3, 2), run(1, 4, 5, 3)], 2),  # both inside a long first run
+    ([run(1, 0, 1), run(2, 0.5, 2)], 0),  # different tasks may run together
+    ([run(1, 3, 4, 2), run(1, 0, 3.5)], 1),  # records arrive in any order
+])
+def test_count_overlaps(runs: list[Execution], overlaps: int) -> None:
+    assert len(count_overlaps(runs)) == overlaps
+
+
+def test_percentiles_of_nothing_and_of_one_value() -> None:
+    assert percentiles([]) == {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
+    assert percentiles([2.0]) == {"p50": 2.0, "p90": 2.0, "p99": 2.0, "max": 2.0}
+
+
+def test_percentiles_of_a_range() -> None:
+    values = [float(n) for n in range(1, 101)]
+    result = percentiles(values)
+    assert (round(result["p50"]), round(result["p90"]), result["max"]) == (50, 90, 100.0)
+
+
+def windows(worker_mb: list[float], latency_s: list[float]) -> list[Window]:
+    return [Window(ended_s=10.0 * (i + 1), finished=100, latencies=[latency] * 50, backlog=0,
+                   rss={"worker": int(size * MB)})
+            for i, (size, latency) in enumerate(zip(worker_mb, latency_s, strict=True))]
+
+
+def test_a_flat_soak_passes() -> None:
+    assert judge(windows([100.0] * 12, [0.05] * 12), duration_s=120) == []
+
+
+def test_memory_that_keeps_growing_fails() -> None:
+    # Given worker memory that grows 10 MB every window
+    failures = judge(windows([100.0 + 10 * i for i in range(12)], [0.05] * 12), duration_s=120)
+    assert failures and "memory of worker" in failures[0]
+
+
+def test_latency_that_drifts_upward_fails() -> None:
+    failures = judge(windows([100.0] * 12, [0.05] * 6 + [1.0] * 6), duration_s=120)
+    assert failures and "latency drifted" in failures[0]
+
+
+def test_a_soak_too_short_to_judge_passes_without_judging() -> None:
+    assert judge(windows([100.0, 500.0, 900.0], [0.05, 5.0, 50.0]), duration_s=30) == []
