@@ -101,7 +101,10 @@ class Target:
                            len(rows), n, timeout_s)
         return rows
 
-    def fleet(self) -> Fleet:
+    def fleet(self, *, per_lambda: bool = False) -> Fleet:
+        """The system's workers; `per_lambda`: one worker per lambda, where the driver has it."""
+        if per_lambda:
+            return Fleet(self.name, self.driver.per_lambda_commands(self.env))
         return Fleet(self.name, self.driver.worker_commands(self.env))
 
     def warm_up(self, fleet: Fleet, *, timeout_s: float) -> None:
@@ -156,16 +159,27 @@ def latency(target: Target, plan: Plan) -> dict[str, float]:
             **{f"late_{name}": value for name, value in delayed.items()}, **_rss(fleet)}
 
 
-def isolation(target: Target, plan: Plan) -> dict[str, float]:
-    """B's lateness at `b_rate` tasks/s while the workers drain A's backlog."""
+def _isolation(target: Target, plan: Plan, *, per_lambda: bool) -> float:
     target.reset()
     target.backlog("noop", "a", plan.backlog_n)
     b_n = int(plan.b_rate * plan.b_seconds)
-    with target.fleet() as fleet:
+    with target.fleet(per_lambda=per_lambda) as fleet:
         target.warm_up(fleet, timeout_s=180)
         target.produce(task="record", key="iso", n=b_n, mode="paced", rate=plan.b_rate)
-        late = stats.lateness_ms(target.wait_records("iso", b_n, timeout_s=180, fleet=fleet))
-    return {"isolation_p95": late["p95"]}
+        rows = target.wait_records("iso", b_n, timeout_s=180, fleet=fleet)
+    return stats.lateness_ms(rows)["p95"]
+
+
+def isolation(target: Target, plan: Plan) -> dict[str, float]:
+    """B's lateness p95 at `b_rate` tasks/s while the same workers drain A's backlog."""
+    return {"isolation_p95": _isolation(target, plan, per_lambda=False)}
+
+
+def isolation_per_lambda(target: Target, plan: Plan) -> dict[str, float]:
+    """The same with one worker process per lambda (ATF's recommended deployment)."""
+    if not hasattr(target.driver, "per_lambda_commands"):
+        return {}
+    return {"isolation_own_p95": _isolation(target, plan, per_lambda=True)}
 
 
 def _post_loop(port: int, path: str, body: bytes, token: str, count: int,
@@ -227,4 +241,5 @@ def rest(target: Target, plan: Plan) -> dict[str, float]:
 
 
 #: Measurements in the order they run; each interleaves the systems within a repetition.
-MEASUREMENTS = (enqueue_single, enqueue_bulk, rest, drain, latency, isolation)
+MEASUREMENTS = (enqueue_single, enqueue_bulk, rest, drain, latency, isolation,
+                isolation_per_lambda)

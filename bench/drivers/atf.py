@@ -44,6 +44,13 @@ def worker_commands(env: Env) -> list[Command]:
             _manage(env, "worker", "runworker", "--processes", "2", "--threads", "8")]
 
 
+def per_lambda_commands(env: Env) -> list[Command]:
+    """The isolation run's deployment: its own worker process for each lambda."""
+    return [_manage(env, "consumer", "runconsumer"),
+            _manage(env, "worker", "runworker", "demo.noop", "--threads", "8"),
+            _manage(env, "worker", "runworker", "demo.record", "--threads", "8")]
+
+
 def token_command(env: Env) -> Command:
     """Prints an API token of the demo team as its last line."""
     return _manage(env, "setup", "atf_token", TEAM, "bench")
