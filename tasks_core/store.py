@@ -126,7 +126,7 @@ def create(tasks: Sequence[NewTask], *, now: datetime) -> list[TaskEntity]:
         .values_list("pk", "status")
     )
     entities = [_new_entity(task, parent_status, now) for task in tasks]
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         TaskEntity.objects.bulk_create(entities)
         TaskAssoc.objects.bulk_create(
             TaskAssoc(
@@ -179,24 +179,28 @@ def _parent_failed(parent_id: int, status: TaskStatus) -> dict[str, str]:
 
 
 def transition(task_id: int, *, expected: TaskStatus, lease: int | None, target: TaskStatus,
-               now: datetime, delay_s: float | None = None, **changes: Any) -> bool:
+               now: datetime, delay_s: float | None = None, lambda_id: int | None = None,
+               **changes: Any) -> bool:
     """Move a task from `expected` to `target` if its lease still matches; else return False.
 
     `lease=None` skips the lease check (user actions such as cancel, which guard on status).
+    The entity's guarded UPDATE is the compare-and-set; the assoc row follows it in the same
+    transaction. Callers that know the task's lambda pass `lambda_id` and save a read.
     """
     states.check_transition(expected, target)
-    with transaction.atomic():
+    if lambda_id is None:
+        lambda_id = TaskEntity.objects.values_list("lambda_ref_id", flat=True).get(pk=task_id)
+    run_at = changes.get("run_at")
+    if target is TaskStatus.NEW and run_at is None:
+        run_at = TaskEntity.objects.values_list("run_at", flat=True).get(pk=task_id)
+    with transaction.atomic(savepoint=False):
         guarded = TaskEntity.objects.filter(pk=task_id, status=expected)
         if lease is not None:
             guarded = guarded.filter(lease=lease)
-        rows = list(guarded.select_for_update().values_list("lambda_ref_id", "run_at"))
-        if not rows:
+        if not guarded.update(status=target, **changes):
             return False
-        lambda_id, run_at = rows[0]
-        guarded.update(status=target, **changes)
         TaskAssoc.objects.filter(task_id=task_id).update(
-            **_assoc_changes(target, lambda_id, now, run_at=changes.get("run_at", run_at),
-                             delay_s=delay_s)
+            **_assoc_changes(target, lambda_id, now, run_at=run_at, delay_s=delay_s)
         )
         _after_final(task_id, target, now)
     return True
@@ -367,8 +371,9 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
 def start(task: ClaimedTask, *, now: datetime) -> bool:
     """claimed -> processing: the executor begins the attempt; False if the lease moved on."""
     return transition(task.task_id, expected=TaskStatus.CLAIMED, lease=task.lease,
-                      target=TaskStatus.PROCESSING, now=now, attempts=F("attempts") + 1,
-                      started_at=now, heartbeat_at=now)
+                      target=TaskStatus.PROCESSING, now=now,
+                      lambda_id=directory.by_name(task.lambda_name).id,
+                      attempts=F("attempts") + 1, started_at=now, heartbeat_at=now)
 
 
 def release(tasks: Sequence[ClaimedTask], *, now: datetime) -> int:
@@ -428,7 +433,8 @@ def finish(task: ClaimedTask, result: Result, *, now: datetime) -> TaskStatus | 
     attempt_outcome = Outcome.DEAD if target is TaskStatus.DEAD else result.outcome
     with transaction.atomic():
         moved = transition(task.task_id, expected=TaskStatus.PROCESSING, lease=task.lease,
-                           target=target, now=now, delay_s=delay_s, **changes)
+                           target=target, now=now, delay_s=delay_s, lambda_id=info.id,
+                           **changes)
         if not moved:
             return None
         TaskAttempt.objects.create(
