@@ -7,6 +7,7 @@ import random
 import threading
 import time
 from argparse import Namespace
+from collections import Counter
 from collections.abc import Callable
 
 from tests.chaos import faults, verify
@@ -91,8 +92,11 @@ def run_chaos(args: Namespace, lab: Lab, api: ApiClient | None) -> int:
     lab.records.stop()
     report = faults.with_db(lambda: verify.check(lab.records.executions, lab.events,
                                                   lab.victims.dropped))
+    injected = Counter(event.name for event in lab.events)
+    say("faults injected: " + ", ".join(f"{name} x{n}" for name, n in sorted(injected.items())))
     for event in lab.events:
-        say(f"fault  {event.line()}")
+        if not event.ok:
+            say(f"fault  {event.line()}")
     say(f"process exits seen by the watcher: {dict(lab.cluster.exits)}")
     for line in report.lines():
         say(line)
