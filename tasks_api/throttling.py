@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.exceptions import ImproperlyConfigured
 from rest_framework.throttling import BaseThrottle
 
 if TYPE_CHECKING:
@@ -23,7 +24,12 @@ _PERIODS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def parse_rate(rate: str) -> tuple[int, int]:
     """"6000/min" -> (6000, 60): requests allowed per period of seconds."""
     count, _slash, period = rate.partition("/")
-    return int(count), _PERIODS_S[period.strip()[:1]]
+    try:
+        return int(count), _PERIODS_S[period.strip()[:1]]
+    except (KeyError, ValueError):
+        raise ImproperlyConfigured(
+            f"ATF_API_THROTTLE_RATE={rate!r}: write requests/period, e.g. 6000/min or 100/s"
+        ) from None
 
 
 class TokenRateThrottle(BaseThrottle):

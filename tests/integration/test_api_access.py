@@ -6,10 +6,12 @@ import io
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from tasks_api.throttling import parse_rate
 from tasks_core.models import Lambda, TaskEntity, Team
 from tasks_core.states import TaskStatus
 from tests.factories import TaskFactory
@@ -234,3 +236,15 @@ def test_demo_token_schedules_demo_lambdas() -> None:
     response = client.post("/api/v1/tasks/", {"lambda": "demo.noop"}, format="json")
     # Then the task is created
     assert response.status_code == 201, response.json()
+
+
+@pytest.mark.parametrize(("rate", "expected"), [("6000/min", (6000, 60)), ("100/s", (100, 1)),
+                                                ("5/hour", (5, 3600)), ("1/day", (1, 86400))])
+def test_throttle_rates_parse(rate: str, expected: tuple[int, int]) -> None:
+    assert parse_rate(rate) == expected
+
+
+@pytest.mark.parametrize("rate", ["lots", "10/fortnight", "ten/min"])
+def test_a_bad_throttle_rate_says_how_to_write_one(rate: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match="6000/min"):
+        parse_rate(rate)
