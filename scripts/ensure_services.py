@@ -295,7 +295,7 @@ def ensure_chromium() -> None:
     if CHROMIUM.exists():
         logger.info("chromium: using %s", CHROMIUM)
         return
-    if apt_install("chromium") and CHROMIUM.exists():
+    if apt_install("chromium", "fonts-liberation") and CHROMIUM.exists():
         logger.info("chromium: installed %s", CHROMIUM)
         return
     # Not fatal: the browser tests say themselves that they cannot run.
