@@ -34,11 +34,18 @@ class FirstRenderer(BaseContentNegotiation):
 
 
 class JsonErrorsMixin:
-    """Renders a view's errors as JSON even when its answers are text, YAML or HTML."""
+    """Renders a view's errors (and OPTIONS) as JSON even when its answers are text or YAML."""
 
-    def handle_exception(self, exc: Exception) -> Response:
+    def _answer_in_json(self) -> None:
         # finalize_response() renders with the request's renderer: make that one JSON.
         request = self.request  # type: ignore[attr-defined]
         request.accepted_renderer = JSONRenderer()
         request.accepted_media_type = request.accepted_renderer.media_type
+
+    def handle_exception(self, exc: Exception) -> Response:
+        self._answer_in_json()
         return super().handle_exception(exc)  # type: ignore[misc]
+
+    def options(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        self._answer_in_json()
+        return super().options(request, *args, **kwargs)  # type: ignore[misc]

@@ -121,3 +121,17 @@ def test_text_the_database_cannot_store_answers_400(alice: Member, payload: obje
 @pytest.mark.parametrize("path", ["/api/v1/lambdas/a%00b/", "/api/v1/lambdas/a%ED%A0%80b/"])
 def test_unstorable_names_in_paths_answer_404(alice: Member, path: str) -> None:
     assert alice.client.get(path).status_code == 404
+
+
+@pytest.mark.parametrize("path", [
+    "/api/v1/tasks/", "/api/v1/tasks/batch/", "/api/v1/tasks/1/", "/api/v1/tasks/1/cancel/",
+    "/api/v1/lambdas/", "/api/v1/lambdas/alpha.work/", "/api/v1/lambdas/alpha.work/gate/",
+    "/api/v1/lambdas/alpha.work/collections/c/gate/", "/api/v1/dead-letters/",
+    "/api/v1/dead-letters/requeue/", "/api/v1/stats/", "/healthz", "/readyz", "/metrics",
+])
+def test_options_and_head_answer_without_failing(alice: Member, path: str) -> None:
+    options = alice.client.options(path)
+    head = alice.client.head(path)
+    assert options.status_code == 200
+    assert options["Content-Type"] == "application/json"
+    assert head.status_code in {200, 404, 405}
