@@ -30,9 +30,16 @@ class ControllerThread(threading.Thread):
         self.worker_id = worker_id
         self.lambda_ids = dict(lambda_ids)
         # Strict priority within a lambda: BLMPOP takes from the first non-empty list.
-        self.queue_names = [queue.queue_name(name, priority)
-                            for name in sorted(self.lambda_ids) for priority in priorities]
+        self.queues_by_lambda = [[queue.queue_name(name, priority) for priority in priorities]
+                                 for name in sorted(self.lambda_ids)]
+        self._turn = 0
         self.running = True
+
+    def queue_names(self) -> list[str]:
+        """This pop's queue order: lambdas take turns coming first, so none starves another."""
+        self._turn = (self._turn + 1) % len(self.queues_by_lambda)
+        order = self.queues_by_lambda[self._turn:] + self.queues_by_lambda[:self._turn]
+        return [name for names in order for name in names]
 
     def run(self) -> None:
         while self.running:
@@ -41,7 +48,7 @@ class ControllerThread(threading.Thread):
                 if free <= 0:
                     self.buffer.wait_for_free_slot(timeout_s=POP_WAIT_S)
                     continue
-                popped = self.queue.pop(self.queue_names, max_count=free, wait_s=POP_WAIT_S)
+                popped = self.queue.pop(self.queue_names(), max_count=free, wait_s=POP_WAIT_S)
                 if popped:
                     self.dispatch(popped)
             except QueueUnavailable as exc:

@@ -259,3 +259,20 @@ def test_a_heartbeat_timeout_under_three_intervals_is_refused_at_start() -> None
     assert done.returncode != 0
     assert "must exceed 3 x ATF_HEARTBEAT_INTERVAL_S" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_worker_serving_two_lambdas_lets_neither_starve_the_other(
+        processes: Processes, env: dict[str, str], records: callable) -> None:
+    # Given one single-threaded worker for two lambdas, one of them with a big backlog
+    scheduling.schedule_many([{"lambda": "demo.sleep", "payload": {"seconds": 0.05}}] * 400)
+    processes.start("runconsumer", env=env)
+    processes.start("runworker", "demo.sleep", "demo.record", "--threads", "1", env=env)
+    wait_for(lambda: statuses()["success"] >= 5, message="the backlog to start draining")
+    # When the other lambda's tasks arrive
+    recorded = [atf.schedule("demo.record", {"key": "records"}) for _ in range(10)]
+    # Then they run while the backlog is still there
+    wait_for(lambda: TaskEntity.objects.filter(pk__in=[t.pk for t in recorded],
+                                               status="success").count() == 10,
+             timeout_s=60, message="the demo.record tasks")
+    assert TaskEntity.objects.filter(lambda_ref__name="demo.sleep").exclude(
+        status="success").count() > 100
