@@ -31,6 +31,7 @@ from django_tasks.utils import normalize_json
 from typing_extensions import ParamSpec
 
 from tasks_core import atf, scheduling
+from tasks_core.exceptions import InvalidTask
 from tasks_core.models import TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
 
@@ -125,11 +126,14 @@ class ATFBackend(BaseTaskBackend):
             "run_after": task.run_after.isoformat() if task.run_after else None,
             "backend": self.alias,
         }
-        entity, _created = scheduling.schedule(
-            LAMBDA_NAME, payload, collection=task.queue_name,
-            priority=priority_name(task.priority), run_at=task.run_after,
-            max_attempts=self.max_attempts,
-        )
+        try:
+            entity, _created = scheduling.schedule(
+                LAMBDA_NAME, payload, collection=task.queue_name,
+                priority=priority_name(task.priority), run_at=task.run_after,
+                max_attempts=self.max_attempts,
+            )
+        except InvalidTask as exc:  # e.g. arguments over ATF_MAX_PAYLOAD_BYTES
+            raise InvalidTaskError(str(exc)) from exc
         result = self._result(entity, task)
         task_enqueued.send(type(self), task_result=result)
         return result

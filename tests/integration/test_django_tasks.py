@@ -216,6 +216,13 @@ def test_an_unknown_queue_is_refused() -> None:
         noop_task.using(queue_name="elsewhere").enqueue()
 
 
+def test_arguments_over_the_payload_limit_are_refused(settings: Any) -> None:
+    settings.ATF_MAX_PAYLOAD_BYTES = 1000
+    with pytest.raises(InvalidTaskError, match="the limit is 1000"):
+        noop_task.enqueue("x" * 2000)
+    assert not TaskEntity.objects.exists()
+
+
 def test_enqueue_rolls_back_with_the_callers_transaction() -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
         noop_task.enqueue()
