@@ -6,10 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from tasks_core import scheduling
+from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import GateState
 from tasks_core.models import Collection, Lambda, TaskEntity
 from tasks_core.states import TaskStatus
@@ -123,6 +126,32 @@ class ScheduleTaskSerializer(StrictSerializer):
 
     def get_fields(self) -> dict[str, serializers.Field]:
         return _renamed(super().get_fields(), lambda_name="lambda")
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if not isinstance(data, Mapping) or not isinstance(exc.detail, Mapping):
+                raise
+            # Tell every problem at once: add what scheduling says about the fields that parsed.
+            more = self._scheduling_errors(data, skip=set(exc.detail))
+            raise serializers.ValidationError({**more, **exc.detail}) from exc
+
+    def _scheduling_errors(self, data: Mapping[str, Any], *, skip: set[str],
+                           ) -> dict[str, list[str]]:
+        parsed: dict[str, Any] = {}
+        for name, field in self.fields.items():
+            if name in data and name not in skip:
+                try:
+                    parsed[name] = field.run_validation(data[name])
+                except serializers.ValidationError:
+                    continue
+        try:
+            scheduling.validate(parsed.pop("lambda", None), parsed.pop("payload", None),
+                                now=timezone.now(), **parsed)
+        except InvalidTask as exc:
+            return {name: msgs for name, msgs in exc.errors.items() if name not in skip}
+        return {}
 
 
 class ScheduleBatchSerializer(StrictSerializer):

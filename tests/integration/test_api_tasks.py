@@ -260,3 +260,22 @@ def test_cancel_a_claimed_running_or_finished_task_answers_409(alice: Member,
     assert response.status_code == 409
     assert "detail" in response.json()
     assert TaskEntity.objects.get(pk=task.pk).status == status
+
+
+def test_every_bad_field_is_told_at_once(alice: Member) -> None:
+    # When a task has a bad time, an unknown lambda and an unknown priority
+    response = alice.client.post("/api/v1/tasks/", {
+        "lambda": "no.such", "priority": "urgent", "run_at": "tomorrow"}, format="json")
+    # Then one answer names all three
+    assert response.status_code == 400
+    assert set(response.json()) == {"lambda", "priority", "run_at"}
+
+
+def test_a_batch_item_with_a_malformed_field_tells_all_its_errors(alice: Member) -> None:
+    # When one item of a batch has a malformed delay and an unknown priority
+    tasks = [{"lambda": alice.lam.name}, {"lambda": alice.lam.name, "delay": -1,
+                                          "priority": "urgent"}]
+    response = alice.client.post("/api/v1/tasks/batch/", {"tasks": tasks}, format="json")
+    # Then both are named for that item
+    assert response.status_code == 400
+    assert set(response.json()) == {"tasks[1].delay", "tasks[1].priority"}
