@@ -387,34 +387,32 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
 
     Each claimed task gets a new lease, which its executor presents on every later write.
     """
-    if not messages:
-        return []
+    wanted = {message.task_id: message.lease for message in messages}
     with transaction.atomic():
-        ids = _matching_leases(messages, TaskStatus.ENQUEUED, lambda_ref_id__in=list(lambda_ids))
-        if not ids:
+        rows = [
+            row for row in TaskEntity.objects.select_for_update()
+            .filter(pk__in=list(wanted), status=TaskStatus.ENQUEUED,
+                    lambda_ref_id__in=list(lambda_ids))
+            .order_by("pk")
+            .values_list("pk", "lease", "lambda_ref_id", "collection", "priority", "payload",
+                         "attempts", "max_attempts")
+            if wanted[row[0]] == row[1]
+        ]
+        if not rows:
             return []
+        ids = [row[0] for row in rows]
         TaskEntity.objects.filter(pk__in=ids).update(
             status=TaskStatus.CLAIMED, lease=F("lease") + 1, worker=worker, claimed_at=now
         )
-        rows = list(
-            TaskEntity.objects.filter(pk__in=ids).values_list(
-                "pk", "lease", "lambda_ref_id", "lambda_ref__name", "collection", "priority",
-                "payload", "attempts", "max_attempts",
-            )
+        # The claim timeout is the same for every lambda: one assoc update for the batch.
+        TaskAssoc.objects.filter(task_id__in=ids).update(
+            **_assoc_changes(TaskStatus.CLAIMED, rows[0][2], now)
         )
-        by_lambda: dict[int, list[int]] = defaultdict(list)
-        for row in rows:
-            by_lambda[row[2]].append(row[0])
-        for lambda_id, task_ids in by_lambda.items():
-            TaskAssoc.objects.filter(task_id__in=task_ids).update(
-                **_assoc_changes(TaskStatus.CLAIMED, lambda_id, now)
-            )
     return [
-        ClaimedTask(task_id=pk, lease=lease, lambda_name=name, collection=collection,
-                    priority=priority, payload=payload, attempt=attempts + 1,
-                    max_attempts=max_attempts)
-        for pk, lease, _lambda_id, name, collection, priority, payload, attempts, max_attempts
-        in rows
+        ClaimedTask(task_id=pk, lease=lease + 1, lambda_name=directory.by_id(lambda_id).name,
+                    collection=collection, priority=priority, payload=payload,
+                    attempt=attempts + 1, max_attempts=max_attempts)
+        for pk, lease, lambda_id, collection, priority, payload, attempts, max_attempts in rows
     ]
 
 
