@@ -105,8 +105,13 @@ def next_after(after: datetime, *, cron: str, interval_s: float | None, tz: str)
     if interval_s:
         step = timedelta(seconds=interval_s)
         return EPOCH + ((after - EPOCH) // step + 1) * step
-    local = after.astimezone(check_timezone(tz))
-    return croniter(cron, local).get_next(datetime).astimezone(UTC)
+    occurrences = croniter(cron, after.astimezone(check_timezone(tz)))
+    found = occurrences.get_next(datetime)
+    # When summer time ends, the clock shows one hour twice (fold=1 the second time). Like
+    # cron, a job at a fixed hour runs once; one whose hour is "*" runs in both.
+    while found.fold == 1 and cron.split()[1] != "*":
+        found = occurrences.get_next(datetime)
+    return found.astimezone(UTC)
 
 
 def occurrence_key(name: str, occurrence: datetime) -> str:

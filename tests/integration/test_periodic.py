@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -60,6 +61,27 @@ def test_cron_occurrences_follow_the_time_zone(after: datetime, expected: dateti
     found = periodic.next_after(after, cron="0 9 * * *", interval_s=None, tz="America/New_York")
     # Then it is 09:00 local time, whatever the UTC offset
     assert found == expected
+
+
+def walk(cron: str, start: datetime, count: int) -> list[datetime]:
+    found = [periodic.next_after(start, cron=cron, interval_s=None, tz="Europe/Paris")]
+    while len(found) < count:
+        found.append(periodic.next_after(found[-1], cron=cron, interval_s=None,
+                                         tz="Europe/Paris"))
+    return found
+
+
+def test_summer_time_changes_run_a_daily_job_once_and_an_hourly_one_every_hour() -> None:
+    # Given Paris, where 2026-03-29 skips 02:00-03:00 and 2026-10-25 shows 02:00-03:00 twice
+    utc = partial(datetime, tzinfo=UTC)
+    # Then a job at 02:30 runs once each day: at 03:00 on the skipped hour, once in autumn
+    assert walk("30 2 * * *", utc(2026, 3, 28, 12), 2) == [utc(2026, 3, 29, 1),
+                                                          utc(2026, 3, 30, 0, 30)]
+    assert walk("30 2 * * *", utc(2026, 10, 24, 12), 2) == [utc(2026, 10, 25, 0, 30),
+                                                           utc(2026, 10, 26, 1, 30)]
+    # And an hourly job runs every real hour through the repeated one
+    assert walk("0 * * * *", utc(2026, 10, 24, 23, 30), 4) == [
+        utc(2026, 10, 25, h) for h in range(4)]
 
 
 @pytest.mark.parametrize("value", ["not cron", "61 * * * *", 0, 0.5, -3, True, float("nan")])
