@@ -69,8 +69,11 @@ def _targets(names: list[str], redis_url: str, pg_url: str) -> list[measure.Targ
         driver = drivers.load(name)
         dsn = services.ensure_database(pg_url, f"bench_{name}")
         env = Env(name=name, redis_url=f"{redis_url}/{REDIS_DB[name]}", pg_dsn=dsn)
-        for command in driver.setup_commands(env):
-            measure.run_once(command)
+        # A driver whose set-up is not idempotent (procrastinate's schema) runs it only once.
+        once = getattr(driver, "SETUP_ONCE", False)
+        if not (once and services.has_tables(dsn, driver.SCHEMA)):
+            for command in driver.setup_commands(env):
+                measure.run_once(command)
         targets.append(measure.Target(driver=driver, env=env))
     return targets
 

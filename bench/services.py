@@ -68,14 +68,23 @@ def ensure_database(server_dsn: str, name: str) -> str:
     return f"{server_dsn}/{name}"
 
 
+def _present(conn: psycopg.Connection, tables: tuple[str, ...]) -> list[str]:
+    return [t for t in tables
+            if conn.execute("SELECT to_regclass(%s)", (t,)).fetchone()[0] is not None]
+
+
+def has_tables(dsn: str, tables: tuple[str, ...]) -> bool:
+    """Whether every one of `tables` exists."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return len(_present(conn, tables)) == len(tables)
+
+
 def empty_tables(dsn: str, tables: tuple[str, ...]) -> None:
     """Truncate those of `tables` that exist."""
     if not tables:
         return
     with psycopg.connect(dsn, autocommit=True) as conn:
-        present = [t for t in tables
-                   if conn.execute("SELECT to_regclass(%s)", (t,)).fetchone()[0] is not None]
-        if present:
+        if present := _present(conn, tables):
             conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
                 sql.SQL(", ").join(map(sql.Identifier, present))))
 

@@ -9,6 +9,7 @@ LABEL = "procrastinate"
 OPTIONS = "PostgreSQL, defaults (LISTEN/NOTIFY, polling 5 s); 2 worker processes x concurrency 8"
 DURABLE = True
 HAS_BULK = True
+SETUP_ONCE = True
 SCHEMA = ("procrastinate_jobs", "procrastinate_events", "procrastinate_periodic_defers")
 records = peer_records
 _APP = "--app=bench.peers.procrastinate_app.app"
