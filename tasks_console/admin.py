@@ -19,6 +19,7 @@ from tasks_core.models import PeriodicTask, TaskAttempt, TaskDependency, Team, W
 admin.site.site_header = "ATF console"
 admin.site.site_title = "ATF console"
 admin.site.index_title = "Dashboard"
+admin.site.site_url = None  # the project has no public site: no "View site" link
 
 
 @admin.register(Team)

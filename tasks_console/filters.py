@@ -12,6 +12,9 @@ from django.http import HttpRequest
 from tasks_console import scoping
 from tasks_core.models import Collection, Team
 
+#: Rows of the dead-letter queue that the error-type choices are taken from.
+SAMPLE = 2000
+
 
 class _ChoiceFilter(admin.SimpleListFilter):
     """A filter on one field. The admin applies only filters with choices, so the value in
@@ -72,14 +75,16 @@ class TeamFilter(_ChoiceFilter):
 
 
 class ErrorTypeFilter(_ChoiceFilter):
-    """The error types among the rows of the (already small) dead-letter queue."""
+    """The error types among the latest dead letters."""
 
     title = "error type"
     parameter_name = "error_type"
     field = "last_error__type"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        types = (model_admin.get_queryset(request).order_by()
+        dead = model_admin.get_queryset(request)
+        latest = list(dead.order_by("-id").values_list("pk", flat=True)[:SAMPLE])
+        types = (dead.filter(pk__in=latest).order_by()
                  .values_list("last_error__type", flat=True).distinct()[:50])
         return self.with_current([(name, name) for name in sorted(t for t in types if t)])
 

@@ -9,8 +9,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.safestring import SafeString
 
-from tasks_console import gates, scoping
+from tasks_console import display, gates, scoping
 from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.forms import GateForm
 from tasks_console.gates import GateTarget
@@ -18,6 +19,7 @@ from tasks_core import scheduling
 from tasks_core.gating import GateState
 from tasks_core.models import Collection, Lambda
 
+GATE_COLOURS = {"open": "#2e8540", "paused": "#d9822b", "dropped": "#b0281a"}
 #: Buttons on a lambda's or collection's page: (action name, label).
 GATE_BUTTONS = [("pause_gate", "Pause"), ("resume_gate", "Resume"), ("drop_gate", "Drop…")]
 
@@ -30,8 +32,10 @@ class GatedAdmin(ConsoleAdmin):
     change_form_template = "tasks_console/change_form_actions.html"
 
     @admin.display(description="gate")
-    def gate_display(self, row: Lambda | Collection) -> str:
-        return gates.describe(row, timezone.now())
+    def gate_display(self, row: Lambda | Collection) -> SafeString:
+        now = timezone.now()
+        colour = GATE_COLOURS[row.gate] if gates.is_closed(row, now) else GATE_COLOURS["open"]
+        return display.badge(gates.describe(row, now), colour)
 
     @admin.display(description="held back")
     def held_back(self, row: Lambda | Collection) -> int | str:
