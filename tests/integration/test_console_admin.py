@@ -320,3 +320,16 @@ def test_dead_letter_actions_leave_tasks_that_are_not_dead(admin_client: Client)
     act(admin_client, DEAD, "requeue_dead", [done.pk])
     # Then it is untouched
     assert status_of(done) == TaskStatus.SUCCESS
+
+
+def test_a_group_link_lists_that_group_only(admin_client: Client) -> None:
+    # Given dead tasks with two different errors
+    lam = LambdaFactory()
+    declined = TaskFactory.create_batch(2, lambda_ref=lam, status=TaskStatus.DEAD,
+                                        last_error=error("card declined"))
+    TaskFactory(lambda_ref=lam, status=TaskStatus.DEAD, last_error=error("gateway down"))
+    # When the summary's link of the "card declined" group is followed
+    page = admin_client.get(DEAD, {"lambda": lam.pk, "error_type": "ValueError",
+                                   "error_message": "card declined"})
+    # Then only that group is listed
+    assert {row.pk for row in page.context["cl"].result_list} == {t.pk for t in declined}
