@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,39 @@ class Command:
     role: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+
+
+def no_setup(env: Env) -> list[Command]:
+    """Set-up of a system that needs none (its Redis database is flushed anyway)."""
+    return []
+
+
+class PeerClient:
+    """A peer's producer: send() dispatches to noop(), now() or later(); subclasses fill them."""
+
+    def send(self, task: str, key: str, due: float, eta: float | None) -> None:
+        if task == "noop":
+            self.noop()
+        elif eta is None:
+            self.now(key, due)
+        else:
+            self.later(key, due, eta)
+
+    def noop(self) -> None:
+        raise NotImplementedError
+
+    def now(self, key: str, due: float) -> None:
+        raise NotImplementedError
+
+    def later(self, key: str, due: float, eta: float) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Nothing to release unless a subclass opened something."""
+
+
+def utc(timestamp: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
 
 
 def peer_bin(name: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.drivers.base import Command, Env, peer_bin, peer_records
+from bench.drivers.base import Command, Env, PeerClient, no_setup, peer_bin, peer_records, utc
 
 NAME = "celery"
 LABEL = "Celery"
@@ -12,10 +12,7 @@ DURABLE = False
 HAS_BULK = False
 SCHEMA: tuple[str, ...] = ()
 records = peer_records
-
-
-def setup_commands(env: Env) -> list[Command]:
-    return []
+setup_commands = no_setup
 
 
 def worker_commands(env: Env) -> list[Command]:
@@ -25,22 +22,17 @@ def worker_commands(env: Env) -> list[Command]:
     return [Command(role="worker", argv=argv, env=env.variables())]
 
 
-class Client:
+class Client(PeerClient):
     def __init__(self) -> None:
         from bench.peers import celery_app
 
-        self.tasks = {"record": celery_app.record, "noop": celery_app.noop}
+        self.app = celery_app
 
-    def send(self, task: str, key: str, due: float, eta: float | None) -> None:
-        import datetime as dt
+    def noop(self) -> None:
+        self.app.noop.apply_async(queue="a")
 
-        if task == "noop":
-            self.tasks[task].apply_async(queue="a")
-        elif eta is None:
-            self.tasks[task].apply_async((key, due), queue="b")
-        else:
-            when = dt.datetime.fromtimestamp(eta, tz=dt.UTC)
-            self.tasks[task].apply_async((key, due), queue="b", eta=when)
+    def now(self, key: str, due: float) -> None:
+        self.app.record.apply_async((key, due), queue="b")
 
-    def close(self) -> None:
-        pass
+    def later(self, key: str, due: float, eta: float) -> None:
+        self.app.record.apply_async((key, due), queue="b", eta=utc(eta))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.drivers.base import PEERS_PYTHON, Command, Env, peer_records
+import os
+
+from bench.drivers.base import PEERS_PYTHON, Command, Env, PeerClient, peer_records, utc
 
 NAME = "djtasks"
 LABEL = "django-tasks-db"
@@ -28,34 +30,30 @@ def worker_commands(env: Env) -> list[Command]:
             for _ in range(2)]
 
 
-class Client:
+class Client(PeerClient):
     def __init__(self) -> None:
-        import os
-
         import django
 
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.peers.djtasks_settings")
         django.setup()
         from bench.peers import djtasks_app
 
-        self.tasks = {"record": djtasks_app.record, "noop": djtasks_app.noop}
+        self.app = djtasks_app
 
-    def send(self, task: str, key: str, due: float, eta: float | None) -> None:
-        import datetime as dt
+    def noop(self) -> None:
+        self.app.noop.enqueue()
 
-        if task == "noop":
-            self.tasks[task].enqueue()
-        elif eta is None:
-            self.tasks[task].enqueue(key, due)
-        else:
-            when = dt.datetime.fromtimestamp(eta, tz=dt.UTC)
-            self.tasks[task].using(run_after=when).enqueue(key, due)
+    def now(self, key: str, due: float) -> None:
+        self.app.record.enqueue(key, due)
+
+    def later(self, key: str, due: float, eta: float) -> None:
+        self.app.record.using(run_after=utc(eta)).enqueue(key, due)
 
     def backlog(self, task: str, key: str, dues: list[float]) -> None:
         """Insert many rows at once, as enqueue() would write them (set-up only, not timed)."""
         from django_tasks_db.models import DBTaskResult, get_date_max
 
-        target = self.tasks[task]
+        target = self.app.noop if task == "noop" else self.app.record
         rows = [
             DBTaskResult(
                 id=DBTaskResult._meta.pk.default(),
@@ -67,6 +65,3 @@ class Client:
             for due in dues
         ]
         DBTaskResult.objects.bulk_create(rows, batch_size=1000)
-
-    def close(self) -> None:
-        pass

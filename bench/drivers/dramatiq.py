@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.drivers.base import Command, Env, peer_bin, peer_records
+import time
+
+from bench.drivers.base import Command, Env, PeerClient, no_setup, peer_bin, peer_records
 
 NAME = "dramatiq"
 LABEL = "Dramatiq"
@@ -11,10 +13,7 @@ DURABLE = False
 HAS_BULK = False
 SCHEMA: tuple[str, ...] = ()
 records = peer_records
-
-
-def setup_commands(env: Env) -> list[Command]:
-    return []
+setup_commands = no_setup
 
 
 def worker_commands(env: Env) -> list[Command]:
@@ -22,22 +21,18 @@ def worker_commands(env: Env) -> list[Command]:
     return [Command(role="worker", argv=argv, env=env.variables())]
 
 
-class Client:
+class Client(PeerClient):
     def __init__(self) -> None:
         from bench.peers import dramatiq_app
 
-        self.actors = {"record": dramatiq_app.record, "noop": dramatiq_app.noop}
+        self.app = dramatiq_app
 
-    def send(self, task: str, key: str, due: float, eta: float | None) -> None:
-        import time
+    def noop(self) -> None:
+        self.app.noop.send()
 
-        if task == "noop":
-            self.actors[task].send()
-        elif eta is None:
-            self.actors[task].send(key, due)
-        else:
-            delay_ms = max(0, int((eta - time.time()) * 1000))
-            self.actors[task].send_with_options(args=(key, due), delay=delay_ms)
+    def now(self, key: str, due: float) -> None:
+        self.app.record.send(key, due)
 
-    def close(self) -> None:
-        pass
+    def later(self, key: str, due: float, eta: float) -> None:
+        delay_ms = max(0, int((eta - time.time()) * 1000))
+        self.app.record.send_with_options(args=(key, due), delay=delay_ms)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.drivers.base import Command, Env, peer_bin, peer_records
+import time
+
+from bench.drivers.base import Command, Env, PeerClient, no_setup, peer_bin, peer_records
 
 NAME = "huey"
 LABEL = "Huey"
@@ -11,10 +13,7 @@ DURABLE = False
 HAS_BULK = False
 SCHEMA: tuple[str, ...] = ()
 records = peer_records
-
-
-def setup_commands(env: Env) -> list[Command]:
-    return []
+setup_commands = no_setup
 
 
 def worker_commands(env: Env) -> list[Command]:
@@ -22,21 +21,17 @@ def worker_commands(env: Env) -> list[Command]:
     return [Command(role="worker", argv=argv, env=env.variables())]
 
 
-class Client:
+class Client(PeerClient):
     def __init__(self) -> None:
         from bench.peers import huey_app
 
-        self.tasks = {"record": huey_app.record, "noop": huey_app.noop}
+        self.app = huey_app
 
-    def send(self, task: str, key: str, due: float, eta: float | None) -> None:
-        import time
+    def noop(self) -> None:
+        self.app.noop()
 
-        if task == "noop":
-            self.tasks[task]()
-        elif eta is None:
-            self.tasks[task](key, due)
-        else:
-            self.tasks[task].schedule(args=(key, due), delay=max(0.0, eta - time.time()))
+    def now(self, key: str, due: float) -> None:
+        self.app.record(key, due)
 
-    def close(self) -> None:
-        pass
+    def later(self, key: str, due: float, eta: float) -> None:
+        self.app.record.schedule(args=(key, due), delay=max(0.0, eta - time.time()))

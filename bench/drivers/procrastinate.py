@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.drivers.base import Command, Env, peer_bin, peer_records
+from bench.drivers.base import Command, Env, PeerClient, peer_bin, peer_records, utc
 
 NAME = "procrastinate"
 LABEL = "procrastinate"
@@ -25,30 +25,27 @@ def worker_commands(env: Env) -> list[Command]:
     return [Command(role="worker", argv=argv, env=env.variables()) for _ in range(2)]
 
 
-class Client:
+class Client(PeerClient):
     def __init__(self) -> None:
         from bench.peers import procrastinate_app
 
-        self.app = procrastinate_app.app
-        self.app.open()
-        self.tasks = {"record": procrastinate_app.record, "noop": procrastinate_app.noop}
+        self.app = procrastinate_app
+        self.app.app.open()
 
-    def send(self, task: str, key: str, due: float, eta: float | None) -> None:
-        import datetime as dt
+    def noop(self) -> None:
+        self.app.noop.defer()
 
-        if task == "noop":
-            self.tasks[task].defer()
-        elif eta is None:
-            self.tasks[task].defer(key=key, due=due)
-        else:
-            when = dt.datetime.fromtimestamp(eta, tz=dt.UTC)
-            self.tasks[task].configure(schedule_at=when).defer(key=key, due=due)
+    def now(self, key: str, due: float) -> None:
+        self.app.record.defer(key=key, due=due)
+
+    def later(self, key: str, due: float, eta: float) -> None:
+        self.app.record.configure(schedule_at=utc(eta)).defer(key=key, due=due)
 
     def send_many(self, task: str, key: str, dues: list[float]) -> None:
         if task == "noop":
-            self.tasks[task].batch_defer(*({} for _ in dues))
+            self.app.noop.batch_defer(*({} for _ in dues))
         else:
-            self.tasks[task].batch_defer(*({"key": key, "due": due} for due in dues))
+            self.app.record.batch_defer(*({"key": key, "due": due} for due in dues))
 
     def close(self) -> None:
-        self.app.close()
+        self.app.app.close()

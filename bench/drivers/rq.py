@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.drivers.base import Command, Env, peer_bin, peer_records
+import os
+
+from bench.drivers.base import Command, Env, PeerClient, no_setup, peer_bin, peer_records, utc
 
 NAME = "rq"
 LABEL = "RQ"
@@ -11,10 +13,7 @@ DURABLE = False
 HAS_BULK = True
 SCHEMA: tuple[str, ...] = ()
 records = peer_records
-
-
-def setup_commands(env: Env) -> list[Command]:
-    return []
+setup_commands = no_setup
 
 
 def worker_commands(env: Env) -> list[Command]:
@@ -22,40 +21,31 @@ def worker_commands(env: Env) -> list[Command]:
     return [Command(role="worker", argv=argv, env=env.variables())]
 
 
-class Client:
+class Client(PeerClient):
     def __init__(self) -> None:
-        import os
-
         import redis
         from rq import Queue
 
-        connection = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
-        self.queues = {"noop": Queue("a", connection=connection),
-                       "record": Queue("b", connection=connection)}
-
-    def send(self, task: str, key: str, due: float, eta: float | None) -> None:
-        import datetime as dt
-
         from bench.peers import common
 
-        if task == "noop":
-            self.queues[task].enqueue(common.noop)
-        elif eta is None:
-            self.queues[task].enqueue(common.record, key, due)
-        else:
-            when = dt.datetime.fromtimestamp(eta, tz=dt.UTC)
-            self.queues[task].enqueue_at(when, common.record, key, due)
+        connection = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+        self.a, self.b = Queue("a", connection=connection), Queue("b", connection=connection)
+        self.common = common
+
+    def noop(self) -> None:
+        self.a.enqueue(self.common.noop)
+
+    def now(self, key: str, due: float) -> None:
+        self.b.enqueue(self.common.record, key, due)
+
+    def later(self, key: str, due: float, eta: float) -> None:
+        self.b.enqueue_at(utc(eta), self.common.record, key, due)
 
     def send_many(self, task: str, key: str, dues: list[float]) -> None:
         from rq import Queue
 
-        from bench.peers import common
-
         if task == "noop":
-            jobs = [Queue.prepare_data(common.noop) for _ in dues]
+            self.a.enqueue_many([Queue.prepare_data(self.common.noop) for _ in dues])
         else:
-            jobs = [Queue.prepare_data(common.record, (key, due)) for due in dues]
-        self.queues[task].enqueue_many(jobs)
-
-    def close(self) -> None:
-        pass
+            self.b.enqueue_many([Queue.prepare_data(self.common.record, (key, due))
+                                 for due in dues])
