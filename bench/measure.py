@@ -9,7 +9,7 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 
 import redis
@@ -51,6 +51,8 @@ class Target:
 
     driver: ModuleType
     env: Env
+    #: What went short in this run (tasks not finished in time), for the report's notes.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -97,8 +99,10 @@ class Target:
             time.sleep(0.05)
         rows = self.driver.records(client, key)
         if len(rows) < n:
-            logger.warning("%s: only %d of %d tasks finished within %.0f s", self.name,
-                           len(rows), n, timeout_s)
+            note = f"{self.name}: only {len(rows)} of {n} tasks of {key!r} finished within " \
+                   f"{timeout_s:.0f} s; its figure counts those"
+            logger.warning("%s", note)
+            self.notes.append(note)
         return rows
 
     def fleet(self, *, per_lambda: bool = False) -> Fleet:

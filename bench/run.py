@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 import sys
 import time
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
     chosen = [m for m in measure.MEASUREMENTS
               if not args.only or m.__name__ in args.only.split(",")]
     targets = _targets(names, redis_url, args.pg_url)
+    load_at_start = os.getloadavg()[0]
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     notes: list[str] = []
     for measurement in chosen:
@@ -104,6 +106,10 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
                 logger.info("%s #%d %s: %s (%.0f s)", measurement.__name__, repetition + 1,
                             target.name, {k: round(v, 1) for k, v in figures.items()},
                             time.monotonic() - began)
+    notes += [note for target in targets for note in target.notes]
+    notes.append(f"Load average (1 min) {load_at_start:.1f} at the start, "
+                 f"{os.getloadavg()[0]:.1f} at the end: above the core count, other work "
+                 "shared the machine and the figures are noisy.")
     summaries = {name: {key: stats.summary(series) for key, series in metrics.items()}
                  for name, metrics in values.items()}
     return report.write(summaries, [t.driver for t in targets],
