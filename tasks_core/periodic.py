@@ -196,9 +196,10 @@ def _sync_one(spec: Spec, lambda_id: int) -> None:
         "priority": spec.priority or settings.ATF_DEFAULT_PRIORITY, "catch_up": spec.catch_up,
         "enabled": True, "in_code": True,
     }
-    row = PeriodicTask.objects.select_for_update().filter(name=spec.name).first()
-    if row is None:
-        PeriodicTask.objects.create(name=spec.name, **fields)
+    # Consumers starting together may race to create the row: get_or_create settles it.
+    row, created = PeriodicTask.objects.select_for_update().get_or_create(name=spec.name,
+                                                                          defaults=fields)
+    if created:
         return
     timing = ("cron", "interval_s", "timezone")
     moved = any(getattr(row, key) != fields[key] for key in timing) or not row.enabled

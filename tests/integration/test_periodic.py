@@ -272,6 +272,35 @@ def test_changed_and_removed_code_schedules(db: None, code_schedules: list[str])
     assert row.enabled is False
 
 
+def test_consumers_starting_together_sync_without_conflict(transactional_db: None,
+                                                           code_schedules: list[str]) -> None:
+    # Given a schedule in code and no row yet
+    lam = LambdaFactory(name="tests.sync")
+    code_schedules.append("sync")
+    periodic.every(60, lam.name, name="sync")
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def start_consumer() -> None:
+        try:
+            barrier.wait(timeout=30)
+            periodic.sync_code_schedules()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    # When four consumers start at the same moment
+    threads = [threading.Thread(target=start_consumer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    # Then none fails, and there is one row
+    assert errors == []
+    assert PeriodicTask.objects.filter(name="sync").count() == 1
+
+
 def test_a_schedule_for_an_unknown_lambda_is_skipped(db: None,
                                                      code_schedules: list[str]) -> None:
     code_schedules.append("ghost")
