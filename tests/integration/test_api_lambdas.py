@@ -196,3 +196,22 @@ def test_stats_counts_depths_throughput_latency_and_failures(
 @pytest.mark.parametrize("query", ["minutes=0", "minutes=abc", "minutes=99999", "bogus=1"])
 def test_bad_stats_query_answers_400(alice: Member, query: str) -> None:
     assert alice.client.get(f"/api/v1/stats/?{query}").status_code == 400
+
+
+def test_metrics_histogram_of_delivery_latency(alice: Member, queue: queues.QueueBackend) -> None:
+    # Given first attempts that started 2, 4 and 6 seconds late, and a retry (left out)
+    now = timezone.now()
+    for lateness in (2, 4, 6):
+        TaskFactory(lambda_ref=alice.lam, status=TaskStatus.SUCCESS, attempts=1,
+                    run_at=now - timedelta(seconds=60), finished_at=now,
+                    started_at=now - timedelta(seconds=60 - lateness))
+    TaskFactory(lambda_ref=alice.lam, status=TaskStatus.SUCCESS, attempts=2,
+                run_at=now - timedelta(seconds=60), finished_at=now, started_at=now)
+    # When the metrics are scraped
+    text = alice.client.get("/metrics").content.decode()
+    # Then the histogram counts them into cumulative buckets, with their sum
+    for bound, count in (("1.0", 0), ("2.5", 1), ("5.0", 2), ("10.0", 3), ("+Inf", 3)):
+        assert f'atf_delivery_latency_seconds_bucket{{le="{bound}"}} {count}.0' in text
+    assert "atf_delivery_latency_seconds_gcount 3.0" in text
+    assert "atf_delivery_latency_seconds_gsum 12.0" in text
+    assert f'atf_tasks{{lambda="{alice.lam.name}",status="success"}} 4.0' in text

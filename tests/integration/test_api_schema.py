@@ -22,7 +22,7 @@ from tests.factories import TaskFactory
 from tests.integration.test_api_support import member
 
 #: Examples per operation and mode; keeps the whole run under a minute on a busy machine.
-EXAMPLES = 12
+EXAMPLES = 10
 
 
 @pytest.fixture
