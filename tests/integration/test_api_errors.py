@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.test import override_settings
+from django.test import RequestFactory, override_settings
 
+from tasks_api.exceptions import server_error
 from tasks_core.models import TaskEntity
 from tests.integration.test_api_support import Member, member
 
@@ -135,3 +136,13 @@ def test_options_and_head_answer_without_failing(alice: Member, path: str) -> No
     assert options.status_code == 200
     assert options["Content-Type"] == "application/json"
     assert head.status_code in {200, 404, 405}
+
+
+@pytest.mark.parametrize(("path", "json_expected"), [("/api/v1/tasks/", True), ("/metrics", True),
+                                                     ("/admin/", False)])
+def test_the_server_error_page_is_json_for_the_api_only(path: str, json_expected: bool) -> None:
+    # When Django answers an unexpected failure of a request to `path`
+    response = server_error(RequestFactory().get(path))
+    # Then the API gets a JSON 500, and other pages keep Django's own
+    assert response.status_code == 500
+    assert (response["Content-Type"] == "application/json") is json_expected
