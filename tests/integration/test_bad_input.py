@@ -69,12 +69,21 @@ class Pipeline:
     def deliver(self) -> list[store.ClaimedTask]:
         """One consumer pass, then pop and claim what it pushed; the claimed tasks."""
         self.consumer.run_pass()
-        popped = self.queue.pop(self.controller.queue_names, max_count=100, wait_s=0.2)
+        popped = self.queue.pop(self.controller.queue_names(), max_count=100, wait_s=0.2)
         self.controller.dispatch(popped)
         claimed = []
         while (task := self.buffer.take(timeout_s=0)) is not None:
             claimed.append(task)
         return claimed
+
+    def watch(self, *names: str) -> None:
+        """Let the controller take these lambdas' queues too (lambdas registered by a test)."""
+        self.controller = ControllerThread(
+            buffer=self.buffer, queue=self.queue, worker_id=self.controller.worker_id,
+            lambda_ids={**self.controller.lambda_ids,
+                        **{name: directory.by_name(name).id for name in names}},
+            priorities=settings.ATF_PRIORITIES,
+        )
 
     def run(self) -> list[store.ClaimedTask]:
         """Deliver and execute until nothing more is due (a pop takes one queue at a time)."""
@@ -259,7 +268,7 @@ def test_a_message_for_another_lambdas_task_is_not_claimed_and_the_task_is_not_l
     noop_only = ControllerThread(buffer=pipeline.buffer, queue=queue, worker_id="tests:2:noop",
                                  lambda_ids={"demo.noop": directory.by_name("demo.noop").id},
                                  priorities=settings.ATF_PRIORITIES)
-    noop_only.dispatch(queue.pop(noop_only.queue_names, max_count=10, wait_s=0.1))
+    noop_only.dispatch(queue.pop(noop_only.queue_names(), max_count=10, wait_s=0.1))
     # Then it does not claim it: the task stays enqueued for its own workers
     assert pipeline.buffer.take(timeout_s=0) is None
     assert status(task.pk) == "enqueued"
@@ -294,9 +303,7 @@ def test_a_lambda_the_code_no_longer_has_fails_retriably_with_its_name(pipeline:
     registry.sync_to_store()
     try:
         task = atf.schedule("tests.bad_input.vanishing")
-        pipeline.controller.lambda_ids["tests.bad_input.vanishing"] = task.lambda_ref_id
-        pipeline.controller.queue_names.append(
-            pipeline.queue.queue_name("tests.bad_input.vanishing", "default"))
+        pipeline.watch("tests.bad_input.vanishing")
         claimed = pipeline.deliver()
     finally:
         registry.unregister("tests.bad_input.vanishing")
@@ -314,10 +321,7 @@ def test_a_lambda_returning_something_that_is_not_json_fails_clearly(
 ) -> None:
     # Given one task per lambda whose result is not JSON
     tasks = {name: atf.schedule(name) for name in odd_lambdas}
-    pipeline.controller.lambda_ids.update(
-        {name: directory.by_name(name).id for name in odd_lambdas})
-    pipeline.controller.queue_names.extend(pipeline.queue.queue_name(name, "default")
-                                           for name in odd_lambdas)
+    pipeline.watch(*odd_lambdas)
     # When the pipeline runs them
     pipeline.run()
     # Then each ends fatal_failure (retrying would not help) with a ResultNotJSON error
