@@ -117,13 +117,16 @@ class ExecutorThread(threading.Thread):
                               lambda_name=task.lambda_name,
                               _heartbeat=lambda: self.heartbeat.beat_one(task))
             result = run_lambda(task, ctx, worker=self.worker_id)
-            if self.buffer.is_lost(task.task_id):
-                logger.error("task %d finished after losing its lease; result discarded",
-                             task.task_id, extra={"action": "result_discarded"})
-                return
-            status = _with_retries(lambda: store.finish(task, result, now=timezone.now()))
+            lost = self.buffer.is_lost(task.task_id)
         finally:
+            # Out of the heartbeat's set before the result is written, so a heartbeat racing
+            # the write does not mistake the finished task for a lost one.
             self.buffer.end(task)
+        if lost:
+            logger.error("task %d finished after losing its lease; result discarded",
+                         task.task_id, extra={"action": "result_discarded"})
+            return
+        status = _with_retries(lambda: store.finish(task, result, now=timezone.now()))
         self._log(task, result, status)
 
     def _log(self, task: store.ClaimedTask, result: store.Result,
