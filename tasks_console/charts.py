@@ -100,9 +100,11 @@ def lines(series: Sequence[Series], x_labels: Sequence[str], *, title: str, unit
         body.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" '
                     f'stroke="#eee"/><text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" '
                     f'{FONT}>{number(top * fraction)}{escape(unit)}</text>')
-    for i in (0, len(x_labels) // 2, len(x_labels) - 1):
-        body.append(f'<text x="{left + i * step + step / 2:.1f}" y="{height - 6}" '
-                    f'text-anchor="middle" {FONT}>{escape(x_labels[i])}</text>')
+    last = len(x_labels) - 1
+    for i, anchor in ((0, "start"), (last // 2, "middle"), (last, "end")):
+        x = left + i * step + (0 if anchor == "start" else step if anchor == "end" else step / 2)
+        body.append(f'<text x="{x:.1f}" y="{height - 6}" text-anchor="{anchor}" {FONT}>'
+                    f"{escape(x_labels[i])}</text>")
     for s in series:
         if columns:
             body += [f'<rect x="{left + i * step + 0.5:.1f}" y="{y_of(v):.1f}" '

@@ -13,7 +13,7 @@ from tasks_console import scoping
 from tasks_core.models import Collection, Team
 
 #: Rows of the dead-letter queue that the error-type choices are taken from.
-SAMPLE = 2000
+SAMPLE = 1000
 
 
 class _ChoiceFilter(admin.SimpleListFilter):

@@ -21,4 +21,4 @@ class DeadLetter(TaskEntity):
     class Meta:
         proxy = True
         verbose_name = "dead letter"
-        verbose_name_plural = "dead-letter queue"
+        verbose_name_plural = "dead letters"

@@ -31,7 +31,7 @@ TASK_BUTTONS = [("cancel_tasks", "Cancel"), ("run_now", "Run now"), ("requeue_ta
 ERROR_STATUSES = [states.TaskStatus.RETRYING, states.TaskStatus.FATAL_FAILURE,
                   states.TaskStatus.DEAD, states.TaskStatus.CANCELLED, states.TaskStatus.DROPPED]
 #: The dead-letter summary groups this many of the latest dead letters (a bound on its cost).
-GROUP_SAMPLE = 2000
+GROUP_SAMPLE = 1000
 #: Characters of an error message that make a dead-letter group.
 MESSAGE_PREFIX = 120
 

@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 'verbose_name': 'dead letter',
-                'verbose_name_plural': 'dead-letter queue',
+                'verbose_name_plural': 'dead letters',
                 'proxy': True,
                 'indexes': [],
                 'constraints': [],
