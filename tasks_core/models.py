@@ -120,10 +120,11 @@ class TaskEntity(models.Model):
             models.Index(fields=["lambda_ref", "status", "-id"], name="task_lambda_status"),
             models.Index(fields=["status", "-id"], name="task_status"),
             models.Index(fields=["status", "finished_at"], name="task_status_finished"),
+            models.Index(fields=["created_at"], name="task_created"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.lambda_ref_id}#{self.pk} ({self.status})"
+        return f"{self.lambda_ref.name} #{self.pk} ({self.status})"
 
 
 class TaskAssoc(models.Model):
@@ -162,6 +163,7 @@ class TaskDependency(models.Model):
     child = models.ForeignKey(TaskEntity, on_delete=models.CASCADE, related_name="+")
 
     class Meta:
+        verbose_name_plural = "task dependencies"
         constraints = [
             models.UniqueConstraint(fields=["parent", "child"], name="dependency_unique_pair")
         ]
