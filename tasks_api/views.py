@@ -46,9 +46,9 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
     return {code: _ERRORS[code] for code in (401, 429, 503, *codes)}
 
 
-def _clean_path_value(value: str) -> str:
-    """A name taken from the URL; 404 for text no row can hold (NUL, lone surrogates)."""
-    if serializers.bad_text(value):
+def _clean_path_value(value: str, *, max_length: int = 200) -> str:
+    """A name taken from the URL; 404 for text no row can hold (NUL, lone surrogates, length)."""
+    if serializers.bad_text(value) or len(value) > max_length:
         raise NotFound("Not found.")
     return value
 
@@ -187,8 +187,7 @@ class LambdaViewSet(viewsets.ReadOnlyModelViewSet):
             url_name="collection-gate")
     def collection_gate(self, request: Request, name: str, collection: str) -> Response:
         row = self.get_object()
-        if serializers.bad_text(collection) or len(collection) > 100:
-            raise NotFound("No such collection.")
+        _clean_path_value(collection, max_length=100)
         form = serializers.GateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         gated = scheduling.set_gate(row.name, form.validated_data["state"], collection=collection,
