@@ -73,7 +73,7 @@ def fail(ctx: atf.TaskContext, payload: Any) -> dict:
 
 @atf.register("demo.record", team=settings.ATF_DEMO_TEAM)
 def record(ctx: atf.TaskContext, payload: Any) -> dict:
-    """Sleep `seconds`, then append {task_id, attempt, start, end, pid, host} to Redis list `key`."""
+    """Sleep `seconds`, then append {task_id, attempt, start, end, pid, host} to list `key`."""
     key = payload.get("key") if isinstance(payload, dict) else None
     if not isinstance(key, str) or not key:
         raise atf.Fatal("payload needs a string 'key'")

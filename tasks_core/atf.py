@@ -34,7 +34,7 @@ def schedule(lambda_name: str, payload: Any = None, **options: Any) -> TaskEntit
 
 
 def schedule_many(calls: Sequence[Mapping[str, Any]]) -> list[TaskEntity]:
-    """Schedule many tasks at once, all or none: each a mapping with "lambda", "payload", options."""
+    """Schedule many tasks at once, all or none: mappings of "lambda", "payload", options."""
     return scheduling.schedule_many(calls)
 
 

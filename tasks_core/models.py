@@ -1,4 +1,4 @@
-"""The task store: lambdas, collections, task entity + assoc rows, attempts, periodic tasks, workers.
+"""The task store: lambdas, collections, task entity + assoc rows, attempts, schedules, workers.
 
 Only `store.py` changes a task's status; everything else reads.
 """
@@ -133,7 +133,8 @@ class TaskAssoc(models.Model):
     task = models.OneToOneField(
         TaskEntity, on_delete=models.CASCADE, primary_key=True, related_name="assoc"
     )
-    lambda_ref = models.ForeignKey(Lambda, on_delete=models.PROTECT, related_name="+", db_index=False)
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.PROTECT, related_name="+",
+                                   db_index=False)
     collection = models.CharField(max_length=100)
     priority = models.CharField(max_length=32)
     status = models.CharField(max_length=16, choices=_choices(AssocStatus), default=AssocStatus.NEW)

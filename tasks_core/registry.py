@@ -1,4 +1,4 @@
-"""The lambda registry behind `atf.register`: name -> callable and options. Duplicate names raise."""
+"""The lambda registry behind `atf.register`: name -> callable and options; no duplicates."""
 
 from __future__ import annotations
 

@@ -210,7 +210,8 @@ def _new_entity(task: NewTask, parent_status: Mapping[int, str], now: datetime) 
         idempotency_key=task.idempotency_key,
         created_at=now,
     )
-    failed = [p for p in task.parents if parent_status.get(p) in states.FINAL - {TaskStatus.SUCCESS}]
+    unsuccessful = states.FINAL - {TaskStatus.SUCCESS}
+    failed = [p for p in task.parents if parent_status.get(p) in unsuccessful]
     if failed:
         entity.status = TaskStatus.CANCELLED
         entity.finished_at = now
@@ -293,8 +294,9 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
         to_drop: list[int] = []
         lost: list[TaskAttempt] = []
         to_kill: list[int] = []
-        for pk, status, lease, collection, priority, attempts, max_attempts, worker, started in rows:
-            status = TaskStatus(status)
+        for pk, raw_status, lease, collection, priority, attempts, max_attempts, worker, started \
+                in rows:
+            status = TaskStatus(raw_status)
             if status not in states.ENQUEUEABLE:
                 continue
             decision = decide(collection)
@@ -579,7 +581,8 @@ def _after_final(task_id: int, status: TaskStatus, now: datetime) -> None:
     waiting = TaskEntity.objects.filter(pk__in=child_ids, status=TaskStatus.WAITING)
     for child in waiting.values_list("pk", flat=True):
         parents = TaskDependency.objects.filter(child_id=child).values_list("parent_id")
-        if not TaskEntity.objects.filter(pk__in=parents).exclude(status=TaskStatus.SUCCESS).exists():
+        unfinished = TaskEntity.objects.filter(pk__in=parents).exclude(status=TaskStatus.SUCCESS)
+        if not unfinished.exists():
             transition(child, expected=TaskStatus.WAITING, lease=None, target=TaskStatus.NEW,
                        now=now, run_at=max(now, TaskEntity.objects.get(pk=child).run_at))
 

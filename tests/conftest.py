@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -101,10 +102,9 @@ class Processes:
 
     def stop_all(self) -> None:
         for child in self.children:
-            try:  # the whole group: a supervisor's worker processes too
+            # The whole group: a supervisor's worker processes too.
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         for child in self.children:
             child.wait(timeout=10)
 

@@ -66,7 +66,7 @@ def overlapping(lines: list[dict]) -> list[int]:
     bad = []
     for task_id, spans in by_task.items():
         spans.sort()
-        if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
+        if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)):
             bad.append(task_id)
     return bad
 

@@ -114,7 +114,6 @@ def test_several_consumers_enqueue_each_task_exactly_once(
         scheduling.schedule_many([{"lambda": "demo.noop"}] * 1000)
     later = timezone.now() + timedelta(seconds=1)
     pushed: Counter[int] = Counter()
-    lock = threading.Lock()
 
     # When several consumers run passes over it at the same time
     def run() -> None:

@@ -47,7 +47,7 @@ def claim(msgs: list[Message], now: datetime, worker: str = "w1") -> list[store.
 
 def running(now: datetime, payload: object = None, **options: object) -> store.ClaimedTask:
     """A demo.noop task taken all the way to processing."""
-    task = atf.schedule("demo.noop", payload or {}, **options)
+    atf.schedule("demo.noop", payload or {}, **options)
     (claimed,) = claim(messages(enqueue_due("demo.noop", now)), now)
     assert store.start(claimed, now=now)
     return claimed

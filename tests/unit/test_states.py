@@ -64,7 +64,7 @@ def test_every_non_final_status_but_waiting_has_a_trigger_so_nothing_is_lost() -
 
 
 def test_only_unclaimed_tasks_are_cancellable() -> None:
-    assert states.CANCELLABLE == {TaskStatus.NEW, TaskStatus.WAITING, TaskStatus.ENQUEUED,
-                                  TaskStatus.RETRYING}
+    assert {TaskStatus.NEW, TaskStatus.WAITING, TaskStatus.ENQUEUED,
+                                  TaskStatus.RETRYING} == states.CANCELLABLE
     for status in states.CANCELLABLE:
         states.check_transition(status, TaskStatus.CANCELLED)
