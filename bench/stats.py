@@ -15,6 +15,8 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 def lateness_ms(rows: Sequence[tuple[float, float, float]]) -> dict[str, float]:
     """p50/p95/p99/max of start - due, in milliseconds."""
+    if not rows:
+        raise ValueError("no task started before the wait ended (see the notes)")
     late = [(start - due) * 1000.0 for due, start, _end in rows]
     return {"p50": percentile(late, 0.50), "p95": percentile(late, 0.95),
             "p99": percentile(late, 0.99), "max": max(late)}
