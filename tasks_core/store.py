@@ -458,41 +458,84 @@ def heartbeat(leases: Mapping[int, int], *, now: datetime) -> set[int]:
     return set(leases) - set(alive)
 
 
-def finish(task: ClaimedTask, result: Result, *, now: datetime) -> TaskStatus | None:
-    """Record an attempt's end; return the task's new status, or None if the lease was lost.
+@dataclass(frozen=True, kw_only=True)
+class _Ending:
+    """What finishing one attempt writes."""
 
-    success -> success; fatal -> fatal_failure; retry -> retrying after the explicit delay or
-    the lambda's backoff, or dead when the attempts are used up.
-    """
-    info = directory.by_name(task.lambda_name)
+    task: ClaimedTask
+    result: Result
+    target: TaskStatus
+    fields: tuple[str, ...]  #: the entity columns the target sets, besides status
     delay_s: float | None = None
-    changes: dict[str, Any] = {}
+
+
+def _ending(task: ClaimedTask, result: Result) -> _Ending:
+    """success -> success; fatal -> fatal_failure; retry -> retrying after the explicit delay
+    or the lambda's backoff, or dead when the attempts are used up."""
     if result.outcome is Outcome.SUCCESS:
-        target, changes = TaskStatus.SUCCESS, {"result": result.value, "finished_at": now}
-    elif result.outcome is Outcome.FATAL:
-        target, changes = TaskStatus.FATAL_FAILURE, {"last_error": result.error,
-                                                     "finished_at": now}
-    elif task.attempt >= task.max_attempts:
-        target, changes = TaskStatus.DEAD, {"last_error": result.error, "finished_at": now}
-    else:
-        target, changes = TaskStatus.RETRYING, {"last_error": result.error}
-        delay_s = result.delay_s
-        if delay_s is None:
-            delay_s = backoff.delay_s(task.attempt, base_s=info.backoff_base_s,
-                                      cap_s=info.backoff_cap_s)
-    attempt_outcome = Outcome.DEAD if target is TaskStatus.DEAD else result.outcome
+        return _Ending(task=task, result=result, target=TaskStatus.SUCCESS,
+                       fields=("result", "finished_at"))
+    if result.outcome is Outcome.FATAL or task.attempt >= task.max_attempts:
+        target = TaskStatus.FATAL_FAILURE if result.outcome is Outcome.FATAL else TaskStatus.DEAD
+        return _Ending(task=task, result=result, target=target,
+                       fields=("last_error", "finished_at"))
+    delay_s = result.delay_s
+    if delay_s is None:
+        info = directory.by_name(task.lambda_name)
+        delay_s = backoff.delay_s(task.attempt, base_s=info.backoff_base_s,
+                                  cap_s=info.backoff_cap_s)
+    return _Ending(task=task, result=result, target=TaskStatus.RETRYING, fields=("last_error",),
+                   delay_s=delay_s)
+
+
+def finish(task: ClaimedTask, result: Result, *, now: datetime) -> TaskStatus | None:
+    """Record an attempt's end; return the task's new status, or None if the lease was lost."""
+    return finish_many([(task, result)], now=now)[0]
+
+
+def finish_many(done: Sequence[tuple[ClaimedTask, Result]], *,
+                now: datetime) -> list[TaskStatus | None]:
+    """Record many attempts' ends in one transaction: per task its new status, or None for a
+    task whose lease was lost (its result is refused, nothing of it is written)."""
+    endings = [_ending(task, result) for task, result in done]
+    for ending in endings:
+        states.check_transition(TaskStatus.PROCESSING, ending.target)
     with transaction.atomic():
-        moved = transition(task.task_id, expected=TaskStatus.PROCESSING, lease=task.lease,
-                           target=target, now=now, delay_s=delay_s, lambda_id=info.id,
-                           **changes)
-        if not moved:
-            return None
-        TaskAttempt.objects.create(
-            task_id=task.task_id, number=task.attempt, worker=result.worker,
-            started_at=result.started_at or now, ended_at=now, outcome=attempt_outcome,
-            error=result.error,
+        current = set(_matching_leases(
+            [Message(task_id=task.task_id, lease=task.lease) for task, _result in done],
+            TaskStatus.PROCESSING,
+        ))
+        endings = [ending for ending in endings if ending.task.task_id in current]
+        by_fields: dict[tuple[str, ...], list[TaskEntity]] = defaultdict(list)
+        for ending in endings:
+            by_fields[ending.fields].append(TaskEntity(
+                pk=ending.task.task_id, status=ending.target, result=ending.result.value,
+                last_error=ending.result.error, finished_at=now,
+            ))
+        for fields, rows in by_fields.items():
+            TaskEntity.objects.bulk_update(rows, ["status", *fields])
+        finished = [e.task.task_id for e in endings if e.target in states.FINAL]
+        TaskAssoc.objects.filter(task_id__in=finished).update(status=AssocStatus.COMPLETED,
+                                                              next_trigger_at=None)
+        retrying = [TaskAssoc(task_id=e.task.task_id,
+                              **_assoc_changes(e.target, directory.by_name(e.task.lambda_name).id,
+                                               now, delay_s=e.delay_s))
+                    for e in endings if e.target is TaskStatus.RETRYING]
+        TaskAssoc.objects.bulk_update(retrying, ["status", "next_trigger_at"])
+        TaskAttempt.objects.bulk_create(
+            TaskAttempt(task_id=e.task.task_id, number=e.task.attempt, worker=e.result.worker,
+                        started_at=e.result.started_at or now, ended_at=now,
+                        outcome=Outcome.DEAD if e.target is TaskStatus.DEAD else e.result.outcome,
+                        error=e.result.error)
+            for e in endings
         )
-    return target
+        parents = set(TaskDependency.objects.filter(parent_id__in=finished)
+                      .values_list("parent_id", flat=True))
+        for ending in endings:
+            if ending.task.task_id in parents:
+                _after_final(ending.task.task_id, ending.target, now)
+    written = {ending.task.task_id: ending.target for ending in endings}
+    return [written.get(task.task_id) for task, _result in done]
 
 
 # --- users' and operators' actions ---------------------------------------------------------

@@ -1,4 +1,6 @@
-"""Executor threads: run claimed tasks' lambdas and record their outcomes. No queue I/O here."""
+"""Executor threads: run claimed tasks' lambdas and hand their outcomes to the result writer.
+
+No queue I/O here."""
 
 from __future__ import annotations
 
@@ -6,42 +8,19 @@ import json
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
-from typing import Any
 
-from django.db import DatabaseError
 from django.utils import timezone
 
 from tasks_core import registry, store
 from tasks_core.context import Fatal, Retry, TaskContext
-from tasks_core.states import TaskStatus
 from workers import db
 from workers.buffer import WorkBuffer
 from workers.heartbeat import HeartbeatThread
+from workers.results import ResultWriterThread
 
 logger = logging.getLogger(__name__)
 
 Outcome = store.Outcome
-#: Attempts at recording a result when the database fails; the heartbeat keeps the lease.
-RECORD_ATTEMPTS = 5
-
-
-class Tally:
-    """Outcomes counted across a process's executors, for the periodic summary line."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
-
-    def add(self, outcome: str) -> None:
-        with self._lock:
-            self._counts[outcome] += 1
-
-    def take(self) -> Counter[str]:
-        with self._lock:
-            counts, self._counts = self._counts, Counter()
-            return counts
 
 
 def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> store.Result:
@@ -69,27 +48,14 @@ def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> sto
     return store.Result(outcome=Outcome.SUCCESS, value=value, started_at=started, worker=worker)
 
 
-def _with_retries(write: Callable[[], Any]) -> Any:
-    for attempt in range(1, RECORD_ATTEMPTS + 1):
-        try:
-            return write()
-        except DatabaseError as exc:
-            logger.warning("recording a result failed (attempt %d): %s", attempt, exc)
-            db.reset_connection()
-            if attempt == RECORD_ATTEMPTS:
-                raise
-            time.sleep(0.2 * attempt)
-    return None
-
-
 class ExecutorThread(threading.Thread):
     def __init__(self, *, index: int, buffer: WorkBuffer, heartbeat: HeartbeatThread,
-                 worker_id: str, tally: Tally) -> None:
+                 worker_id: str, writer: ResultWriterThread) -> None:
         super().__init__(name=f"ExecutorThread-{index}", daemon=True)
         self.buffer = buffer
         self.heartbeat = heartbeat
         self.worker_id = worker_id
-        self.tally = tally
+        self.writer = writer
 
     def run(self) -> None:
         while True:
@@ -126,24 +92,4 @@ class ExecutorThread(threading.Thread):
             logger.error("task %d finished after losing its lease; result discarded",
                          task.task_id, extra={"action": "result_discarded"})
             return
-        status = _with_retries(lambda: store.finish(task, result, now=timezone.now()))
-        self._log(task, result, status)
-
-    def _log(self, task: store.ClaimedTask, result: store.Result,
-             status: TaskStatus | None) -> None:
-        self.tally.add(str(status or "stale"))
-        extra = {"action": f"task_{status or 'stale'}", "task_id": task.task_id}
-        error = result.error or {}
-        if status is None:
-            logger.warning("task %d: result refused, its lease moved on", task.task_id,
-                           extra=extra)
-        elif status in (TaskStatus.DEAD, TaskStatus.FATAL_FAILURE):
-            logger.error("task %d (%s) ended %s after attempt %d: %s: %s\n%s", task.task_id,
-                         task.lambda_name, status, task.attempt, error.get("type"),
-                         error.get("message"), error.get("traceback", ""), extra=extra)
-        elif status is TaskStatus.RETRYING:
-            logger.warning("task %d (%s) attempt %d failed, will retry: %s: %s", task.task_id,
-                           task.lambda_name, task.attempt, error.get("type"),
-                           error.get("message"), extra=extra)
-        else:
-            logger.debug("task %d (%s) succeeded", task.task_id, task.lambda_name, extra=extra)
+        self.writer.submit(task, result)

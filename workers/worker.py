@@ -22,8 +22,9 @@ from tasks_core.exceptions import ConfigurationError
 from tasks_core.models import Worker
 from workers.buffer import WorkBuffer
 from workers.controller import POP_WAIT_S, ControllerThread
-from workers.executor import ExecutorThread, Tally
+from workers.executor import ExecutorThread
 from workers.heartbeat import MAX_FAILED_HEARTBEATS, HeartbeatThread, cut_off
+from workers.results import ResultWriterThread, Tally
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class WorkerProcess:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.buffer = WorkBuffer(priorities=settings.ATF_PRIORITIES, executors=threads)
         self.tally = Tally()
+        self.writer = ResultWriterThread(tally=self.tally)
         self.heartbeat = HeartbeatThread(buffer=self.buffer, interval_s=self.interval_s,
                                          worker_id=self.worker_id)
         self.controller = ControllerThread(
@@ -62,7 +64,7 @@ class WorkerProcess:
         )
         self.executors = [
             ExecutorThread(index=i, buffer=self.buffer, heartbeat=self.heartbeat,
-                           worker_id=self.worker_id, tally=self.tally)
+                           worker_id=self.worker_id, writer=self.writer)
             for i in range(threads)
         ]
         self._stop = threading.Event()
@@ -75,7 +77,7 @@ class WorkerProcess:
                               threads=len(self.executors), started_at=now, last_seen=now)
         logger.info("worker %s started: %d thread(s) for %s", self.worker_id,
                     len(self.executors), ", ".join(self.lambda_names))
-        for thread in (self.heartbeat, self.controller, *self.executors):
+        for thread in (self.heartbeat, self.writer, self.controller, *self.executors):
             thread.start()
         summarised_s = time.monotonic()
         while not self._stop.wait(WATCH_INTERVAL_S):
@@ -117,6 +119,8 @@ class WorkerProcess:
         if abandoned := self.buffer.running_count():
             logger.warning("grace period over: %d task(s) still running will be retried after "
                            "their heartbeat timeout", abandoned)
+        self.writer.stop()
+        self.writer.join(max(deadline - time.monotonic(), 0) + 5)
         self.heartbeat.stop()
         Worker.objects.filter(worker_id=self.worker_id).update(stopped_at=timezone.now())
         self._summarise(0)
