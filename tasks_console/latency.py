@@ -21,8 +21,8 @@ def per_minute(*, since: datetime, lambda_ids: Collection[int] | None = None,
                ) -> dict[datetime, tuple[float, float]]:
     """minute -> (p50, p95) delivery latency in seconds, for minutes with a started task."""
     # stats has no public per-minute form; it shares its selection and latency expression.
-    started = (stats._started_since(since, lambda_ids)  # noqa: SLF001
-               .annotate(latency=stats._LATENCY, minute=TruncMinute("started_at")))  # noqa: SLF001
+    started = (stats.started_since(since, lambda_ids)
+               .annotate(latency=stats.LATENCY, minute=TruncMinute("started_at")))
     if connection.vendor != "postgresql":
         return _in_python(started.values_list("minute", "latency"))
     sql, params = started.values("minute", "latency").query.sql_with_params()

@@ -234,8 +234,3 @@ def snapshot(*, now: datetime, window_s: float = 900.0,
         failures_by_lambda=failures_by_lambda(since=since, lambda_ids=lambda_ids),
         live_workers=live_workers(now=now),
     )
-
-
-# The console's latency chart reads these by their first names.
-_started_since = started_since
-_LATENCY = LATENCY

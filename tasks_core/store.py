@@ -549,8 +549,8 @@ def cancel(task_id: int, *, now: datetime, reason: str = "cancelled") -> TaskSta
     for _ in range(5):  # the consumer may move it between our read and our write
         status = TaskStatus(TaskEntity.objects.values_list("status", flat=True).get(pk=task_id))
         if status not in states.CANCELLABLE:
-            states.check_transition(status, TaskStatus.CANCELLED)
-            raise InvalidTransition(f"a task in status {status} cannot be cancelled")
+            raise InvalidTransition(f"a task in status {status} cannot be cancelled; only new, "
+                                    "waiting, enqueued and retrying tasks can")
         error = {"type": "Cancelled", "message": reason, "traceback": ""}
         if transition(task_id, expected=status, lease=None, target=TaskStatus.CANCELLED,
                       now=now, finished_at=now, last_error=error):

@@ -12,3 +12,6 @@ os.environ.setdefault("ATF_QUEUE_PREFIX", "atftest")
 os.environ.setdefault("ATF_LOG_LEVEL", "WARNING")
 
 from atf_project.settings import *  # noqa: E402,F403
+
+# Tests create users by the hundred; a slow password hash only costs time here.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
