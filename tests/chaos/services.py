@@ -105,9 +105,18 @@ class ChaosDatabase:
         self.host, self.port, self.user = host, port, user
         self.url = f"postgres://{user}@{host}:{port}/{name}"
 
-    def _admin(self) -> psycopg.Connection:
-        return psycopg.connect(host=self.host, port=self.port, user=self.user, dbname="postgres",
-                               autocommit=True, connect_timeout=5)
+    def _admin(self, attempts: int = 20) -> psycopg.Connection:
+        """A connection to the server's `postgres` database, retried a while: a shared server
+        may be out of connection slots for a moment ("too many clients")."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return psycopg.connect(host=self.host, port=self.port, user=self.user,
+                                       dbname="postgres", autocommit=True, connect_timeout=5)
+            except psycopg.OperationalError:
+                if attempt == attempts:
+                    raise
+                time.sleep(0.25)
+        raise AssertionError("unreachable")
 
     def recreate(self) -> None:
         with self._admin() as conn:
@@ -134,7 +143,7 @@ class ChaosDatabase:
 
     def _accepts(self) -> bool:
         try:
-            with self._admin() as conn:
+            with self._admin(attempts=1) as conn:
                 conn.execute("SELECT 1")
             return True
         except psycopg.Error:
