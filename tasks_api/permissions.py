@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django.db.models import QuerySet
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from tasks_core import directory
 from tasks_core.exceptions import LambdaNotFound
@@ -76,3 +76,14 @@ def check_may_schedule(user: User, lambda_names: Iterable[str]) -> None:
             logger.info("refused to schedule %s for %s", name, user,
                         extra={"action": "schedule_refused", "lambda": name})
             raise PermissionDenied(f"Lambda {name!r} belongs to another team.")
+
+
+def check_may_follow(user: User, parent_ids: Iterable[int]) -> None:
+    """400 unless the caller sees every parent task (another team's ids do not leak)."""
+    wanted = set(parent_ids)
+    if not wanted:
+        return
+    seen = set(tasks_for(user).filter(pk__in=wanted).values_list("pk", flat=True))
+    if missing := sorted(wanted - seen):
+        listed = ", ".join(map(str, missing))
+        raise ValidationError({"after": [f"Unknown parent task(s): {listed}."]})

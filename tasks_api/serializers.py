@@ -96,13 +96,18 @@ class TaskSerializer(serializers.ModelSerializer):
     payload = serializers.JSONField(read_only=True)
     result = serializers.JSONField(read_only=True)
     last_error = serializers.JSONField(read_only=True)
+    parents = serializers.PrimaryKeyRelatedField(many=True, read_only=True,
+                                                 help_text="Tasks this one runs after.")
+    children = serializers.PrimaryKeyRelatedField(many=True, read_only=True,
+                                                  help_text="Tasks that run after this one.")
 
     class Meta:
         model = TaskEntity
         fields = [
             "id", "lambda_name", "collection", "priority", "status", "payload", "attempts",
             "max_attempts", "run_at", "created_at", "enqueued_at", "started_at", "finished_at",
-            "heartbeat_at", "result", "last_error", "idempotency_key", "worker",
+            "heartbeat_at", "result", "last_error", "idempotency_key", "worker", "parents",
+            "children",
         ]
         read_only_fields = fields
 
@@ -123,6 +128,9 @@ class ScheduleTaskSerializer(StrictSerializer):
                                    help_text="Seconds from now; not with run_at.")
     idempotency_key = serializers.CharField(required=False, max_length=255)
     max_attempts = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ATTEMPTS)
+    after = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
+                                  max_length=100,
+                                  help_text="Parent task ids: runs once all of them succeeded.")
 
     def get_fields(self) -> dict[str, serializers.Field]:
         return _renamed(super().get_fields(), lambda_name="lambda")

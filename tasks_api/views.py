@@ -72,7 +72,8 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     lookup_value_regex = "[0-9]{1,18}"
 
     def get_queryset(self) -> QuerySet[TaskEntity]:
-        return permissions.tasks_for(self.request.user).select_related("lambda_ref")
+        return (permissions.tasks_for(self.request.user).select_related("lambda_ref")
+                .prefetch_related("parents", "children"))
 
     def filter_queryset(self, queryset: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
         if self.action != "list":
@@ -97,6 +98,7 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         options = dict(form.validated_data)
         lambda_name, payload = options.pop("lambda"), options.pop("payload", None)
         permissions.check_may_schedule(request.user, [lambda_name])
+        permissions.check_may_follow(request.user, options.get("after", ()))
         task, created = scheduling.schedule(lambda_name, payload, **options)
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(_shown([task])[0], status=code)
@@ -110,6 +112,8 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         form.is_valid(raise_exception=True)
         calls = form.validated_data["tasks"]
         permissions.check_may_schedule(request.user, (call["lambda"] for call in calls))
+        permissions.check_may_follow(request.user,
+                                     (p for call in calls for p in call.get("after", ())))
         tasks = scheduling.schedule_many(calls)
         return Response({"tasks": _shown(tasks)}, status=status.HTTP_201_CREATED)
 
@@ -123,7 +127,7 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 def _shown(tasks: Sequence[TaskEntity]) -> list[dict[str, Any]]:
     """Tasks as the API shows them, read back in one query."""
     fresh = {t.pk: t for t in TaskEntity.objects.select_related("lambda_ref")
-             .filter(pk__in=[t.pk for t in tasks])}
+             .prefetch_related("parents", "children").filter(pk__in=[t.pk for t in tasks])}
     return serializers.TaskSerializer([fresh[t.pk] for t in tasks], many=True).data
 
 

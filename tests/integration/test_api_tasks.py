@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 CONTRACT_FIELDS = [
     "id", "lambda", "collection", "priority", "status", "payload", "attempts", "max_attempts",
     "run_at", "created_at", "enqueued_at", "started_at", "finished_at", "heartbeat_at", "result",
-    "last_error", "idempotency_key", "worker",
+    "last_error", "idempotency_key", "worker", "parents", "children",
 ]
 
 
@@ -279,3 +279,29 @@ def test_a_batch_item_with_a_malformed_field_tells_all_its_errors(alice: Member)
     # Then both are named for that item
     assert response.status_code == 400
     assert set(response.json()) == {"tasks[1].delay", "tasks[1].priority"}
+
+
+def test_a_task_scheduled_after_others_shows_its_chain(alice: Member) -> None:
+    # Given a parent task
+    parent = schedule(alice).json()
+    # When a child is scheduled after it
+    response = schedule(alice, after=[parent["id"]])
+    # Then the child waits for it, and both show the link
+    assert response.status_code == 201, response.json()
+    child = response.json()
+    assert (child["status"], child["parents"], child["children"]) == ("waiting", [parent["id"]], [])
+    shown = alice.client.get(f"/api/v1/tasks/{parent['id']}/").json()
+    assert shown["children"] == [child["id"]]
+
+
+def test_a_parent_the_caller_cannot_see_answers_400(alice: Member) -> None:
+    # Given a task of another team
+    bob = member("beta")
+    theirs = schedule(bob).json()
+    # When alice schedules after it (or after a task that does not exist)
+    for parents in ([theirs["id"]], [10**12]):
+        response = schedule(alice, after=parents)
+        # Then she is told the parent is unknown, the same either way, and nothing is created
+        assert response.status_code == 400
+        assert response.json()["after"] == [f"Unknown parent task(s): {parents[0]}."]
+    assert TaskEntity.objects.filter(lambda_ref=alice.lam).count() == 0
