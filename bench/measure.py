@@ -43,6 +43,8 @@ class Plan:
     backlog_n: int
     b_rate: float
     b_seconds: float
+    #: Longest wait for a warm-up or for lambda B's tasks (a starved B ends there).
+    wait_s: float
 
 
 @dataclass(kw_only=True)
@@ -168,9 +170,9 @@ def _isolation(target: Target, plan: Plan, *, per_lambda: bool) -> float:
     target.backlog("noop", "a", plan.backlog_n)
     b_n = int(plan.b_rate * plan.b_seconds)
     with target.fleet(per_lambda=per_lambda) as fleet:
-        target.warm_up(fleet, timeout_s=180)
+        target.warm_up(fleet, timeout_s=plan.wait_s)
         target.produce(task="record", key="iso", n=b_n, mode="paced", rate=plan.b_rate)
-        rows = target.wait_records("iso", b_n, timeout_s=180, fleet=fleet)
+        rows = target.wait_records("iso", b_n, timeout_s=plan.wait_s, fleet=fleet)
     return stats.lateness_ms(rows)["p95"]
 
 

@@ -25,11 +25,11 @@ logger = logging.getLogger("bench")
 FULL = measure.Plan(repeats=3, enqueue_n=20_000, rest_single_n=5_000, rest_batch_n=20_000,
                     drain_n=20_000, drain_timeout_s=300, immediate_n=200, immediate_rate=20,
                     delayed_n=2_000, delay_min_s=5, delay_max_s=25, backlog_n=100_000,
-                    b_rate=5, b_seconds=12)
+                    b_rate=5, b_seconds=12, wait_s=180)
 QUICK = measure.Plan(repeats=1, enqueue_n=2_000, rest_single_n=1_000, rest_batch_n=5_000,
                      drain_n=2_000, drain_timeout_s=60, immediate_n=60, immediate_rate=20,
                      delayed_n=500, delay_min_s=2, delay_max_s=8, backlog_n=10_000,
-                     b_rate=5, b_seconds=6)
+                     b_rate=5, b_seconds=6, wait_s=60)
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
