@@ -149,6 +149,8 @@ ATF_PRIORITIES = env_list("ATF_PRIORITIES", "high,default,low")
 ATF_DEFAULT_PRIORITY = env_str("ATF_DEFAULT_PRIORITY", "default")
 #: Largest payload accepted, in bytes of its JSON text.
 ATF_MAX_PAYLOAD_BYTES = env_int("ATF_MAX_PAYLOAD_BYTES", 256 * 1024)
+#: Deepest nesting of objects and arrays in a payload.
+ATF_MAX_PAYLOAD_DEPTH = env_int("ATF_MAX_PAYLOAD_DEPTH", 100)
 #: Most tasks in one schedule_many call or batch request.
 ATF_MAX_BATCH_SIZE = env_int("ATF_MAX_BATCH_SIZE", 1000)
 #: Longest idempotency key accepted.

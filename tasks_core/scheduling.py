@@ -37,7 +37,28 @@ class Call:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether objects and arrays nest deeper than `limit`, found without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def _payload_errors(payload: Any) -> list[str]:
+    # Checked first and without recursion: storing a payload nested near Python's recursion
+    # limit would fail deep inside the database driver instead of here.
+    if _nested_deeper_than(payload, settings.ATF_MAX_PAYLOAD_DEPTH):
+        return ["Payload is nested too deeply."]
     try:
         text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from tasks_core import store
@@ -52,10 +53,10 @@ class HeartbeatThread(threading.Thread):
 
     def beat(self) -> None:
         """Renew every running task's lease; mark the ones whose lease was lost."""
+        # The deadline counts from before the write: the store's trigger counts from `now`.
+        started_s = time.monotonic()
         try:
-            now = timezone.now()
-            lost = store.heartbeat(self.buffer.leases(), now=now)
-            Worker.objects.filter(worker_id=self.worker_id).update(last_seen=now)
+            lost = self._renew()
         except Exception as exc:  # noqa: BLE001 - any failure counts; the third one ends us
             self.failures += 1
             logger.warning("heartbeat failed (%d in a row): %s", self.failures, exc)
@@ -64,10 +65,25 @@ class HeartbeatThread(threading.Thread):
                 cut_off(f"{self.failures} heartbeats failed in a row")
             return
         self.failures = 0
-        self.last_ok_s = time.monotonic()
+        self.last_ok_s = started_s
         for task in self.buffer.mark_lost(lost):
             logger.error("task %d lost its lease while running; its result will be discarded",
                          task.task_id, extra={"action": "lease_lost", "task_id": task.task_id})
+
+    def _renew(self) -> set[int]:
+        """One heartbeat; a broken connection (a terminated backend, a failover) gets one
+        immediate retry on a fresh one, so it does not count as a failed heartbeat."""
+        try:
+            return self._write()
+        except (InterfaceError, OperationalError):
+            db.reset_connection()
+            return self._write()
+
+    def _write(self) -> set[int]:
+        now = timezone.now()
+        lost = store.heartbeat(self.buffer.leases(), now=now)
+        Worker.objects.filter(worker_id=self.worker_id).update(last_seen=now)
+        return lost
 
     def beat_one(self, task: store.ClaimedTask) -> bool:
         """A lambda's own `ctx.heartbeat()`: renew one lease now; False if it was lost."""

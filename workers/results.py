@@ -74,6 +74,19 @@ class ResultWriterThread(threading.Thread):
             if stopping:
                 return
 
+    def flush(self) -> None:
+        """Write every pending result now, in the calling thread (a writer not started)."""
+        batch = []
+        while True:
+            try:
+                item = self._pending.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                batch.append(item)
+        if batch:
+            self.write(batch)
+
     def write(self, batch: Sequence[Done]) -> None:
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
