@@ -102,7 +102,7 @@ class Target:
         rows = self.driver.records(client, key)
         if len(rows) < n:
             note = f"{self.name}: only {len(rows)} of {n} tasks of {key!r} finished within " \
-                   f"{timeout_s:.0f} s; its figure counts those"
+                   f"{timeout_s:.0f} s"
             logger.warning("%s", note)
             self.notes.append(note)
         return rows

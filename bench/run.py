@@ -107,9 +107,9 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
                             target.name, {k: round(v, 1) for k, v in figures.items()},
                             time.monotonic() - began)
     notes += [note for target in targets for note in target.notes]
-    notes.append(f"Load average (1 min) {load_at_start:.1f} at the start, "
-                 f"{os.getloadavg()[0]:.1f} at the end: above the core count, other work "
-                 "shared the machine and the figures are noisy.")
+    notes.append(f"Load average (1 min) {load_at_start:.1f} at the start and "
+                 f"{os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} cores: a load "
+                 "above the core count means other work shared the machine.")
     summaries = {name: {key: stats.summary(series) for key, series in metrics.items()}
                  for name, metrics in values.items()}
     return report.write(summaries, [t.driver for t in targets],
