@@ -18,6 +18,7 @@ from tasks_core.store import ClaimedTask
 class Running:
     task: ClaimedTask
     lost: bool = False  #: a heartbeat found the lease gone: the result must not be recorded
+    finishing: bool = False  #: its result is being written; heartbeats leave it alone
     started_s: float = field(default=0.0)
 
 
@@ -64,6 +65,13 @@ class WorkBuffer:
             running = self._running[task.task_id] = Running(task=task, started_s=started_s)
             return running
 
+    def finishing(self, task: ClaimedTask) -> bool:
+        """The lambda returned: stop heartbeating the task; whether its lease was lost."""
+        with self._lock:
+            running = self._running[task.task_id]
+            running.finishing = True
+            return running.lost
+
     def end(self, task: ClaimedTask) -> None:
         with self._lock:
             self._running.pop(task.task_id, None)
@@ -73,19 +81,16 @@ class WorkBuffer:
 
     def leases(self) -> dict[int, int]:
         with self._lock:
-            return {pk: running.task.lease for pk, running in self._running.items()}
+            return {pk: running.task.lease for pk, running in self._running.items()
+                    if not running.finishing}
 
     def mark_lost(self, task_ids: set[int]) -> list[ClaimedTask]:
         with self._lock:
-            lost = [self._running[pk] for pk in task_ids if pk in self._running]
+            lost = [self._running[pk] for pk in task_ids
+                    if pk in self._running and not self._running[pk].finishing]
             for running in lost:
                 running.lost = True
             return [running.task for running in lost]
-
-    def is_lost(self, task_id: int) -> bool:
-        with self._lock:
-            running = self._running.get(task_id)
-            return running is not None and running.lost
 
     def running_count(self) -> int:
         with self._lock:

@@ -83,13 +83,14 @@ class ExecutorThread(threading.Thread):
                               lambda_name=task.lambda_name,
                               _heartbeat=lambda: self.heartbeat.beat_one(task))
             result = run_lambda(task, ctx, worker=self.worker_id)
-            lost = self.buffer.is_lost(task.task_id)
-        finally:
             # Out of the heartbeat's set before the result is written, so a heartbeat racing
             # the write does not mistake the finished task for a lost one.
+            if self.buffer.finishing(task):
+                logger.error("task %d finished after losing its lease; result discarded",
+                             task.task_id, extra={"action": "result_discarded"})
+                return
+            # Wait until the result is durable before taking another task: a process that
+            # dies later then loses only the tasks it was running, never finished ones.
+            self.writer.submit(task, result).wait()
+        finally:
             self.buffer.end(task)
-        if lost:
-            logger.error("task %d finished after losing its lease; result discarded",
-                         task.task_id, extra={"action": "result_discarded"})
-            return
-        self.writer.submit(task, result)

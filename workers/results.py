@@ -26,6 +26,7 @@ MAX_BATCH = 200
 WRITE_ATTEMPTS = 5
 
 Done = tuple[store.ClaimedTask, store.Result]
+Pending = tuple[store.ClaimedTask, store.Result, threading.Event]
 
 
 class Tally:
@@ -49,12 +50,21 @@ class ResultWriterThread(threading.Thread):
     def __init__(self, *, tally: Tally) -> None:
         super().__init__(name="ResultWriterThread", daemon=True)
         self.tally = tally
-        self._pending: queue.Queue[Done | None] = queue.Queue()
+        self._pending: queue.Queue[Pending | None] = queue.Queue()
 
-    def submit(self, task: store.ClaimedTask, result: store.Result) -> None:
-        self._pending.put((task, result))
+    def submit(self, task: store.ClaimedTask, result: store.Result) -> threading.Event:
+        """Queue a result; the event is set once it is written (or given up on)."""
+        written = threading.Event()
+        self._pending.put((task, result, written))
+        return written
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            db.reset_connection()  # a thread that ends lets go of its connection
+
+    def _run(self) -> None:
         while True:
             first = self._pending.get()
             if first is None:
@@ -74,20 +84,14 @@ class ResultWriterThread(threading.Thread):
             if stopping:
                 return
 
-    def flush(self) -> None:
-        """Write every pending result now, in the calling thread (a writer not started)."""
-        batch = []
-        while True:
-            try:
-                item = self._pending.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                batch.append(item)
-        if batch:
-            self.write(batch)
+    def write(self, batch: Sequence[Pending]) -> None:
+        try:
+            self._write([(task, result) for task, result, _written in batch])
+        finally:
+            for _task, _result, written in batch:
+                written.set()
 
-    def write(self, batch: Sequence[Done]) -> None:
+    def _write(self, batch: Sequence[Done]) -> None:
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
                 statuses = store.finish_many(batch, now=timezone.now())

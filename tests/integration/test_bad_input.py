@@ -32,7 +32,8 @@ from workers.executor import ExecutorThread
 from workers.heartbeat import HeartbeatThread
 from workers.results import ResultWriterThread, Tally
 
-pytestmark = [pytest.mark.django_db]
+# Results are written by the real result-writer thread, so tests commit for real.
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 NOT_JSON_RESULTS = {
     "tests.bad_input.returns_set": lambda: {1, 2},
@@ -93,13 +94,12 @@ class Pipeline:
         while claimed := self.deliver():
             for task in claimed:
                 self.executor.execute(task)
-            self.writer.flush()
             done.extend(claimed)
         return done
 
 
 @pytest.fixture
-def pipeline(queue: QueueBackend) -> Pipeline:
+def pipeline(queue: QueueBackend) -> Iterator[Pipeline]:
     registry.sync_to_store()
     buffer = WorkBuffer(priorities=settings.ATF_PRIORITIES, executors=100)
     heartbeat = HeartbeatThread(buffer=buffer, interval_s=1.0, worker_id="tests:1:bad")
@@ -108,13 +108,15 @@ def pipeline(queue: QueueBackend) -> Pipeline:
         lambda_ids={name: directory.by_name(name).id for name in registry.names()},
         priorities=settings.ATF_PRIORITIES,
     )
-    # Not started: the pipeline writes results in the test's own thread and transaction.
     writer = ResultWriterThread(tally=Tally())
+    writer.start()
     executor = ExecutorThread(index=0, buffer=buffer, heartbeat=heartbeat,
                               worker_id="tests:1:bad", writer=writer)
     consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue)
-    return Pipeline(queue=queue, consumer=consumer, controller=controller, executor=executor,
-                    buffer=buffer, writer=writer)
+    yield Pipeline(queue=queue, consumer=consumer, controller=controller, executor=executor,
+                   buffer=buffer, writer=writer)
+    writer.stop()
+    writer.join(10)
 
 
 def status(task_id: int) -> str:
@@ -309,7 +311,6 @@ def test_a_lambda_the_code_no_longer_has_fails_retriably_with_its_name(pipeline:
         registry.unregister("tests.bad_input.vanishing")
     # When an executor runs it
     pipeline.executor.execute(claimed[0])
-    pipeline.writer.flush()
     # Then the attempt fails retriably, saying which lambda is unknown (another worker may have it)
     row = TaskEntity.objects.get(pk=task.pk)
     assert row.status == "retrying"
