@@ -5,10 +5,14 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tasks_core.exceptions import QueueUnavailable
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +63,25 @@ def decode_popped(queue: str, body: str | bytes, *, receipt: str | None = None) 
         return Popped(queue=queue, message=Message.decode(text, receipt=receipt), raw=text)
     except ValueError:
         return Popped(queue=queue, message=None, raw=text)
+
+
+def sweep_then_block(sources: Sequence[T], *, take: Callable[[T, float], list[Popped]],
+                     wait_s: float, block_s: Callable[[float], float]) -> list[Popped]:
+    """Take from the first of `sources` that has something, in their order (strict priority).
+
+    While all are empty, block on the first for `block_s(remaining)` seconds at a time, until
+    `wait_s` has passed; `take(source, 0)` must not block.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        for source in sources:
+            if popped := take(source, 0):
+                return popped
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return []
+        if popped := take(sources[0], block_s(remaining)):
+            return popped
 
 
 class QueueBackend(abc.ABC):

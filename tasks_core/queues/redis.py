@@ -10,7 +10,6 @@ pop over several lambdas takes one LMPOP per lambda in order and blocks in short
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from itertools import groupby
 
@@ -23,6 +22,7 @@ from tasks_core.queues.base import (
     Popped,
     QueueBackend,
     decode_popped,
+    sweep_then_block,
     unavailable_on,
 )
 
@@ -97,19 +97,11 @@ class RedisQueue(QueueBackend):
     def _pop_groups(self, groups: list[list[str]], *, max_count: int,
                     wait_s: float) -> list[Popped]:
         """Pop from several hash slots in order: sweep each, then block on the first a while."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            for keys in groups:
-                popped = self._pop_group(keys, max_count=max_count, wait_s=0)
-                if popped:
-                    return popped
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            popped = self._pop_group(groups[0], max_count=max_count,
-                                     wait_s=min(remaining, _SLICE_S))
-            if popped:
-                return popped
+        return sweep_then_block(
+            groups, wait_s=wait_s, block_s=lambda remaining: min(remaining, _SLICE_S),
+            take=lambda keys, block_s: self._pop_group(keys, max_count=max_count,
+                                                       wait_s=block_s),
+        )
 
     @staticmethod
     def _popped(found: list) -> list[Popped]:

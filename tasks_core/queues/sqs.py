@@ -28,6 +28,7 @@ from tasks_core.queues.base import (
     Popped,
     QueueBackend,
     decode_popped,
+    sweep_then_block,
     unavailable_on,
 )
 
@@ -125,23 +126,17 @@ class SqsQueue(QueueBackend):
         if not queues or max_count < 1:
             return []
         count = min(max_count, _BATCH)
-        deadline = time.monotonic() + wait_s
-        while True:
-            for queue in queues:
-                popped = self._receive(queue, count=count, wait_s=0)
-                if popped:
-                    return popped
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
+        longest_s = _LONG_POLL_MAX_S if len(queues) == 1 else _SLICE_S
+
+        def take(queue: str, block_s: float) -> list[Popped]:
             # Long polls take whole seconds and must not pass the deadline.
-            long_poll_s = int(min(remaining, _LONG_POLL_MAX_S if len(queues) == 1 else _SLICE_S))
-            if long_poll_s >= 1:
-                popped = self._receive(queues[0], count=count, wait_s=long_poll_s)
-                if popped:
-                    return popped
-            else:
-                time.sleep(min(remaining, _PAUSE_S))
+            if block_s == 0 or int(block_s) >= 1:
+                return self._receive(queue, count=count, wait_s=int(block_s))
+            time.sleep(min(block_s, _PAUSE_S))
+            return []
+
+        return sweep_then_block(queues, take=take, wait_s=wait_s,
+                                block_s=lambda remaining: min(remaining, longest_s))
 
     def _receive(self, queue: str, *, count: int, wait_s: int) -> list[Popped]:
         url = self.url(queue)
