@@ -30,9 +30,9 @@ help:
 	@echo "make demo    create .venv, start Redis if needed, run API + console + consumer + worker"
 	@echo "             on http://127.0.0.1:$(ATF_DEMO_PORT)/ (ATF_DEMO_PORT), scheduling demo tasks"
 	@echo "make chaos   long chaos run: 100,000 tasks, faults every few seconds, then the checks"
-	@echo "             (python -m tests.chaos long \$$CHAOS_ARGS; see docs/sections/chaos.md)"
+	@echo "             (python -m tests.chaos long \$$CHAOS_ARGS; see the README)"
 	@echo "make bench   install the peers into bench/.venv-peers, then the side-by-side benchmark"
-	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; docs/sections/bench.md)"
+	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; see the README)"
 	@echo "make lint    ruff check"
 	@echo "make clean   remove caches and collected static files (rm atf.sqlite3 resets the demo)"
 

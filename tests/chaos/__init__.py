@@ -1,1 +1,1 @@
-"""The chaos and soak suite: `python -m tests.chaos short|long|soak` (docs/sections/chaos.md)."""
+"""The chaos and soak suite: `python -m tests.chaos short|long|soak` (see the README)."""
