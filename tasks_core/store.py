@@ -420,10 +420,31 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
 
 def start(task: ClaimedTask, *, now: datetime) -> bool:
     """claimed -> processing: the executor begins the attempt; False if the lease moved on."""
-    return transition(task.task_id, expected=TaskStatus.CLAIMED, lease=task.lease,
-                      target=TaskStatus.PROCESSING, now=now,
-                      lambda_id=directory.by_name(task.lambda_name).id,
-                      attempts=F("attempts") + 1, started_at=now, heartbeat_at=now)
+    return start_many([task], now=now)[0]
+
+
+def start_many(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
+    """claimed -> processing for many tasks in one transaction; per task whether it started
+    (False: its lease moved on, and it must not run)."""
+    states.check_transition(TaskStatus.CLAIMED, TaskStatus.PROCESSING)
+    with transaction.atomic():
+        started = set(_matching_leases(
+            [Message(task_id=task.task_id, lease=task.lease) for task in tasks],
+            TaskStatus.CLAIMED,
+        ))
+        TaskEntity.objects.filter(pk__in=started).update(
+            status=TaskStatus.PROCESSING, attempts=F("attempts") + 1, started_at=now,
+            heartbeat_at=now,
+        )
+        by_lambda: dict[int, list[int]] = defaultdict(list)
+        for task in tasks:
+            if task.task_id in started:
+                by_lambda[directory.by_name(task.lambda_name).id].append(task.task_id)
+        for lambda_id, task_ids in by_lambda.items():
+            TaskAssoc.objects.filter(task_id__in=task_ids).update(
+                **_assoc_changes(TaskStatus.PROCESSING, lambda_id, now)
+            )
+    return [task.task_id in started for task in tasks]
 
 
 def release(tasks: Sequence[ClaimedTask], *, now: datetime) -> int:

@@ -13,14 +13,17 @@ from django.utils import timezone
 
 from tasks_core import registry, store
 from tasks_core.context import Fatal, Retry, TaskContext
+from tasks_core.states import TaskStatus
 from workers import db
+from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.heartbeat import HeartbeatThread
-from workers.results import ResultWriterThread
+from workers.results import Tally, log_outcome
 
 logger = logging.getLogger(__name__)
 
 Outcome = store.Outcome
+Done = tuple[store.ClaimedTask, store.Result]
 
 
 def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> store.Result:
@@ -50,12 +53,15 @@ def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> sto
 
 class ExecutorThread(threading.Thread):
     def __init__(self, *, index: int, buffer: WorkBuffer, heartbeat: HeartbeatThread,
-                 worker_id: str, writer: ResultWriterThread) -> None:
+                 worker_id: str, starts: BatchWriterThread[store.ClaimedTask, bool],
+                 results: BatchWriterThread[Done, TaskStatus | None], tally: Tally) -> None:
         super().__init__(name=f"ExecutorThread-{index}", daemon=True)
         self.buffer = buffer
         self.heartbeat = heartbeat
         self.worker_id = worker_id
-        self.writer = writer
+        self.starts = starts
+        self.results = results
+        self.tally = tally
 
     def run(self) -> None:
         while True:
@@ -73,7 +79,9 @@ class ExecutorThread(threading.Thread):
 
     def execute(self, task: store.ClaimedTask) -> None:
         """Start the task, run its lambda, record the outcome unless the lease was lost."""
-        if not store.start(task, now=timezone.now()):
+        # Starts and results go through batch writers: executors that finish at about the
+        # same time share one transaction, and each waits until its own write is durable.
+        if not self.starts.submit(task).result():
             logger.debug("task %d moved on before it started; skipped", task.task_id)
             return
         self.buffer.begin(task, time.monotonic())
@@ -91,6 +99,7 @@ class ExecutorThread(threading.Thread):
                 return
             # Wait until the result is durable before taking another task: a process that
             # dies later then loses only the tasks it was running, never finished ones.
-            self.writer.submit(task, result).wait()
+            status = self.results.submit((task, result)).result()
         finally:
             self.buffer.end(task)
+        log_outcome(task, result, status, self.tally)

@@ -20,11 +20,12 @@ from django.utils import timezone
 from tasks_core import directory, queues, store
 from tasks_core.exceptions import ConfigurationError
 from tasks_core.models import Worker
+from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.controller import POP_WAIT_S, ControllerThread
 from workers.executor import ExecutorThread
 from workers.heartbeat import MAX_FAILED_HEARTBEATS, HeartbeatThread, cut_off
-from workers.results import ResultWriterThread, Tally
+from workers.results import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,12 @@ class WorkerProcess:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.buffer = WorkBuffer(priorities=settings.ATF_PRIORITIES, executors=threads)
         self.tally = Tally()
-        self.writer = ResultWriterThread(tally=self.tally)
+        self.starts = BatchWriterThread(
+            name="StartWriterThread",
+            write=lambda tasks: store.start_many(tasks, now=timezone.now()))
+        self.results = BatchWriterThread(
+            name="ResultWriterThread",
+            write=lambda done: store.finish_many(done, now=timezone.now()))
         self.heartbeat = HeartbeatThread(buffer=self.buffer, interval_s=self.interval_s,
                                          worker_id=self.worker_id)
         self.controller = ControllerThread(
@@ -64,7 +70,8 @@ class WorkerProcess:
         )
         self.executors = [
             ExecutorThread(index=i, buffer=self.buffer, heartbeat=self.heartbeat,
-                           worker_id=self.worker_id, writer=self.writer)
+                           worker_id=self.worker_id, starts=self.starts,
+                           results=self.results, tally=self.tally)
             for i in range(threads)
         ]
         self._stop = threading.Event()
@@ -77,7 +84,8 @@ class WorkerProcess:
                               threads=len(self.executors), started_at=now, last_seen=now)
         logger.info("worker %s started: %d thread(s) for %s", self.worker_id,
                     len(self.executors), ", ".join(self.lambda_names))
-        for thread in (self.heartbeat, self.writer, self.controller, *self.executors):
+        for thread in (self.heartbeat, self.starts, self.results, self.controller,
+                       *self.executors):
             thread.start()
         summarised_s = time.monotonic()
         while not self._stop.wait(WATCH_INTERVAL_S):
@@ -119,8 +127,9 @@ class WorkerProcess:
         if abandoned := self.buffer.running_count():
             logger.warning("grace period over: %d task(s) still running will be retried after "
                            "their heartbeat timeout", abandoned)
-        self.writer.stop()
-        self.writer.join(max(deadline - time.monotonic(), 0) + 5)
+        for writer in (self.starts, self.results):
+            writer.stop()
+            writer.join(max(deadline - time.monotonic(), 0) + 5)
         self.heartbeat.stop()
         Worker.objects.filter(worker_id=self.worker_id).update(stopped_at=timezone.now())
         self._summarise(0)

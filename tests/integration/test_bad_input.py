@@ -25,12 +25,13 @@ from tasks_core.gating import Decision
 from tasks_core.models import TaskEntity
 from tasks_core.queues import Message, QueueBackend
 from tests.integration.test_api_support import Member, member
+from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.consumer import Consumer
 from workers.controller import ControllerThread
 from workers.executor import ExecutorThread
 from workers.heartbeat import HeartbeatThread
-from workers.results import ResultWriterThread, Tally
+from workers.results import Tally
 
 # Results are written by the real result-writer thread, so tests commit for real.
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -67,7 +68,7 @@ class Pipeline:
     controller: ControllerThread
     executor: ExecutorThread
     buffer: WorkBuffer
-    writer: ResultWriterThread
+    writers: tuple[BatchWriterThread, BatchWriterThread]
 
     def deliver(self) -> list[store.ClaimedTask]:
         """One consumer pass, then pop and claim what it pushed; the claimed tasks."""
@@ -108,15 +109,21 @@ def pipeline(queue: QueueBackend) -> Iterator[Pipeline]:
         lambda_ids={name: directory.by_name(name).id for name in registry.names()},
         priorities=settings.ATF_PRIORITIES,
     )
-    writer = ResultWriterThread(tally=Tally())
-    writer.start()
+    starts = BatchWriterThread(name="starts", write=lambda tasks: store.start_many(
+        tasks, now=timezone.now()))
+    results = BatchWriterThread(name="results", write=lambda done: store.finish_many(
+        done, now=timezone.now()))
+    for writer in (starts, results):
+        writer.start()
     executor = ExecutorThread(index=0, buffer=buffer, heartbeat=heartbeat,
-                              worker_id="tests:1:bad", writer=writer)
+                              worker_id="tests:1:bad", starts=starts, results=results,
+                              tally=Tally())
     consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue)
     yield Pipeline(queue=queue, consumer=consumer, controller=controller, executor=executor,
-                   buffer=buffer, writer=writer)
-    writer.stop()
-    writer.join(10)
+                   buffer=buffer, writers=(starts, results))
+    for writer in (starts, results):
+        writer.stop()
+        writer.join(10)
 
 
 def status(task_id: int) -> str:

@@ -1,0 +1,95 @@
+"""Batch writers: several executors hand them writes; each batch is one transaction.
+
+A batch is everything that arrived while the previous one was being written, so a busy worker
+writes many tasks per commit and an idle one still writes at once. Each submitter waits on its
+own future, so nothing it hands over is lost before it is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Generic, TypeVar
+
+from django.db import DatabaseError
+
+from workers import db
+
+logger = logging.getLogger(__name__)
+
+Item = TypeVar("Item")
+Out = TypeVar("Out")
+
+#: Writes in one transaction at the most.
+MAX_BATCH = 200
+#: Attempts at writing a batch when the database fails; then its submitters get the error.
+WRITE_ATTEMPTS = 5
+
+
+class BatchWriterThread(threading.Thread, Generic[Item, Out]):
+    def __init__(self, *, name: str, write: Callable[[list[Item]], Sequence[Out]]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.write = write
+        self._pending: queue.Queue[tuple[Item, Future[Out]] | None] = queue.Queue()
+
+    def submit(self, item: Item) -> Future[Out]:
+        """Queue a write; the future holds its outcome once the batch is committed."""
+        future: Future[Out] = Future()
+        self._pending.put((item, future))
+        return future
+
+    def run(self) -> None:
+        try:
+            while (batch := self._next_batch()) is not None:
+                if batch:
+                    self._write(batch)
+        finally:
+            db.reset_connection()  # a thread that ends lets go of its connection
+
+    def _next_batch(self) -> list[tuple[Item, Future[Out]]] | None:
+        """The waiting writes (blocking for the first); None once stopped and drained."""
+        first = self._pending.get()
+        if first is None:
+            return None
+        batch = [first]
+        while len(batch) < MAX_BATCH:
+            try:
+                item = self._pending.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                self._pending.put(None)  # stop after this batch
+                break
+            batch.append(item)
+        return batch
+
+    def _write(self, batch: list[tuple[Item, Future[Out]]]) -> None:
+        items = [item for item, _future in batch]
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                outcomes = self.write(items)
+                break
+            except DatabaseError as exc:
+                logger.warning("%s: writing %d item(s) failed (attempt %d): %s", self.name,
+                               len(items), attempt, exc)
+                db.reset_connection()
+                if attempt == WRITE_ATTEMPTS:
+                    for _item, future in batch:
+                        future.set_exception(exc)
+                    return
+                time.sleep(0.2 * attempt)
+            except Exception as exc:  # noqa: BLE001 - handed to every submitter, who logs it
+                db.reset_connection()
+                for _item, future in batch:
+                    future.set_exception(exc)
+                return
+        for (_item, future), outcome in zip(batch, outcomes, strict=True):
+            future.set_result(outcome)
+
+    def stop(self) -> None:
+        """Write what is pending, then end."""
+        self._pending.put(None)
