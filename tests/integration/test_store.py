@@ -420,3 +420,36 @@ def test_racing_claims_of_the_same_messages_have_exactly_one_winner() -> None:
     assert len(wins) == 200
     assert set(wins.values()) == {1}
     assert TaskEntity.objects.filter(status="claimed").count() == 200
+
+
+@pytest.mark.sqlite
+def test_a_batch_of_starts_starts_only_the_tasks_whose_lease_is_current(now: datetime) -> None:
+    # Given two claimed tasks, one of them handed back and enqueued again since
+    atf.schedule_many([{"lambda": "demo.noop"}, {"lambda": "demo.noop"}])
+    handed_back, kept = claim(messages(enqueue_due("demo.noop", now)), now)
+    store.release([handed_back], now=now)
+    enqueue_due("demo.noop", now)
+    # When one batch starts both with the leases the controller holds
+    started = store.start_many([handed_back, kept], now=now)
+    # Then only the task whose lease is still current starts
+    assert started == [False, True]
+    assert (entity(handed_back.task_id).status, entity(handed_back.task_id).attempts) == (
+        "enqueued", 0)
+    assert (entity(kept.task_id).status, entity(kept.task_id).attempts) == ("processing", 1)
+
+
+@pytest.mark.sqlite
+def test_a_batch_of_results_records_only_the_tasks_whose_lease_is_current(now: datetime) -> None:
+    # Given two running tasks; only the second heartbeats, so the first one's lease expires
+    lost, alive = running(now), running(now)
+    assert store.heartbeat({alive.task_id: alive.lease}, now=now + timedelta(seconds=20)) == set()
+    assert enqueue_due("demo.noop", now + timedelta(seconds=40)).reenqueued == {"processing": 1}
+    # When one batch records both results
+    statuses = store.finish_many([(lost, success()), (alive, success())],
+                                 now=now + timedelta(seconds=41))
+    # Then the stale one is refused and changes nothing; the current one is recorded
+    assert statuses == [None, TaskStatus.SUCCESS]
+    assert (entity(lost.task_id).status, entity(lost.task_id).result) == ("enqueued", None)
+    assert (entity(alive.task_id).status, entity(alive.task_id).result) == ("success", {"ok": True})
+    assert list(TaskAttempt.objects.filter(task_id=lost.task_id).values_list(
+        "outcome", flat=True)) == ["lost"]
