@@ -51,6 +51,18 @@ def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> sto
     return store.Result(outcome=Outcome.SUCCESS, value=value, started_at=started, worker=worker)
 
 
+def start_writer() -> BatchWriterThread[store.ClaimedTask, bool]:
+    """The thread that starts claimed tasks in batches (claimed -> processing)."""
+    return BatchWriterThread(name="StartWriterThread",
+                             write=lambda tasks: store.start_many(tasks, now=timezone.now()))
+
+
+def result_writer() -> BatchWriterThread[Done, TaskStatus | None]:
+    """The thread that records finished attempts in batches."""
+    return BatchWriterThread(name="ResultWriterThread",
+                             write=lambda done: store.finish_many(done, now=timezone.now()))
+
+
 class ExecutorThread(threading.Thread):
     def __init__(self, *, index: int, buffer: WorkBuffer, heartbeat: HeartbeatThread,
                  worker_id: str, starts: BatchWriterThread[store.ClaimedTask, bool],

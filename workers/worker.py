@@ -20,10 +20,9 @@ from django.utils import timezone
 from tasks_core import directory, queues, store
 from tasks_core.exceptions import ConfigurationError
 from tasks_core.models import Worker
-from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.controller import POP_WAIT_S, ControllerThread
-from workers.executor import ExecutorThread
+from workers.executor import ExecutorThread, result_writer, start_writer
 from workers.heartbeat import MAX_FAILED_HEARTBEATS, HeartbeatThread, cut_off
 from workers.results import Tally
 
@@ -55,12 +54,8 @@ class WorkerProcess:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.buffer = WorkBuffer(priorities=settings.ATF_PRIORITIES, executors=threads)
         self.tally = Tally()
-        self.starts = BatchWriterThread(
-            name="StartWriterThread",
-            write=lambda tasks: store.start_many(tasks, now=timezone.now()))
-        self.results = BatchWriterThread(
-            name="ResultWriterThread",
-            write=lambda done: store.finish_many(done, now=timezone.now()))
+        self.starts = start_writer()
+        self.results = result_writer()
         self.heartbeat = HeartbeatThread(buffer=self.buffer, interval_s=self.interval_s,
                                          worker_id=self.worker_id)
         self.controller = ControllerThread(

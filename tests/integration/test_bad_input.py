@@ -29,7 +29,7 @@ from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.consumer import Consumer
 from workers.controller import ControllerThread
-from workers.executor import ExecutorThread
+from workers.executor import ExecutorThread, result_writer, start_writer
 from workers.heartbeat import HeartbeatThread
 from workers.results import Tally
 
@@ -109,10 +109,7 @@ def pipeline(queue: QueueBackend) -> Iterator[Pipeline]:
         lambda_ids={name: directory.by_name(name).id for name in registry.names()},
         priorities=settings.ATF_PRIORITIES,
     )
-    starts = BatchWriterThread(name="starts", write=lambda tasks: store.start_many(
-        tasks, now=timezone.now()))
-    results = BatchWriterThread(name="results", write=lambda done: store.finish_many(
-        done, now=timezone.now()))
+    starts, results = start_writer(), result_writer()
     for writer in (starts, results):
         writer.start()
     executor = ExecutorThread(index=0, buffer=buffer, heartbeat=heartbeat,
