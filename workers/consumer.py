@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two housekeeping rounds (gates reopened, dead workers marked).
 HOUSEKEEPING_INTERVAL_S = 1.0
+#: Seconds between two looks for due periodic occurrences (not every pass of a busy loop).
+PERIODIC_INTERVAL_S = 0.1
 #: Finished tasks pruned per housekeeping round (small, so no lock is held long).
 PRUNE_BATCH_SIZE = 500
 #: Seconds between two summary lines at INFO.
@@ -108,6 +110,8 @@ class Consumer:
         self._buckets: dict[int, TokenBucket] = {}
         self._turn = 0
         self._housekept_s = 0.0
+        self._materialised_s = 0.0
+        self._paused: list[int] = []  #: lambdas whose gate the last pass found paused
 
     # --- one pass --------------------------------------------------------------------------
 
@@ -135,13 +139,15 @@ class Consumer:
         now = self.clock()
         summary = PassSummary()
         lambdas = self._gates()
+        self._paused = [lam.lambda_id for lam in lambdas
+                        if gating.effective(lam.gate, now) is gating.GateState.PAUSED]
         if not lambdas:
             return summary
         self._turn = (self._turn + 1) % len(lambdas)
         share = max(1, self.batch_size // len(lambdas))
         now_s = now.timestamp()
         for lam in lambdas[self._turn:] + lambdas[: self._turn]:
-            if gating.effective(lam.gate, now) is gating.GateState.PAUSED:
+            if lam.lambda_id in self._paused:
                 continue
             limit = self._limit(lam, share, now_s)
             if limit <= 0:
@@ -208,11 +214,10 @@ class Consumer:
     # --- the loop --------------------------------------------------------------------------
 
     def _seconds_until_next_trigger(self, now: datetime) -> float | None:
-        paused = [lam.lambda_id for lam in self._gates()
-                  if gating.effective(lam.gate, now) is gating.GateState.PAUSED]
+        """Seconds until the soonest trigger of a lambda the last pass found not paused."""
         soonest = (
             TaskAssoc.objects.exclude(status=AssocStatus.COMPLETED)
-            .exclude(lambda_ref_id__in=paused)
+            .exclude(lambda_ref_id__in=self._paused)
             .aggregate(soonest=Min("next_trigger_at"))["soonest"]
         )
         return None if soonest is None else (soonest - now).total_seconds()
@@ -242,7 +247,9 @@ class Consumer:
                     self.housekeep(self.clock())
                     self._housekept_s = time.monotonic()
                 # Periodic occurrences become ordinary tasks, due at their own time.
-                periodic.materialise_due(now=self.clock())
+                if time.monotonic() - self._materialised_s >= PERIODIC_INTERVAL_S:
+                    periodic.materialise_due(now=self.clock())
+                    self._materialised_s = time.monotonic()
                 summary = self.run_pass()
                 totals.add(summary)
                 if time.monotonic() - logged_s >= SUMMARY_INTERVAL_S:
