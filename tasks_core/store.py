@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 
-from tasks_core import backoff, directory, states
+from tasks_core import backoff, directory, pg_store, states
 from tasks_core.exceptions import InvalidTransition
 from tasks_core.gating import Decision
 from tasks_core.models import TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
@@ -390,32 +390,38 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
     Each claimed task gets a new lease, which its executor presents on every later write.
     """
     wanted = {message.task_id: message.lease for message in messages}
+    lambda_ids = list(lambda_ids)
+    if not wanted or not lambda_ids:
+        return []
+    # The claim timeout is the same for every lambda: one assoc change for the batch.
+    assoc = _assoc_changes(TaskStatus.CLAIMED, lambda_ids[0], now)
+    claim_rows = pg_store.claim if connection.vendor == "postgresql" else _claim_orm
     with transaction.atomic():
-        rows = [
-            row for row in TaskEntity.objects.select_for_update()
-            .filter(pk__in=list(wanted), status=TaskStatus.ENQUEUED,
-                    lambda_ref_id__in=list(lambda_ids))
-            .order_by("pk")
-            .values_list("pk", "lease", "lambda_ref_id", "collection", "priority", "payload",
-                         "attempts", "max_attempts")
-            if wanted[row[0]] == row[1]
-        ]
-        if not rows:
-            return []
-        ids = [row[0] for row in rows]
-        TaskEntity.objects.filter(pk__in=ids).update(
-            status=TaskStatus.CLAIMED, lease=F("lease") + 1, worker=worker, claimed_at=now
-        )
-        # The claim timeout is the same for every lambda: one assoc update for the batch.
-        TaskAssoc.objects.filter(task_id__in=ids).update(
-            **_assoc_changes(TaskStatus.CLAIMED, rows[0][2], now)
-        )
+        rows = claim_rows(wanted, lambda_ids=lambda_ids, worker=worker, now=now, assoc=assoc)
     return [
-        ClaimedTask(task_id=pk, lease=lease + 1, lambda_name=directory.by_id(lambda_id).name,
+        ClaimedTask(task_id=pk, lease=lease, lambda_name=directory.by_id(lambda_id).name,
                     collection=collection, priority=priority, payload=payload,
                     attempt=attempts + 1, max_attempts=max_attempts)
         for pk, lease, lambda_id, collection, priority, payload, attempts, max_attempts in rows
     ]
+
+
+def _claim_orm(wanted: Mapping[int, int], *, lambda_ids: list[int], worker: str,
+               now: datetime, assoc: Mapping[str, Any]) -> list[tuple]:
+    rows = [
+        row for row in TaskEntity.objects.select_for_update()
+        .filter(pk__in=list(wanted), status=TaskStatus.ENQUEUED, lambda_ref_id__in=lambda_ids)
+        .order_by("pk")
+        .values_list("pk", "lease", "lambda_ref_id", "collection", "priority", "payload",
+                     "attempts", "max_attempts")
+        if wanted[row[0]] == row[1]
+    ]
+    ids = [row[0] for row in rows]
+    TaskEntity.objects.filter(pk__in=ids).update(
+        status=TaskStatus.CLAIMED, lease=F("lease") + 1, worker=worker, claimed_at=now
+    )
+    TaskAssoc.objects.filter(task_id__in=ids).update(**assoc)
+    return [(pk, lease + 1, *rest) for pk, lease, *rest in rows]
 
 
 def start(task: ClaimedTask, *, now: datetime) -> bool:
@@ -427,24 +433,31 @@ def start_many(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
     """claimed -> processing for many tasks in one transaction; per task whether it started
     (False: its lease moved on, and it must not run)."""
     states.check_transition(TaskStatus.CLAIMED, TaskStatus.PROCESSING)
+    leases = {task.task_id: task.lease for task in tasks}
+    assocs = {task.task_id: _assoc_changes(TaskStatus.PROCESSING,
+                                           directory.by_name(task.lambda_name).id, now)
+              for task in tasks}
+    start_rows = pg_store.start if connection.vendor == "postgresql" else _start_orm
     with transaction.atomic():
-        started = set(_matching_leases(
-            [Message(task_id=task.task_id, lease=task.lease) for task in tasks],
-            TaskStatus.CLAIMED,
-        ))
-        TaskEntity.objects.filter(pk__in=started).update(
-            status=TaskStatus.PROCESSING, attempts=F("attempts") + 1, started_at=now,
-            heartbeat_at=now,
-        )
-        by_lambda: dict[int, list[int]] = defaultdict(list)
-        for task in tasks:
-            if task.task_id in started:
-                by_lambda[directory.by_name(task.lambda_name).id].append(task.task_id)
-        for lambda_id, task_ids in by_lambda.items():
-            TaskAssoc.objects.filter(task_id__in=task_ids).update(
-                **_assoc_changes(TaskStatus.PROCESSING, lambda_id, now)
-            )
+        started = start_rows(leases, assocs, now=now)
     return [task.task_id in started for task in tasks]
+
+
+def _start_orm(leases: Mapping[int, int], assocs: Mapping[int, Mapping[str, Any]], *,
+               now: datetime) -> set[int]:
+    started = set(_matching_leases(
+        [Message(task_id=pk, lease=lease) for pk, lease in leases.items()], TaskStatus.CLAIMED
+    ))
+    TaskEntity.objects.filter(pk__in=started).update(
+        status=TaskStatus.PROCESSING, attempts=F("attempts") + 1, started_at=now,
+        heartbeat_at=now,
+    )
+    by_change: dict[tuple, list[int]] = defaultdict(list)
+    for pk in started:
+        by_change[tuple(sorted(assocs[pk].items()))].append(pk)
+    for change, task_ids in by_change.items():
+        TaskAssoc.objects.filter(task_id__in=task_ids).update(**dict(change))
+    return started
 
 
 def release(tasks: Sequence[ClaimedTask], *, now: datetime) -> int:
@@ -479,34 +492,35 @@ def heartbeat(leases: Mapping[int, int], *, now: datetime) -> set[int]:
     return set(leases) - set(alive)
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Ending:
-    """What finishing one attempt writes."""
-
-    task: ClaimedTask
-    result: Result
-    target: TaskStatus
-    fields: tuple[str, ...]  #: the entity columns the target sets, besides status
-    delay_s: float | None = None
-
-
-def _ending(task: ClaimedTask, result: Result) -> _Ending:
-    """success -> success; fatal -> fatal_failure; retry -> retrying after the explicit delay
-    or the lambda's backoff, or dead when the attempts are used up."""
+def _ending(task: ClaimedTask, result: Result, now: datetime) -> pg_store.Ending:
+    """What finishing one attempt writes: success -> success; fatal -> fatal_failure; retry ->
+    retrying after the explicit delay or the lambda's backoff, or dead when the attempts are
+    used up."""
+    lambda_id = directory.by_name(task.lambda_name).id
+    delay_s = None
     if result.outcome is Outcome.SUCCESS:
-        return _Ending(task=task, result=result, target=TaskStatus.SUCCESS,
-                       fields=("result", "finished_at"))
-    if result.outcome is Outcome.FATAL or task.attempt >= task.max_attempts:
-        target = TaskStatus.FATAL_FAILURE if result.outcome is Outcome.FATAL else TaskStatus.DEAD
-        return _Ending(task=task, result=result, target=target,
-                       fields=("last_error", "finished_at"))
-    delay_s = result.delay_s
-    if delay_s is None:
-        info = directory.by_name(task.lambda_name)
-        delay_s = backoff.delay_s(task.attempt, base_s=info.backoff_base_s,
-                                  cap_s=info.backoff_cap_s)
-    return _Ending(task=task, result=result, target=TaskStatus.RETRYING, fields=("last_error",),
-                   delay_s=delay_s)
+        target = TaskStatus.SUCCESS
+    elif result.outcome is Outcome.FATAL:
+        target = TaskStatus.FATAL_FAILURE
+    elif task.attempt >= task.max_attempts:
+        target = TaskStatus.DEAD
+    else:
+        target = TaskStatus.RETRYING
+        delay_s = result.delay_s
+        if delay_s is None:
+            info = directory.by_id(lambda_id)
+            delay_s = backoff.delay_s(task.attempt, base_s=info.backoff_base_s,
+                                      cap_s=info.backoff_cap_s)
+    states.check_transition(TaskStatus.PROCESSING, target)
+    assoc = _assoc_changes(target, lambda_id, now, delay_s=delay_s)
+    return pg_store.Ending(
+        task_id=task.task_id, lease=task.lease, status=target,
+        result=result.value if target is TaskStatus.SUCCESS else None, error=result.error,
+        finished_at=now if target in states.FINAL else None,
+        assoc_status=assoc["status"], next_trigger_at=assoc["next_trigger_at"],
+        attempt=task.attempt, worker=result.worker, started_at=result.started_at or now,
+        outcome=Outcome.DEAD if target is TaskStatus.DEAD else result.outcome,
+    )
 
 
 def finish(task: ClaimedTask, result: Result, *, now: datetime) -> TaskStatus | None:
@@ -518,45 +532,39 @@ def finish_many(done: Sequence[tuple[ClaimedTask, Result]], *,
                 now: datetime) -> list[TaskStatus | None]:
     """Record many attempts' ends in one transaction: per task its new status, or None for a
     task whose lease was lost (its result is refused, nothing of it is written)."""
-    endings = [_ending(task, result) for task, result in done]
-    for ending in endings:
-        states.check_transition(TaskStatus.PROCESSING, ending.target)
+    endings = [_ending(task, result, now) for task, result in done]
+    finish_rows = pg_store.finish if connection.vendor == "postgresql" else _finish_orm
     with transaction.atomic():
-        current = set(_matching_leases(
-            [Message(task_id=task.task_id, lease=task.lease) for task, _result in done],
-            TaskStatus.PROCESSING,
-        ))
-        endings = [ending for ending in endings if ending.task.task_id in current]
-        by_fields: dict[tuple[str, ...], list[TaskEntity]] = defaultdict(list)
+        written = finish_rows(endings, now=now)
         for ending in endings:
-            by_fields[ending.fields].append(TaskEntity(
-                pk=ending.task.task_id, status=ending.target, result=ending.result.value,
-                last_error=ending.result.error, finished_at=now,
-            ))
-        for fields, rows in by_fields.items():
-            TaskEntity.objects.bulk_update(rows, ["status", *fields])
-        finished = [e.task.task_id for e in endings if e.target in states.FINAL]
-        TaskAssoc.objects.filter(task_id__in=finished).update(status=AssocStatus.COMPLETED,
-                                                              next_trigger_at=None)
-        retrying = [TaskAssoc(task_id=e.task.task_id,
-                              **_assoc_changes(e.target, directory.by_name(e.task.lambda_name).id,
-                                               now, delay_s=e.delay_s))
-                    for e in endings if e.target is TaskStatus.RETRYING]
-        TaskAssoc.objects.bulk_update(retrying, ["status", "next_trigger_at"])
-        TaskAttempt.objects.bulk_create(
-            TaskAttempt(task_id=e.task.task_id, number=e.task.attempt, worker=e.result.worker,
-                        started_at=e.result.started_at or now, ended_at=now,
-                        outcome=Outcome.DEAD if e.target is TaskStatus.DEAD else e.result.outcome,
-                        error=e.result.error)
-            for e in endings
+            if written.get(ending.task_id):  # a parent: its children wait on it
+                _after_final(ending.task_id, ending.status, now)
+    statuses = {ending.task_id: ending.status for ending in endings if ending.task_id in written}
+    return [statuses.get(task.task_id) for task, _result in done]
+
+
+def _finish_orm(endings: Sequence[pg_store.Ending], *, now: datetime) -> dict[int, bool]:
+    current = set(_matching_leases(
+        [Message(task_id=e.task_id, lease=e.lease) for e in endings], TaskStatus.PROCESSING
+    ))
+    endings = [ending for ending in endings if ending.task_id in current]
+    for ending in endings:
+        changes = {"result": ending.result, "last_error": ending.error,
+                   "finished_at": ending.finished_at}
+        TaskEntity.objects.filter(pk=ending.task_id).update(
+            status=ending.status, **{k: v for k, v in changes.items() if v is not None}
         )
-        parents = set(TaskDependency.objects.filter(parent_id__in=finished)
-                      .values_list("parent_id", flat=True))
-        for ending in endings:
-            if ending.task.task_id in parents:
-                _after_final(ending.task.task_id, ending.target, now)
-    written = {ending.task.task_id: ending.target for ending in endings}
-    return [written.get(task.task_id) for task, _result in done]
+        TaskAssoc.objects.filter(task_id=ending.task_id).update(
+            status=ending.assoc_status, next_trigger_at=ending.next_trigger_at
+        )
+    TaskAttempt.objects.bulk_create(
+        TaskAttempt(task_id=e.task_id, number=e.attempt, worker=e.worker,
+                    started_at=e.started_at, ended_at=now, outcome=e.outcome, error=e.error)
+        for e in endings
+    )
+    parents = set(TaskDependency.objects.filter(parent_id__in=current)
+                  .values_list("parent_id", flat=True))
+    return {ending.task_id: ending.task_id in parents for ending in endings}
 
 
 # --- users' and operators' actions ---------------------------------------------------------

@@ -1,0 +1,179 @@
+"""The store's hot transitions on PostgreSQL: one statement, one round trip, per batch.
+
+store.py decides what each transition writes and calls these on PostgreSQL; on other
+databases it does the same through the ORM. Each statement locks the rows it will change in
+id order (the lock order of store.py's docstring), changes only those whose status and lease
+still match (the compare-and-set), updates their assoc rows in the same statement, and
+returns what changed. Rows come in as arrays (`unnest`), so a batch of any size is one
+statement, and no model object is built on the way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from tasks_core.models import TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
+from tasks_core.states import TaskStatus
+
+_TABLES = {
+    "entity": TaskEntity._meta.db_table,
+    "assoc": TaskAssoc._meta.db_table,
+    "attempt": TaskAttempt._meta.db_table,
+    "dependency": TaskDependency._meta.db_table,
+}
+
+
+def _sql(template: str) -> str:
+    return template.format(**_TABLES)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+_CLAIM = _sql("""
+WITH wanted AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS w(id, lease)
+), locked AS (
+    SELECT t.id FROM {entity} t JOIN wanted w ON w.id = t.id AND w.lease = t.lease
+    WHERE t.status = %(expected)s AND t.lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
+    ORDER BY t.id FOR UPDATE OF t
+), claimed AS (
+    UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
+                          claimed_at = %(now)s
+    FROM locked WHERE t.id = locked.id
+    RETURNING t.id, t.lease, t.lambda_ref_id, t.collection, t.priority, t.payload::text,
+              t.attempts, t.max_attempts
+), assoc AS (
+    UPDATE {assoc} a SET status = %(assoc_status)s, next_trigger_at = %(trigger)s
+    FROM claimed WHERE a.task_id = claimed.id
+)
+SELECT * FROM claimed ORDER BY id
+""")
+
+
+def claim(wanted: Mapping[int, int], *, lambda_ids: Sequence[int], worker: str,
+          now: datetime, assoc: Mapping[str, Any]) -> list[tuple]:
+    """enqueued -> claimed for the tasks whose lease matches, their assoc rows set to `assoc`;
+    their rows, lease already bumped:
+    (id, lease, lambda id, collection, priority, payload, attempts, max attempts)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM, {
+            "ids": list(wanted), "leases": list(wanted.values()),
+            "lambda_ids": list(lambda_ids), "worker": worker, "now": now,
+            "trigger": assoc["next_trigger_at"], "assoc_status": assoc["status"],
+            "expected": TaskStatus.ENQUEUED.value, "target": TaskStatus.CLAIMED.value,
+        })
+        return [(*row[:5], json.loads(row[5]), *row[6:]) for row in cursor.fetchall()]
+
+
+_START = _sql("""
+WITH wanted AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(assoc_statuses)s::varchar[],
+                         %(triggers)s::timestamptz[])
+        AS w(id, lease, assoc_status, trigger)
+), locked AS (
+    SELECT t.id, w.assoc_status, w.trigger
+    FROM {entity} t JOIN wanted w ON w.id = t.id AND w.lease = t.lease
+    WHERE t.status = %(expected)s
+    ORDER BY t.id FOR UPDATE OF t
+), started AS (
+    UPDATE {entity} t SET status = %(target)s, attempts = t.attempts + 1, started_at = %(now)s,
+                          heartbeat_at = %(now)s
+    FROM locked WHERE t.id = locked.id
+    RETURNING t.id
+), assoc AS (
+    UPDATE {assoc} a SET status = locked.assoc_status, next_trigger_at = locked.trigger
+    FROM started JOIN locked ON locked.id = started.id WHERE a.task_id = started.id
+)
+SELECT id FROM started
+""")
+
+
+def start(leases: Mapping[int, int], assocs: Mapping[int, Mapping[str, Any]], *,
+          now: datetime) -> set[int]:
+    """claimed -> processing for the tasks whose lease matches, each assoc row set to its
+    entry of `assocs`; the ids that started."""
+    with connection.cursor() as cursor:
+        cursor.execute(_START, {
+            "ids": list(leases), "leases": list(leases.values()),
+            "assoc_statuses": [assocs[pk]["status"] for pk in leases],
+            "triggers": [assocs[pk]["next_trigger_at"] for pk in leases], "now": now,
+            "expected": TaskStatus.CLAIMED.value, "target": TaskStatus.PROCESSING.value,
+        })
+        return {row[0] for row in cursor.fetchall()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ending:
+    """One attempt's end as finishing writes it (`None` leaves a column as it is)."""
+
+    task_id: int
+    lease: int
+    status: TaskStatus
+    result: Any
+    error: dict[str, str] | None  #: the attempt's error; also the task's last_error when set
+    finished_at: datetime | None
+    assoc_status: str
+    next_trigger_at: datetime | None
+    attempt: int
+    worker: str
+    started_at: datetime
+    outcome: str  #: the attempt row's outcome
+
+
+_FINISH = _sql("""
+WITH ending AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(statuses)s::varchar[],
+                         %(results)s::jsonb[], %(errors)s::jsonb[],
+                         %(finished)s::timestamptz[], %(assoc_statuses)s::varchar[],
+                         %(triggers)s::timestamptz[], %(attempts)s::int[], %(workers)s::varchar[],
+                         %(started)s::timestamptz[], %(outcomes)s::varchar[])
+        AS e(id, lease, status, result, error, finished_at, assoc_status, trigger, attempt,
+             worker, started_at, outcome)
+), locked AS (
+    SELECT t.id FROM {entity} t JOIN ending e ON e.id = t.id AND e.lease = t.lease
+    WHERE t.status = %(expected)s
+    ORDER BY t.id FOR UPDATE OF t
+), written AS (
+    UPDATE {entity} t SET status = e.status, result = COALESCE(e.result, t.result),
+                          last_error = COALESCE(e.error, t.last_error),
+                          finished_at = COALESCE(e.finished_at, t.finished_at)
+    FROM ending e JOIN locked ON locked.id = e.id WHERE t.id = e.id
+    RETURNING t.id
+), assoc AS (
+    UPDATE {assoc} a SET status = e.assoc_status, next_trigger_at = e.trigger
+    FROM ending e JOIN written ON written.id = e.id WHERE a.task_id = e.id
+), history AS (
+    INSERT INTO {attempt} (task_id, number, worker, started_at, ended_at, outcome, error)
+    SELECT e.id, e.attempt, e.worker, e.started_at, %(now)s, e.outcome, e.error
+    FROM ending e JOIN written ON written.id = e.id
+)
+SELECT written.id, EXISTS (SELECT 1 FROM {dependency} d WHERE d.parent_id = written.id)
+FROM written
+""")
+
+
+def finish(endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
+    """processing -> the endings' statuses, with an attempt row each, for the tasks whose lease
+    matches; {id: whether the task has children} for those written."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FINISH, {
+            "ids": [e.task_id for e in endings], "leases": [e.lease for e in endings],
+            "statuses": [e.status for e in endings],
+            "results": [_json(e.result) for e in endings],
+            "errors": [_json(e.error) for e in endings],
+            "finished": [e.finished_at for e in endings],
+            "assoc_statuses": [e.assoc_status for e in endings],
+            "triggers": [e.next_trigger_at for e in endings],
+            "attempts": [e.attempt for e in endings], "workers": [e.worker for e in endings],
+            "started": [e.started_at for e in endings], "outcomes": [e.outcome for e in endings],
+            "expected": TaskStatus.PROCESSING.value, "now": now,
+        })
+        return dict(cursor.fetchall())
