@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.db import connection
 
 from tasks_core.models import TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
@@ -37,13 +38,28 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+def _fetch(sql: str, params: Mapping[str, Any]) -> list[tuple]:
+    """Run a statement as a prepared statement of this connection; its rows.
+
+    Django's cursors send literal SQL, which PostgreSQL parses and plans on every call; these
+    statements run many times a second, so they bind parameters on the server and are planned
+    once per connection. Errors come out as Django's database errors, as from its cursors.
+    """
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        return cursor.fetchall()
+
+
 _CLAIM = _sql("""
 WITH wanted AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS w(id, lease)
 ), locked AS (
-    SELECT t.id FROM {entity} t JOIN wanted w ON w.id = t.id AND w.lease = t.lease
-    WHERE t.status = %(expected)s AND t.lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
-    ORDER BY t.id FOR UPDATE OF t
+    SELECT t.id FROM wanted w CROSS JOIN LATERAL (
+        SELECT id FROM {entity} WHERE id = w.id AND lease = w.lease AND status = %(expected)s
+                                  AND lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
+        FOR UPDATE
+    ) t
 ), claimed AS (
     UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
                           claimed_at = %(now)s
@@ -63,14 +79,14 @@ def claim(wanted: Mapping[int, int], *, lambda_ids: Sequence[int], worker: str,
     """enqueued -> claimed for the tasks whose lease matches, their assoc rows set to `assoc`;
     their rows, lease already bumped:
     (id, lease, lambda id, collection, priority, payload, attempts, max attempts)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_CLAIM, {
-            "ids": list(wanted), "leases": list(wanted.values()),
-            "lambda_ids": list(lambda_ids), "worker": worker, "now": now,
-            "trigger": assoc["next_trigger_at"], "assoc_status": assoc["status"],
-            "expected": TaskStatus.ENQUEUED.value, "target": TaskStatus.CLAIMED.value,
-        })
-        return [(*row[:5], json.loads(row[5]), *row[6:]) for row in cursor.fetchall()]
+    ids = sorted(wanted)  # the lock order
+    rows = _fetch(_CLAIM, {
+        "ids": ids, "leases": [wanted[pk] for pk in ids], "lambda_ids": list(lambda_ids),
+        "worker": worker, "now": now,
+        "trigger": assoc["next_trigger_at"], "assoc_status": assoc["status"],
+        "expected": TaskStatus.ENQUEUED.value, "target": TaskStatus.CLAIMED.value,
+    })
+    return [(*row[:5], json.loads(row[5]), *row[6:]) for row in rows]
 
 
 _START = _sql("""
@@ -79,10 +95,10 @@ WITH wanted AS (
                          %(triggers)s::timestamptz[])
         AS w(id, lease, assoc_status, trigger)
 ), locked AS (
-    SELECT t.id, w.assoc_status, w.trigger
-    FROM {entity} t JOIN wanted w ON w.id = t.id AND w.lease = t.lease
-    WHERE t.status = %(expected)s
-    ORDER BY t.id FOR UPDATE OF t
+    SELECT t.id, w.assoc_status, w.trigger FROM wanted w CROSS JOIN LATERAL (
+        SELECT id FROM {entity} WHERE id = w.id AND lease = w.lease AND status = %(expected)s
+        FOR UPDATE
+    ) t
 ), started AS (
     UPDATE {entity} t SET status = %(target)s, attempts = t.attempts + 1, started_at = %(now)s,
                           heartbeat_at = %(now)s
@@ -100,14 +116,14 @@ def start(leases: Mapping[int, int], assocs: Mapping[int, Mapping[str, Any]], *,
           now: datetime) -> set[int]:
     """claimed -> processing for the tasks whose lease matches, each assoc row set to its
     entry of `assocs`; the ids that started."""
-    with connection.cursor() as cursor:
-        cursor.execute(_START, {
-            "ids": list(leases), "leases": list(leases.values()),
-            "assoc_statuses": [assocs[pk]["status"] for pk in leases],
-            "triggers": [assocs[pk]["next_trigger_at"] for pk in leases], "now": now,
-            "expected": TaskStatus.CLAIMED.value, "target": TaskStatus.PROCESSING.value,
-        })
-        return {row[0] for row in cursor.fetchall()}
+    ids = sorted(leases)  # the lock order
+    rows = _fetch(_START, {
+        "ids": ids, "leases": [leases[pk] for pk in ids],
+        "assoc_statuses": [assocs[pk]["status"] for pk in ids],
+        "triggers": [assocs[pk]["next_trigger_at"] for pk in ids], "now": now,
+        "expected": TaskStatus.CLAIMED.value, "target": TaskStatus.PROCESSING.value,
+    })
+    return {row[0] for row in rows}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,9 +154,10 @@ WITH ending AS (
         AS e(id, lease, status, result, error, finished_at, assoc_status, trigger, attempt,
              worker, started_at, outcome)
 ), locked AS (
-    SELECT t.id FROM {entity} t JOIN ending e ON e.id = t.id AND e.lease = t.lease
-    WHERE t.status = %(expected)s
-    ORDER BY t.id FOR UPDATE OF t
+    SELECT t.id FROM ending e CROSS JOIN LATERAL (
+        SELECT id FROM {entity} WHERE id = e.id AND lease = e.lease AND status = %(expected)s
+        FOR UPDATE
+    ) t
 ), written AS (
     UPDATE {entity} t SET status = e.status, result = COALESCE(e.result, t.result),
                           last_error = COALESCE(e.error, t.last_error),
@@ -163,17 +180,16 @@ FROM written
 def finish(endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
     """processing -> the endings' statuses, with an attempt row each, for the tasks whose lease
     matches; {id: whether the task has children} for those written."""
-    with connection.cursor() as cursor:
-        cursor.execute(_FINISH, {
-            "ids": [e.task_id for e in endings], "leases": [e.lease for e in endings],
-            "statuses": [e.status for e in endings],
-            "results": [_json(e.result) for e in endings],
-            "errors": [_json(e.error) for e in endings],
-            "finished": [e.finished_at for e in endings],
-            "assoc_statuses": [e.assoc_status for e in endings],
-            "triggers": [e.next_trigger_at for e in endings],
-            "attempts": [e.attempt for e in endings], "workers": [e.worker for e in endings],
-            "started": [e.started_at for e in endings], "outcomes": [e.outcome for e in endings],
-            "expected": TaskStatus.PROCESSING.value, "now": now,
-        })
-        return dict(cursor.fetchall())
+    endings = sorted(endings, key=lambda e: e.task_id)  # the lock order
+    return dict(_fetch(_FINISH, {
+        "ids": [e.task_id for e in endings], "leases": [e.lease for e in endings],
+        "statuses": [e.status for e in endings],
+        "results": [_json(e.result) for e in endings],
+        "errors": [_json(e.error) for e in endings],
+        "finished": [e.finished_at for e in endings],
+        "assoc_statuses": [e.assoc_status for e in endings],
+        "triggers": [e.next_trigger_at for e in endings],
+        "attempts": [e.attempt for e in endings], "workers": [e.worker for e in endings],
+        "started": [e.started_at for e in endings], "outcomes": [e.outcome for e in endings],
+        "expected": TaskStatus.PROCESSING.value, "now": now,
+    }))
