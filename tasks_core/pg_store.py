@@ -20,7 +20,7 @@ import psycopg
 from django.db import connection
 
 from tasks_core.models import TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
-from tasks_core.states import TaskStatus
+from tasks_core.states import AssocStatus, TaskStatus
 
 _TABLES = {
     "entity": TaskEntity._meta.db_table,
@@ -38,8 +38,8 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-def _fetch(sql: str, params: Mapping[str, Any]) -> list[tuple]:
-    """Run a statement as a prepared statement of this connection; its rows.
+def _execute(sql: str, params: Mapping[str, Any]) -> list[tuple]:
+    """Run a statement as a prepared statement of this connection; its rows, if it has any.
 
     Django's cursors send literal SQL, which PostgreSQL parses and plans on every call; these
     statements run many times a second, so they bind parameters on the server and are planned
@@ -48,7 +48,52 @@ def _fetch(sql: str, params: Mapping[str, Any]) -> list[tuple]:
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
-        return cursor.fetchall()
+        return cursor.fetchall() if cursor.description else []
+
+
+_DUE = _sql("""
+WITH due AS (
+    SELECT task_id FROM {assoc}
+    WHERE lambda_ref_id = %(lambda_id)s AND next_trigger_at <= %(now)s
+          AND NOT status = %(completed)s AND NOT collection = ANY(%(skip)s::varchar[])
+    ORDER BY next_trigger_at LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+SELECT t.id, t.status, t.lease, t.collection, t.priority, t.attempts, t.max_attempts, t.worker,
+       t.started_at
+FROM {entity} t JOIN due ON due.task_id = t.id
+ORDER BY t.id
+FOR UPDATE OF t SKIP LOCKED
+""")
+
+
+def due(lambda_id: int, *, limit: int, now: datetime, skip_collections: list[str]) -> list[tuple]:
+    """Lock up to `limit` due rows of a lambda that no other consumer holds; their entities'
+    (id, status, lease, collection, priority, attempts, max attempts, worker, started_at)."""
+    return _execute(_DUE, {"lambda_id": lambda_id, "now": now, "limit": limit,
+                         "skip": skip_collections, "completed": AssocStatus.COMPLETED.value})
+
+
+_MARK_ENQUEUED = _sql("""
+WITH bumped AS (
+    UPDATE {entity} SET status = %(enqueued)s, lease = lease + 1, enqueued_at = %(now)s
+    WHERE id = ANY(%(bump)s::bigint[])
+), kept AS (
+    UPDATE {entity} SET enqueued_at = %(now)s WHERE id = ANY(%(keep)s::bigint[])
+)
+UPDATE {assoc} SET status = %(assoc_status)s, next_trigger_at = %(trigger)s
+WHERE task_id = ANY(%(bump)s::bigint[]) OR task_id = ANY(%(keep)s::bigint[])
+""")
+
+
+def mark_enqueued(*, bump: list[int], keep: list[int], now: datetime,
+                  assoc: Mapping[str, Any]) -> None:
+    """Rows the caller holds locked become `enqueued`: `bump` with a new lease, `keep` (expired
+    `enqueued` rows) with their lease as it is; their assoc rows are set to `assoc`."""
+    _execute(_MARK_ENQUEUED, {"bump": bump, "keep": keep, "now": now,
+                              "enqueued": TaskStatus.ENQUEUED.value,
+                              "assoc_status": assoc["status"],
+                              "trigger": assoc["next_trigger_at"]})
 
 
 _CLAIM = _sql("""
@@ -80,7 +125,7 @@ def claim(wanted: Mapping[int, int], *, lambda_ids: Sequence[int], worker: str,
     their rows, lease already bumped:
     (id, lease, lambda id, collection, priority, payload, attempts, max attempts)."""
     ids = sorted(wanted)  # the lock order
-    rows = _fetch(_CLAIM, {
+    rows = _execute(_CLAIM, {
         "ids": ids, "leases": [wanted[pk] for pk in ids], "lambda_ids": list(lambda_ids),
         "worker": worker, "now": now,
         "trigger": assoc["next_trigger_at"], "assoc_status": assoc["status"],
@@ -117,7 +162,7 @@ def start(leases: Mapping[int, int], assocs: Mapping[int, Mapping[str, Any]], *,
     """claimed -> processing for the tasks whose lease matches, each assoc row set to its
     entry of `assocs`; the ids that started."""
     ids = sorted(leases)  # the lock order
-    rows = _fetch(_START, {
+    rows = _execute(_START, {
         "ids": ids, "leases": [leases[pk] for pk in ids],
         "assoc_statuses": [assocs[pk]["status"] for pk in ids],
         "triggers": [assocs[pk]["next_trigger_at"] for pk in ids], "now": now,
@@ -181,7 +226,7 @@ def finish(endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
     """processing -> the endings' statuses, with an attempt row each, for the tasks whose lease
     matches; {id: whether the task has children} for those written."""
     endings = sorted(endings, key=lambda e: e.task_id)  # the lock order
-    return dict(_fetch(_FINISH, {
+    return dict(_execute(_FINISH, {
         "ids": [e.task_id for e in endings], "leases": [e.lease for e in endings],
         "statuses": [e.status for e in endings],
         "results": [_json(e.result) for e in endings],

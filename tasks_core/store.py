@@ -271,23 +271,10 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
     batch = DueBatch()
     with transaction.atomic():
         # During this transaction the due assoc rows and their entities are locked.
-        task_ids = list(
-            TaskAssoc.objects.select_for_update(skip_locked=True)
-            .filter(lambda_ref_id=lambda_id, next_trigger_at__lte=now)
-            .exclude(status=AssocStatus.COMPLETED)
-            .exclude(collection__in=list(skip_collections))
-            .order_by("next_trigger_at")
-            .values_list("task_id", flat=True)[:limit]
-        )
-        if not task_ids:
+        due_rows = pg_store.due if connection.vendor == "postgresql" else _due_orm
+        rows = due_rows(lambda_id, limit=limit, now=now, skip_collections=list(skip_collections))
+        if not rows:
             return batch
-        rows = list(
-            TaskEntity.objects.select_for_update(skip_locked=True)
-            .filter(pk__in=task_ids)
-            .order_by("pk")
-            .values_list("pk", "status", "lease", "collection", "priority", "attempts",
-                         "max_attempts", "worker", "started_at")
-        )
         to_enqueue: list[tuple[int, int, str]] = []
         to_bump: list[int] = []
         to_keep: list[int] = []
@@ -327,13 +314,9 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
             to_enqueue.append((pk, lease + bump, priority))
             (to_bump if bump else to_keep).append(pk)
         if to_enqueue:
-            TaskEntity.objects.filter(pk__in=to_bump).update(
-                status=TaskStatus.ENQUEUED, lease=F("lease") + 1, enqueued_at=now
-            )
-            TaskEntity.objects.filter(pk__in=to_keep).update(enqueued_at=now)
-            TaskAssoc.objects.filter(task_id__in=to_bump + to_keep).update(
-                **_assoc_changes(TaskStatus.ENQUEUED, lambda_id, now)
-            )
+            mark = pg_store.mark_enqueued if connection.vendor == "postgresql" else _mark_orm
+            mark(bump=to_bump, keep=to_keep, now=now,
+                 assoc=_assoc_changes(TaskStatus.ENQUEUED, lambda_id, now))
             batch.messages = [(priority, Message(task_id=pk, lease=lease))
                               for pk, lease, priority in to_enqueue]
         TaskAttempt.objects.bulk_create(lost)
@@ -345,6 +328,34 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
                                               "message": "attempts exhausted; the last one lost "
                                                          "its worker", "traceback": ""})
     return batch
+
+
+def _due_orm(lambda_id: int, *, limit: int, now: datetime,
+             skip_collections: list[str]) -> list[tuple]:
+    task_ids = list(
+        TaskAssoc.objects.select_for_update(skip_locked=True)
+        .filter(lambda_ref_id=lambda_id, next_trigger_at__lte=now)
+        .exclude(status=AssocStatus.COMPLETED)
+        .exclude(collection__in=skip_collections)
+        .order_by("next_trigger_at")
+        .values_list("task_id", flat=True)[:limit]
+    )
+    return list(
+        TaskEntity.objects.select_for_update(skip_locked=True)
+        .filter(pk__in=task_ids)
+        .order_by("pk")
+        .values_list("pk", "status", "lease", "collection", "priority", "attempts",
+                     "max_attempts", "worker", "started_at")
+    )
+
+
+def _mark_orm(*, bump: list[int], keep: list[int], now: datetime,
+              assoc: Mapping[str, Any]) -> None:
+    TaskEntity.objects.filter(pk__in=bump).update(
+        status=TaskStatus.ENQUEUED, lease=F("lease") + 1, enqueued_at=now
+    )
+    TaskEntity.objects.filter(pk__in=keep).update(enqueued_at=now)
+    TaskAssoc.objects.filter(task_id__in=bump + keep).update(**assoc)
 
 
 def _finish_many(task_ids: list[int], target: TaskStatus, lambda_id: int, now: datetime,

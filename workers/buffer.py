@@ -29,19 +29,23 @@ class WorkBuffer:
         self._lock = threading.Condition()
         self._waiting: dict[str, deque[ClaimedTask]] = {p: deque() for p in self.priorities}
         self._running: dict[int, Running] = {}
+        self._held = 0  #: tasks taken by an executor whose lambda has not returned yet
         self.closed = False
 
     # --- the controller's side -------------------------------------------------------------
 
     def free_slots(self) -> int:
-        """Executors that would have nothing to do if the buffer were handed out now."""
+        """Executors that would have no task to run next if the buffer were handed out now.
+
+        An executor whose lambda has returned counts as free while its result is written, so
+        its next task is claimed meanwhile and waits at most for that write.
+        """
         with self._lock:
-            return self.executors - len(self._running) - self._buffered()
+            return self._free()
 
     def wait_for_free_slot(self, timeout_s: float) -> None:
         with self._lock:
-            self._lock.wait_for(lambda: self.closed or self.executors - len(self._running)
-                                - self._buffered() > 0, timeout=timeout_s)
+            self._lock.wait_for(lambda: self.closed or self._free() > 0, timeout=timeout_s)
 
     def put(self, tasks: Sequence[ClaimedTask]) -> None:
         with self._lock:
@@ -57,6 +61,7 @@ class WorkBuffer:
             self._lock.wait_for(lambda: self.closed or self._buffered() > 0, timeout=timeout_s)
             for queue in self._waiting.values():
                 if queue:
+                    self._held += 1
                     return queue.popleft()
             return None
 
@@ -70,11 +75,16 @@ class WorkBuffer:
         with self._lock:
             running = self._running[task.task_id]
             running.finishing = True
+            self._held -= 1
+            self._lock.notify_all()
             return running.lost
 
     def end(self, task: ClaimedTask) -> None:
+        """The executor is done with `task` (finished, or it never started)."""
         with self._lock:
-            self._running.pop(task.task_id, None)
+            running = self._running.pop(task.task_id, None)
+            if running is None or not running.finishing:
+                self._held -= 1
             self._lock.notify_all()
 
     # --- the heartbeat's side --------------------------------------------------------------
@@ -107,6 +117,9 @@ class WorkBuffer:
                 queue.clear()
             self._lock.notify_all()
             return unstarted
+
+    def _free(self) -> int:
+        return self.executors - self._held - self._buffered()
 
     def _buffered(self) -> int:
         return sum(len(queue) for queue in self._waiting.values())

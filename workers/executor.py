@@ -93,11 +93,11 @@ class ExecutorThread(threading.Thread):
         """Start the task, run its lambda, record the outcome unless the lease was lost."""
         # Starts and results go through batch writers: executors that finish at about the
         # same time share one transaction, and each waits until its own write is durable.
-        if not self.starts.submit(task).result():
-            logger.debug("task %d moved on before it started; skipped", task.task_id)
-            return
-        self.buffer.begin(task, time.monotonic())
         try:
+            if not self.starts.submit(task).result():
+                logger.debug("task %d moved on before it started; skipped", task.task_id)
+                return
+            self.buffer.begin(task, time.monotonic())
             ctx = TaskContext(task_id=task.task_id, attempt=task.attempt,
                               collection=task.collection, priority=task.priority,
                               lambda_name=task.lambda_name,
