@@ -26,7 +26,10 @@ class WorkBuffer:
     def __init__(self, *, priorities: Sequence[str], executors: int) -> None:
         self.priorities = list(priorities)
         self.executors = executors
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
+        # Two conditions on the one lock, so a new task wakes one executor, not every thread.
+        self._work_waiting = threading.Condition(self._lock)  #: executors wait on it
+        self._slot_free = threading.Condition(self._lock)  #: the controller waits on it
         self._waiting: dict[str, deque[ClaimedTask]] = {p: deque() for p in self.priorities}
         self._running: dict[int, Running] = {}
         self._held = 0  #: tasks taken by an executor whose lambda has not returned yet
@@ -45,20 +48,21 @@ class WorkBuffer:
 
     def wait_for_free_slot(self, timeout_s: float) -> None:
         with self._lock:
-            self._lock.wait_for(lambda: self.closed or self._free() > 0, timeout=timeout_s)
+            self._slot_free.wait_for(lambda: self.closed or self._free() > 0, timeout=timeout_s)
 
     def put(self, tasks: Sequence[ClaimedTask]) -> None:
         with self._lock:
             for task in tasks:
                 self._waiting.setdefault(task.priority, deque()).append(task)
-            self._lock.notify_all()
+            self._work_waiting.notify(len(tasks))
 
     # --- the executors' side ---------------------------------------------------------------
 
     def take(self, timeout_s: float) -> ClaimedTask | None:
         """The next task, highest priority first; None after `timeout_s` or once closed."""
         with self._lock:
-            self._lock.wait_for(lambda: self.closed or self._buffered() > 0, timeout=timeout_s)
+            self._work_waiting.wait_for(lambda: self.closed or self._buffered() > 0,
+                                        timeout=timeout_s)
             for queue in self._waiting.values():
                 if queue:
                     self._held += 1
@@ -76,7 +80,7 @@ class WorkBuffer:
             running = self._running[task.task_id]
             running.finishing = True
             self._held -= 1
-            self._lock.notify_all()
+            self._slot_free.notify()
             return running.lost
 
     def end(self, task: ClaimedTask) -> None:
@@ -85,7 +89,7 @@ class WorkBuffer:
             running = self._running.pop(task.task_id, None)
             if running is None or not running.finishing:
                 self._held -= 1
-            self._lock.notify_all()
+                self._slot_free.notify()
 
     # --- the heartbeat's side --------------------------------------------------------------
 
@@ -115,7 +119,8 @@ class WorkBuffer:
             unstarted = [task for queue in self._waiting.values() for task in queue]
             for queue in self._waiting.values():
                 queue.clear()
-            self._lock.notify_all()
+            self._work_waiting.notify_all()
+            self._slot_free.notify_all()
             return unstarted
 
     def _free(self) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Min
+from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
 from tasks_core import gating, periodic, queues, retention, store, wakeup
@@ -86,6 +86,7 @@ class _LambdaGates:
     gate: gating.Gate
     quota_per_s: float | None
     collections: dict[str, gating.Gate]
+    has_due: bool  #: some row of the lambda was due when the gates were read
 
     def decide(self, collection: str, now: datetime) -> gating.Decision:
         return gating.decide(self.gate, self.collections.get(collection, gating.OPEN), now)
@@ -112,17 +113,28 @@ class Consumer:
         self._housekept_s = 0.0
         self._materialised_s = 0.0
         self._paused: list[int] = []  #: lambdas whose gate the last pass found paused
+        self._pass_now = clock()  #: the time the last pass looked for due rows at
 
     # --- one pass --------------------------------------------------------------------------
 
-    def _gates(self) -> list[_LambdaGates]:
+    def _gates(self, now: datetime) -> list[_LambdaGates]:
+        """Every lambda's gates and quota, and whether it has a row due (one index probe each),
+        in two queries."""
         collections: dict[int, dict[str, gating.Gate]] = defaultdict(dict)
-        for row in Collection.objects.exclude(gate=gating.GateState.OPEN):
-            collections[row.lambda_ref_id][row.name] = row.gate_value
+        for lambda_id, name, state, until in (
+            Collection.objects.exclude(gate=gating.GateState.OPEN)
+            .values_list("lambda_ref_id", "name", "gate", "gate_until")
+        ):
+            collections[lambda_id][name] = gating.Gate(state=gating.GateState(state), until=until)
+        due = TaskAssoc.objects.filter(lambda_ref_id=OuterRef("pk"), next_trigger_at__lte=now)
+        rows = (Lambda.objects.order_by("pk")
+                .annotate(has_due=Exists(due.exclude(status=AssocStatus.COMPLETED)))
+                .values_list("pk", "name", "gate", "gate_until", "quota_per_s", "has_due"))
         return [
-            _LambdaGates(lambda_id=row.pk, name=row.name, gate=row.gate_value,
-                         quota_per_s=row.quota_per_s, collections=collections[row.pk])
-            for row in Lambda.objects.order_by("pk")
+            _LambdaGates(lambda_id=pk, name=name,
+                         gate=gating.Gate(state=gating.GateState(state), until=until),
+                         quota_per_s=quota, collections=collections[pk], has_due=has_due)
+            for pk, name, state, until, quota, has_due in rows
         ]
 
     def _limit(self, lam: _LambdaGates, share: int, now_s: float) -> int:
@@ -136,19 +148,20 @@ class Consumer:
 
     def run_pass(self) -> PassSummary:
         """Enqueue, re-enqueue, drop or dead-letter what is due now, fairly across lambdas."""
-        now = self.clock()
+        now = self._pass_now = self.clock()
         summary = PassSummary()
-        lambdas = self._gates()
+        lambdas = self._gates(now)
         self._paused = [lam.lambda_id for lam in lambdas
                         if gating.effective(lam.gate, now) is gating.GateState.PAUSED]
+        # A pass spends a transaction only on lambdas with due rows, and shares the batch
+        # among them alone.
+        lambdas = [lam for lam in lambdas if lam.has_due and lam.lambda_id not in self._paused]
         if not lambdas:
             return summary
         self._turn = (self._turn + 1) % len(lambdas)
         share = max(1, self.batch_size // len(lambdas))
         now_s = now.timestamp()
         for lam in lambdas[self._turn:] + lambdas[: self._turn]:
-            if lam.lambda_id in self._paused:
-                continue
             limit = self._limit(lam, share, now_s)
             if limit <= 0:
                 continue
@@ -213,26 +226,30 @@ class Consumer:
 
     # --- the loop --------------------------------------------------------------------------
 
-    def _seconds_until_next_trigger(self, now: datetime) -> float | None:
-        """Seconds until the soonest trigger of a lambda the last pass found not paused."""
-        soonest = (
+    def _next_trigger(self) -> datetime | None:
+        """The soonest trigger of a lambda the last pass found not paused."""
+        return (
             TaskAssoc.objects.exclude(status=AssocStatus.COMPLETED)
             .exclude(lambda_ref_id__in=self._paused)
             .aggregate(soonest=Min("next_trigger_at"))["soonest"]
         )
-        return None if soonest is None else (soonest - now).total_seconds()
+
+    def seconds_to_sleep(self, summary: PassSummary) -> float:
+        """How long to sleep after a pass: until the next trigger is due, or the poll interval,
+        whichever is sooner; 0 (or less) when something may be due already."""
+        if summary.busy or summary.total:
+            return 0.0
+        soonest = self._next_trigger()
+        if soonest is None or soonest <= self._pass_now:
+            # A trigger the pass saw due and left is one a paused collection or a quota holds
+            # back: it waits for the poll.
+            return self.poll_interval_s
+        # Due after the pass began (perhaps already): sleep exactly until then.
+        return min(self.poll_interval_s, (soonest - self.clock()).total_seconds())
 
     def _sleep(self, summary: PassSummary) -> None:
-        if summary.busy:
-            return
-        wait_s = self.poll_interval_s
-        if summary.total == 0:
-            until_next = self._seconds_until_next_trigger(self.clock())
-            # A trigger already past is one a paused collection holds back: poll as usual.
-            if until_next is not None and until_next > 0:
-                wait_s = min(wait_s, until_next)
-        else:
-            wait_s = 0.0
+        """Sleep as long as seconds_to_sleep() says, or until a wake-up comes."""
+        wait_s = self.seconds_to_sleep(summary)
         if wait_s > 0 and self.wake.wait(wait_s):
             self.wake.clear()
 
@@ -243,15 +260,17 @@ class Consumer:
         logged_s = time.monotonic()
         while self.running:
             try:
+                # The pass comes first: after a wake-up, due tasks should not wait for chores.
+                summary = self.run_pass()
+                totals.add(summary)
                 if time.monotonic() - self._housekept_s >= HOUSEKEEPING_INTERVAL_S:
                     self.housekeep(self.clock())
                     self._housekept_s = time.monotonic()
-                # Periodic occurrences become ordinary tasks, due at their own time.
+                # Periodic occurrences become ordinary tasks, due at their own time (a task due
+                # now wakes the next pass).
                 if time.monotonic() - self._materialised_s >= PERIODIC_INTERVAL_S:
                     periodic.materialise_due(now=self.clock())
                     self._materialised_s = time.monotonic()
-                summary = self.run_pass()
-                totals.add(summary)
                 if time.monotonic() - logged_s >= SUMMARY_INTERVAL_S:
                     self._log_summary(totals, time.monotonic() - logged_s)
                     totals, logged_s = PassSummary(), time.monotonic()

@@ -226,6 +226,38 @@ def test_a_lambda_with_a_huge_backlog_does_not_delay_another(queue: queues.Queue
     assert first.enqueued + second.enqueued == a_enqueued + 10
 
 
+def test_the_only_lambda_with_due_rows_gets_the_whole_batch(queue: queues.QueueBackend,
+                                                             clock: Clock) -> None:
+    # Given several registered lambdas, of which only one has due rows
+    assert Lambda.objects.count() > 1
+    lam = LambdaFactory(name="tests.busy")
+    store.create([store.NewTask(lambda_id=lam.pk, collection="default", priority="default",
+                                payload={}, run_at=clock.now, max_attempts=3)] * 700,
+                 now=clock.now)
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+    # Then one pass enqueues a whole batch of it, not a share split with idle lambdas
+    assert consumer.run_pass().enqueued == 500
+
+
+def test_the_consumer_sleeps_until_the_next_trigger_not_a_whole_poll(
+        queue: queues.QueueBackend, clock: Clock) -> None:
+    consumer = Consumer(batch_size=500, poll_interval_s=5.0, queue=queue, clock=clock)
+    atf.schedule("demo.noop", run_at=clock.now + timedelta(seconds=2))
+    idle = consumer.run_pass()
+    assert consumer.seconds_to_sleep(idle) == pytest.approx(2.0)
+    # A task that fell due after the pass began (while it ran) is taken at once
+    atf.schedule("demo.noop", run_at=clock.now + timedelta(milliseconds=1))
+    clock.advance(0.002)
+    assert consumer.seconds_to_sleep(idle) <= 0
+    assert consumer.run_pass().enqueued == 1
+    # A due task the pass left behind (its collection is paused) waits for the poll
+    atf.schedule("demo.noop", collection="held")
+    scheduling.set_gate("demo.noop", "paused", collection="held")
+    held = consumer.run_pass()
+    assert held.enqueued == 0
+    assert consumer.seconds_to_sleep(held) == 5.0
+
+
 def test_a_quota_limits_how_fast_a_lambda_is_enqueued(queue: queues.QueueBackend,
                                                       clock: Clock) -> None:
     lam = LambdaFactory(name="tests.slow", quota_per_s=50)
