@@ -11,7 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tasks_core import scheduling
+from tasks_core import directory, scheduling
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import GateState
 from tasks_core.models import Collection, Lambda, TaskEntity
@@ -92,14 +92,12 @@ class StrictSerializer(serializers.Serializer):
 class TaskSerializer(serializers.ModelSerializer):
     """A task as CONTRACT.md lists its fields."""
 
-    lambda_name = serializers.CharField(source="lambda_ref.name", read_only=True)
+    lambda_name = serializers.SerializerMethodField(method_name="get_lambda_name")
     payload = serializers.JSONField(read_only=True)
     result = serializers.JSONField(read_only=True)
     last_error = serializers.JSONField(read_only=True)
-    parents = serializers.PrimaryKeyRelatedField(many=True, read_only=True,
-                                                 help_text="Tasks this one runs after.")
-    children = serializers.PrimaryKeyRelatedField(many=True, read_only=True,
-                                                  help_text="Tasks that run after this one.")
+    parents = serializers.SerializerMethodField(help_text="Tasks this one runs after.")
+    children = serializers.SerializerMethodField(help_text="Tasks that run after this one.")
 
     class Meta:
         model = TaskEntity
@@ -113,6 +111,24 @@ class TaskSerializer(serializers.ModelSerializer):
 
     def get_fields(self) -> dict[str, serializers.Field]:
         return _renamed(super().get_fields(), lambda_name="lambda")
+
+    def get_lambda_name(self, task: TaskEntity) -> str:
+        return directory.by_id(task.lambda_ref_id).name
+
+    # A task just created shows the parents it was given and no children: the view passes
+    # them as context["new_links"] instead of reading them back.
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_parents(self, task: TaskEntity) -> list[int]:
+        if (links := self.context.get("new_links", {}).get(task.pk)) is not None:
+            return list(links)
+        return [parent.pk for parent in task.parents.all()]
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_children(self, task: TaskEntity) -> list[int]:
+        if task.pk in self.context.get("new_links", {}):
+            return []
+        return [child.pk for child in task.children.all()]
 
 
 class ScheduleTaskSerializer(StrictSerializer):

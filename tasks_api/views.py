@@ -72,8 +72,7 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     lookup_value_regex = "[0-9]{1,18}"
 
     def get_queryset(self) -> QuerySet[TaskEntity]:
-        return (permissions.tasks_for(self.request.user).select_related("lambda_ref")
-                .prefetch_related("parents", "children"))
+        return permissions.tasks_for(self.request.user).prefetch_related("parents", "children")
 
     def filter_queryset(self, queryset: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
         if self.action != "list":
@@ -100,8 +99,12 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         permissions.check_may_schedule(request.user, [lambda_name])
         permissions.check_may_follow(request.user, options.get("after", ()))
         task, created = scheduling.schedule(lambda_name, payload, **options)
-        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
-        return Response(_shown([task])[0], status=code)
+        if not created:
+            return Response(_shown([task])[0], status=status.HTTP_200_OK)
+        # Everything about a task just created is at hand: no need to read it back.
+        links = {task.pk: options.get("after", ())}
+        return Response(serializers.TaskSerializer(task, context={"new_links": links}).data,
+                        status=status.HTTP_201_CREATED)
 
     @extend_schema(request=serializers.ScheduleBatchSerializer, responses={
         201: serializers.ScheduleBatchSerializer(read_only=True),
@@ -126,8 +129,8 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 
 def _shown(tasks: Sequence[TaskEntity]) -> list[dict[str, Any]]:
     """Tasks as the API shows them, read back in one query."""
-    fresh = {t.pk: t for t in TaskEntity.objects.select_related("lambda_ref")
-             .prefetch_related("parents", "children").filter(pk__in=[t.pk for t in tasks])}
+    fresh = {t.pk: t for t in TaskEntity.objects.prefetch_related("parents", "children")
+             .filter(pk__in=[t.pk for t in tasks])}
     return serializers.TaskSerializer([fresh[t.pk] for t in tasks], many=True).data
 
 

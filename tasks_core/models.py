@@ -127,6 +127,10 @@ class TaskEntity(models.Model):
         return f"{self.lambda_ref.name} #{self.pk} ({self.status})"
 
 
+#: Assoc rows carry shard = task id % SHARDS, for consumers that split the work by shard.
+SHARDS = 256
+
+
 class TaskAssoc(models.Model):
     """The small row the store consumer polls: one per task, out of the index once completed."""
 

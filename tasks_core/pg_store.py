@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 from django.db import connection
 
-from tasks_core.models import TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
+from tasks_core.models import SHARDS, TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
 from tasks_core.states import AssocStatus, TaskStatus
 
 _TABLES = {
@@ -49,6 +49,50 @@ def _execute(sql: str, params: Mapping[str, Any]) -> list[tuple]:
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
         return cursor.fetchall() if cursor.description else []
+
+
+_INSERT = _sql("""
+WITH rows AS (
+    SELECT nextval(pg_get_serial_sequence('{entity}', 'id')) AS id, r.*
+    FROM unnest(%(lambda_ids)s::bigint[], %(collections)s::varchar[], %(priorities)s::varchar[],
+                %(payloads)s::jsonb[], %(statuses)s::varchar[], %(max_attempts)s::int[],
+                %(run_ats)s::timestamptz[], %(keys)s::varchar[], %(finished_ats)s::timestamptz[],
+                %(last_errors)s::jsonb[], %(assoc_statuses)s::varchar[],
+                %(triggers)s::timestamptz[])
+        WITH ORDINALITY AS r(lambda_ref_id, collection, priority, payload, status, max_attempts,
+                             run_at, idempotency_key, finished_at, last_error, assoc_status,
+                             next_trigger_at, ord)
+), entities AS (
+    INSERT INTO {entity} (id, lambda_ref_id, collection, priority, payload, status, attempts,
+                          max_attempts, run_at, idempotency_key, lease, worker, created_at,
+                          finished_at, last_error)
+    SELECT id, lambda_ref_id, collection, priority, payload, status, 0, max_attempts, run_at,
+           idempotency_key, 0, '', %(created_at)s, finished_at, last_error FROM rows
+), assocs AS (
+    INSERT INTO {assoc} (task_id, lambda_ref_id, collection, priority, status, next_trigger_at,
+                         shard)
+    SELECT id, lambda_ref_id, collection, priority, assoc_status, next_trigger_at,
+           id %% {shards} FROM rows
+)
+SELECT id FROM rows ORDER BY ord
+""".replace("{shards}", str(SHARDS)))
+
+
+def insert(*, lambda_ids: list[int], collections: list[str], priorities: list[str],
+           payloads: list[Any], statuses: list[str], max_attempts: list[int],
+           run_ats: list[datetime], idempotency_keys: list[str | None],
+           finished_ats: list[datetime | None], last_errors: list[Any],
+           assoc_statuses: list[str], triggers: list[datetime | None],
+           created_at: datetime) -> list[int]:
+    """Insert tasks (one per position of the lists) with their assoc rows; their new ids."""
+    rows = _execute(_INSERT, {
+        "lambda_ids": lambda_ids, "collections": collections, "priorities": priorities,
+        "payloads": [json.dumps(p) for p in payloads], "statuses": statuses,
+        "max_attempts": max_attempts, "run_ats": run_ats, "keys": idempotency_keys,
+        "finished_ats": finished_ats, "last_errors": [_json(e) for e in last_errors],
+        "assoc_statuses": assoc_statuses, "triggers": triggers, "created_at": created_at,
+    })
+    return [row[0] for row in rows]
 
 
 _DUE = _sql("""

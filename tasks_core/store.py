@@ -12,7 +12,6 @@ the consumer's short transaction and then finds its guard failed if the lease mo
 
 from __future__ import annotations
 
-import json
 import logging
 import traceback as traceback_module
 from collections import defaultdict
@@ -28,7 +27,7 @@ from django.db.models import F
 from tasks_core import backoff, directory, pg_store, states
 from tasks_core.exceptions import InvalidTransition
 from tasks_core.gating import Decision
-from tasks_core.models import TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
+from tasks_core.models import SHARDS, TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
 from tasks_core.queues.base import Message
 from tasks_core.states import AssocStatus, TaskStatus
 
@@ -130,7 +129,7 @@ def create(tasks: Sequence[NewTask], *, now: datetime) -> list[TaskEntity]:
     assocs = [_assoc_changes(TaskStatus(e.status), e.lambda_ref_id, now, run_at=e.run_at)
               for e in entities]
     with transaction.atomic(savepoint=False):
-        if connection.vendor == "postgresql" and len(entities) > 1:
+        if connection.vendor == "postgresql":
             _insert_postgres(entities, assocs)
         else:
             TaskEntity.objects.bulk_create(entities)
@@ -148,50 +147,23 @@ def create(tasks: Sequence[NewTask], *, now: datetime) -> list[TaskEntity]:
     return entities
 
 
-#: Assoc rows carry shard = task id % SHARDS, for consumers that split the work by shard.
-SHARDS = 256
-
-_INSERT_POSTGRES = """
-WITH rows AS (
-    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::varchar[], %s::jsonb[],
-                         %s::varchar[], %s::int[], %s::timestamptz[], %s::varchar[],
-                         %s::timestamptz[], %s::jsonb[], %s::varchar[], %s::timestamptz[])
-        AS r(id, lambda_ref_id, collection, priority, payload, status, max_attempts, run_at,
-             idempotency_key, finished_at, last_error, assoc_status, next_trigger_at)
-), entities AS (
-    INSERT INTO {entity} (id, lambda_ref_id, collection, priority, payload, status, attempts,
-                          max_attempts, run_at, idempotency_key, lease, worker, created_at,
-                          finished_at, last_error)
-    SELECT id, lambda_ref_id, collection, priority, payload, status, 0, max_attempts, run_at,
-           idempotency_key, 0, '', %s, finished_at, last_error FROM rows
-)
-INSERT INTO {assoc} (task_id, lambda_ref_id, collection, priority, status, next_trigger_at, shard)
-SELECT id, lambda_ref_id, collection, priority, assoc_status, next_trigger_at, id %% {shards}
-FROM rows
-"""
-
-
 def _insert_postgres(entities: list[TaskEntity], assocs: list[dict[str, Any]]) -> None:
-    """Insert entities and their assoc rows in two round trips, whatever their number.
+    """Insert entities and their assoc rows in one statement, whatever their number.
 
-    The ORM's bulk_create spends most of its time preparing each field of each object; here
-    the ids come from the sequence first, then one statement inserts both tables from arrays.
+    The ORM's bulk_create spends most of its time preparing each field of each object, and
+    needs a round trip per table.
     """
-    entity_table, assoc_table = TaskEntity._meta.db_table, TaskAssoc._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) "
-                       "FROM generate_series(1, %s)", [entity_table, len(entities)])
-        ids = [row[0] for row in cursor.fetchall()]
-        columns = [ids, [e.lambda_ref_id for e in entities], [e.collection for e in entities],
-                   [e.priority for e in entities],
-                   [json.dumps(e.payload) for e in entities], [e.status for e in entities],
-                   [e.max_attempts for e in entities], [e.run_at for e in entities],
-                   [e.idempotency_key for e in entities], [e.finished_at for e in entities],
-                   [None if e.last_error is None else json.dumps(e.last_error)
-                    for e in entities],
-                   [a["status"] for a in assocs], [a["next_trigger_at"] for a in assocs]]
-        sql = _INSERT_POSTGRES.format(entity=entity_table, assoc=assoc_table, shards=SHARDS)
-        cursor.execute(sql, [*columns, entities[0].created_at])
+    ids = pg_store.insert(
+        lambda_ids=[e.lambda_ref_id for e in entities],
+        collections=[e.collection for e in entities], priorities=[e.priority for e in entities],
+        payloads=[e.payload for e in entities], statuses=[e.status for e in entities],
+        max_attempts=[e.max_attempts for e in entities], run_ats=[e.run_at for e in entities],
+        idempotency_keys=[e.idempotency_key for e in entities],
+        finished_ats=[e.finished_at for e in entities],
+        last_errors=[e.last_error for e in entities],
+        assoc_statuses=[a["status"] for a in assocs],
+        triggers=[a["next_trigger_at"] for a in assocs], created_at=entities[0].created_at,
+    )
     for entity, pk in zip(entities, ids, strict=True):
         entity.pk = pk
         entity._state.adding = False
