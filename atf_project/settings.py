@@ -99,7 +99,12 @@ DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'atf.sqlite3'}")
 #: Name of the database the test suite creates (pytest-django); one per concurrent run.
 ATF_TEST_DATABASE_NAME = env_str("ATF_TEST_DATABASE_NAME", "test_atf")
 
-_database = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+#: Seconds a web process keeps its database connection between requests (0: a new connection
+#: for every request, which costs more than the request itself). Checked before reuse.
+ATF_DB_CONN_MAX_AGE = env_int("ATF_DB_CONN_MAX_AGE", 300)
+
+_database = dj_database_url.parse(DATABASE_URL, conn_max_age=ATF_DB_CONN_MAX_AGE,
+                                  conn_health_checks=True)
 if _database["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (API, consumer, workers) share one file in the demo: WAL lets readers
     # run beside the writer, IMMEDIATE takes the write lock at BEGIN so that two writers never
