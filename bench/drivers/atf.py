@@ -12,8 +12,9 @@ if TYPE_CHECKING:
 
 NAME = "atf"
 LABEL = "ATF"
-OPTIONS = ("PostgreSQL store, every transition persisted; Redis queues; consumer + "
-           "runworker --processes 2 --threads 8")
+OPTIONS = ("PostgreSQL store, every transition persisted (synchronous commits); Redis queues; "
+           "consumer + runworker --threads 64 (one process: its executors wait on the store, "
+           "not the CPU, so threads fill its batches; a second process would double the memory)")
 DURABLE = True
 HAS_BULK = True
 SCHEMA = ("tasks_core_taskentity", "tasks_core_taskassoc", "tasks_core_taskattempt",
@@ -41,7 +42,7 @@ def setup_commands(env: Env) -> list[Command]:
 
 def worker_commands(env: Env) -> list[Command]:
     return [_manage(env, "consumer", "runconsumer"),
-            _manage(env, "worker", "runworker", "--processes", "2", "--threads", "8")]
+            _manage(env, "worker", "runworker", "--threads", "64")]
 
 
 def per_lambda_commands(env: Env) -> list[Command]:
