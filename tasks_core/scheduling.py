@@ -154,21 +154,23 @@ def schedule(lambda_name: str, payload: Any = None, *, now: datetime | None = No
     named an earlier task, which is returned instead)."""
     now = now or timezone.now()
     task = validate(lambda_name, payload, now=now, **options)
+    directory.ensure_collection(task.lambda_id, task.collection)
+    if task.idempotency_key is None:
+        # store.create() makes its own transaction where it needs one (or joins the caller's).
+        entity = store.create([task], now=now)[0]
+        _wake_on_commit([entity], now)
+        return entity, True
     with transaction.atomic():
-        directory.ensure_collection(task.lambda_id, task.collection)
-        if task.idempotency_key is None:
-            entity = store.create([task], now=now)[0]
-        else:
-            if (existing := _existing(task)) is not None:
-                return existing, False
-            try:
-                with transaction.atomic():  # a savepoint, only where a key may collide
-                    entity = store.create([task], now=now)[0]
-            except IntegrityError:
-                # Another caller inserted the same idempotency key first: return its task.
-                if (existing := _existing(task)) is None:
-                    raise
-                return existing, False
+        if (existing := _existing(task)) is not None:
+            return existing, False
+        try:
+            with transaction.atomic():  # a savepoint, only where a key may collide
+                entity = store.create([task], now=now)[0]
+        except IntegrityError:
+            # Another caller inserted the same idempotency key first: return its task.
+            if (existing := _existing(task)) is None:
+                raise
+            return existing, False
         _wake_on_commit([entity], now)
     return entity, True
 
