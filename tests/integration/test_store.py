@@ -224,6 +224,29 @@ def test_outcomes_fatal_retry_with_delay_and_backoff(now: datetime) -> None:
 
 
 @pytest.mark.sqlite
+def test_a_retried_task_keeps_why_it_was_retried_after_it_succeeds(now: datetime) -> None:
+    # Given a task whose first attempt fails
+    task = atf.schedule("demo.noop")
+    (first,) = claim(messages(enqueue_due("demo.noop", now)), now)
+    assert store.start(first, now=now)
+    assert store.finish(first, failure(delay_s=0), now=now) is TaskStatus.RETRYING
+    row = entity(task.pk)
+    # Then it is not finished, and says why it will run again
+    assert (row.finished_at, row.result, row.last_error["message"]) == (None, None, "boom")
+    # When the second attempt succeeds
+    later = now + timedelta(seconds=1)
+    (second,) = claim(messages(enqueue_due("demo.noop", later)), later)
+    assert store.start(second, now=later)
+    assert store.finish(second, success(), now=later) is TaskStatus.SUCCESS
+    # Then it has its result and end, and still the error of the attempt before
+    row = entity(task.pk)
+    assert (row.result, row.finished_at, row.last_error["message"]) == ({"ok": True}, later,
+                                                                       "boom")
+    assert list(TaskAttempt.objects.filter(task=row).order_by("number")
+                .values_list("number", "outcome")) == [(1, "retry"), (2, "success")]
+
+
+@pytest.mark.sqlite
 def test_attempts_exhausted_goes_dead_and_requeue_brings_it_back(now: datetime) -> None:
     # Given a task allowed two attempts that fails twice
     task = atf.schedule("demo.noop", max_attempts=2)
