@@ -23,17 +23,18 @@ BENCH_ARGS ?=
 # PostgreSQL for the demo only when DATABASE_URL asks for it; the default is SQLite.
 DEMO_SERVICES := redis $(if $(filter postgres%,$(DATABASE_URL)),postgres)
 
-.PHONY: help venv test demo chaos lint clean bench
+.PHONY: help venv test demo chaos lint clean bench docs
 
 help:
 	@echo "make test    create .venv, start Redis/PostgreSQL if needed, run the whole test suite"
 	@echo "make demo    create .venv, start Redis if needed, run API + console + consumer + worker"
 	@echo "             on http://127.0.0.1:$(ATF_DEMO_PORT)/ (ATF_DEMO_PORT), scheduling demo tasks"
 	@echo "make chaos   long chaos run: 100,000 tasks, faults every few seconds, then the checks"
-	@echo "             (python -m tests.chaos long \$$CHAOS_ARGS; see the README)"
+	@echo "             (python -m tests.chaos long \$$CHAOS_ARGS; see docs/chaos.md)"
 	@echo "make bench   install the peers into bench/.venv-peers, then the side-by-side benchmark"
-	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; see the README)"
+	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; see docs/benchmarks.md)"
 	@echo "make lint    ruff check"
+	@echo "make docs    build the documentation site into var/site (mkdocs build --strict)"
 	@echo "make clean   remove caches and collected static files (rm atf.sqlite3 resets the demo)"
 
 venv:
@@ -47,6 +48,7 @@ test: venv
 	@echo "==> the store's tests again on SQLite, the demo's embedded store"
 	@mkdir -p var && DATABASE_URL=sqlite:///$(CURDIR)/var/test-smoke.sqlite3 \
 	  $(VENV)/bin/pytest -m sqlite -q tests/integration/test_store.py
+	@$(MAKE) --no-print-directory docs
 
 demo: venv
 	@$(PYTHON) scripts/ensure_services.py $(DEMO_SERVICES)
@@ -60,6 +62,11 @@ bench: venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres
 	@bench/setup_peers.sh
 	@bench/.venv-peers/bin/python -m bench.run $(BENCH_ARGS)
+
+# The site goes to var/site (mkdocs.yml); --strict fails on a broken link or an unlisted page.
+docs: venv
+	@echo "==> the documentation site (mkdocs build --strict into var/site)"
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 lint: venv
 	@$(VENV)/bin/ruff check .

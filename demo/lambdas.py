@@ -1,4 +1,4 @@
-"""The demo lambdas of CONTRACT.md, used by the quick start, the benchmarks and black-box tests."""
+"""The demo lambdas of docs/contract.md, used by the quick start, benchmarks and black-box tests."""
 
 from __future__ import annotations
 

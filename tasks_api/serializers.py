@@ -90,7 +90,7 @@ class StrictSerializer(serializers.Serializer):
 
 
 class TaskSerializer(serializers.ModelSerializer):
-    """A task as CONTRACT.md lists its fields."""
+    """A task as docs/contract.md lists its fields."""
 
     lambda_name = serializers.SerializerMethodField(method_name="get_lambda_name")
     payload = serializers.JSONField(read_only=True)

@@ -52,7 +52,7 @@ class Lifecycle:
     trigger: Trigger
 
 
-#: The lifecycle table of DESIGN.md: each status's assoc status and trigger.
+#: The lifecycle table of docs/design.md: each status's assoc status and trigger.
 LIFECYCLE: Mapping[TaskStatus, Lifecycle] = {
     TaskStatus.NEW: Lifecycle(assoc=AssocStatus.NEW, trigger=Trigger.RUN_AT),
     TaskStatus.WAITING: Lifecycle(assoc=AssocStatus.NEW, trigger=Trigger.NONE),
@@ -98,7 +98,7 @@ TRANSITIONS: Mapping[TaskStatus, frozenset[TaskStatus]] = {
     TaskStatus.DROPPED: frozenset({TaskStatus.NEW}),
 }
 
-#: Statuses a user may cancel (CONTRACT.md): not yet claimed by any worker.
+#: Statuses a user may cancel (docs/contract.md): not yet claimed by any worker.
 CANCELLABLE = frozenset(
     {TaskStatus.NEW, TaskStatus.WAITING, TaskStatus.ENQUEUED, TaskStatus.RETRYING}
 )

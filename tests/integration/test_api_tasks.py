@@ -32,7 +32,7 @@ def test_schedule_answers_201_with_the_task(alice: Member) -> None:
     # When it schedules a task with every option
     response = schedule(alice, payload={"order": 7}, collection="monthly", priority="high",
                         delay=300, idempotency_key="order-7", max_attempts=2)
-    # Then the task is created, shaped as CONTRACT.md lists it
+    # Then the task is created, shaped as docs/contract.md lists it
     assert response.status_code == 201, response.json()
     body = response.json()
     assert list(body) == CONTRACT_FIELDS
