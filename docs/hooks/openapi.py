@@ -85,10 +85,11 @@ def _operation(method: str, path: str, operation: dict[str, Any]) -> list[str]:
     if body:
         lines += [f"Request body: {_type(body['schema'])}.", ""]
     lines += ["| status | meaning | body |", "|---|---|---|"]
-    for status, response in operation.get("responses", {}).items():
+    for status, response in sorted(operation.get("responses", {}).items()):
         content = response.get("content", {}).get("application/json")
         shape = _type(content["schema"]) if content else "—"
-        lines.append(f"| {status} | {_cell(response.get('description') or '')} | {shape} |")
+        meaning = response.get("description") or ("success" if status < "300" else "")
+        lines.append(f"| {status} | {_cell(meaning)} | {shape} |")
     return [*lines, ""]
 
 
