@@ -63,10 +63,11 @@ bench: venv
 	@bench/setup_peers.sh
 	@bench/.venv-peers/bin/python -m bench.run $(BENCH_ARGS)
 
-# The site goes to var/site (mkdocs.yml); --strict fails on a broken link or an unlisted page.
+# The site goes to var/site (mkdocs.yml); --strict fails on a broken link or an unlisted page
+# (never add --quiet: it hides the warnings from --strict, which then passes anyway).
 docs: venv
 	@echo "==> the documentation site (mkdocs build --strict into var/site)"
-	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: venv
 	@$(VENV)/bin/ruff check .
