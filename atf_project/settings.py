@@ -1,15 +1,20 @@
-"""Settings for ATF for Django.
+"""Settings of the standalone ATF service: the environment-variable layer.
 
-Every setting that an operator may change is read here, once, from the environment, with a
-local default and a `#:` line saying what it means. Other code reads `django.conf.settings`.
+Every setting that an operator may change is read here, once, from the environment. The ATF
+settings have their defaults and meanings in `tasks_core/conf.py`; each can be set from the
+environment variable of the same name (`ATF_QUEUE_BACKEND=sqs`). The rest have a local default
+and a `#:` line here. Other code reads `django.conf.settings`.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
+
+from tasks_core import conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -32,6 +37,20 @@ def env_bool(name: str, default: bool) -> bool:
 
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_like(name: str, default: Any) -> Any:
+    """The environment variable `name`, read as the type of `default` (a list: comma separated;
+    a default of None: a string, empty meaning None)."""
+    if isinstance(default, bool):
+        return env_bool(name, default)
+    if isinstance(default, int):
+        return env_int(name, default)
+    if isinstance(default, float):
+        return env_float(name, default)
+    if isinstance(default, list):
+        return env_list(name, ",".join(default))
+    return os.environ.get(name) or default
 
 
 # --- Django ---------------------------------------------------------------------------
@@ -125,18 +144,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 #: Redis for the queues, the consumer's wake-ups and the cache.
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
-#: Queue service: "redis" or "sqs".
-ATF_QUEUE_BACKEND = env_str("ATF_QUEUE_BACKEND", "redis")
-#: SQS endpoint (a local SQS-compatible server in tests); unset means AWS itself.
-ATF_SQS_ENDPOINT_URL = os.environ.get("ATF_SQS_ENDPOINT_URL") or None
-#: SQS region.
-ATF_SQS_REGION = env_str("AWS_DEFAULT_REGION", "us-east-1")
-#: Seconds a message popped from SQS stays invisible before SQS delivers it again (unless acked).
-ATF_SQS_VISIBILITY_TIMEOUT_S = env_int("ATF_SQS_VISIBILITY_TIMEOUT_S", 30)
-#: REDIS_URL names one node of a Redis Cluster (its database must be 0); queues use RedisCluster.
-ATF_REDIS_CLUSTER = env_bool("ATF_REDIS_CLUSTER", False)
-#: Prefix of every queue name and Redis key, so several deployments can share one server.
-ATF_QUEUE_PREFIX = env_str("ATF_QUEUE_PREFIX", "atf")
+ATF_REDIS_URL = REDIS_URL
+#: The SQS backend's region, under AWS's own variable name.
+ATF_SQS_REGION = env_str("AWS_DEFAULT_REGION", conf.ATF_SQS_REGION)
 
 CACHES = {
     "default": {
@@ -146,73 +156,21 @@ CACHES = {
     }
 }
 
-# --- Scheduling -----------------------------------------------------------------------
+# --- Demo -----------------------------------------------------------------------------
 
-#: Priority names, highest first.
-ATF_PRIORITIES = env_list("ATF_PRIORITIES", "high,default,low")
-#: Priority of a task scheduled without one.
-ATF_DEFAULT_PRIORITY = env_str("ATF_DEFAULT_PRIORITY", "default")
-#: Largest payload accepted, in bytes of its JSON text.
-ATF_MAX_PAYLOAD_BYTES = env_int("ATF_MAX_PAYLOAD_BYTES", 256 * 1024)
-#: Deepest nesting of objects and arrays in a payload.
-ATF_MAX_PAYLOAD_DEPTH = env_int("ATF_MAX_PAYLOAD_DEPTH", 100)
-#: Most tasks in one schedule_many call or batch request.
-ATF_MAX_BATCH_SIZE = env_int("ATF_MAX_BATCH_SIZE", 1000)
-#: Longest idempotency key accepted.
-ATF_MAX_IDEMPOTENCY_KEY_LENGTH = env_int("ATF_MAX_IDEMPOTENCY_KEY_LENGTH", 200)
-#: Team that owns a lambda registered without `team=`.
-ATF_DEFAULT_TEAM = env_str("ATF_DEFAULT_TEAM", "default")
 #: Team that owns the `demo.*` lambdas.
 ATF_DEMO_TEAM = env_str("ATF_DEMO_TEAM", "demo")
 
-# --- Lifecycle defaults (a lambda may override the per-lambda ones) --------------------
+# --- Every other ATF setting, from the variable of its own name ------------------------
 
-#: Attempts before a failing task goes to the dead-letter queue.
-ATF_MAX_ATTEMPTS = env_int("ATF_MAX_ATTEMPTS", 5)
-#: Seconds a running task may go without a heartbeat before it is enqueued again.
-ATF_HEARTBEAT_TIMEOUT_S = env_float("ATF_HEARTBEAT_TIMEOUT_S", 30.0)
-#: Seconds between two heartbeats of a running task (must be under heartbeat timeout / 3).
-ATF_HEARTBEAT_INTERVAL_S = env_float("ATF_HEARTBEAT_INTERVAL_S", 5.0)
-#: Seconds an enqueued task may wait unclaimed before it is enqueued again.
-ATF_ENQUEUE_TIMEOUT_S = env_float("ATF_ENQUEUE_TIMEOUT_S", 60.0)
-#: Seconds a claimed task may wait unstarted before it is enqueued again.
-ATF_CLAIM_TIMEOUT_S = env_float("ATF_CLAIM_TIMEOUT_S", 30.0)
-#: Backoff of retriable failures: min(cap, base * 2**attempt) times a random factor.
-ATF_BACKOFF_BASE_S = env_float("ATF_BACKOFF_BASE_S", 1.0)
-#: Longest backoff delay.
-ATF_BACKOFF_CAP_S = env_float("ATF_BACKOFF_CAP_S", 600.0)
-
-# --- Processes ------------------------------------------------------------------------
-
-#: The store consumer's longest sleep between two polls.
-ATF_POLL_INTERVAL_S = env_float("ATF_POLL_INTERVAL_S", 0.5)
-#: Due rows the consumer takes in one batch, across all lambdas.
-ATF_CONSUMER_BATCH_SIZE = env_int("ATF_CONSUMER_BATCH_SIZE", 500)
-#: Seconds a loop waits after an unexpected error before it goes on.
-ATF_RESTART_DELAY_S = env_float("ATF_RESTART_DELAY_S", 1.0)
-#: Executor threads per worker process.
-ATF_WORKER_THREADS = env_int("ATF_WORKER_THREADS", 8)
-#: Seconds a stopping worker lets running tasks finish before it exits.
-ATF_SHUTDOWN_GRACE_S = env_float("ATF_SHUTDOWN_GRACE_S", 30.0)
-#: A worker whose last_seen is older than this is shown as gone.
-ATF_WORKER_STALE_S = env_float("ATF_WORKER_STALE_S", 60.0)
-#: Seconds after which finished tasks are deleted by the consumer (0 keeps them forever).
-ATF_RETENTION_S = env_float("ATF_RETENTION_S", 7 * 24 * 3600.0)
-#: A periodic occurrence later than this (consumers down) is handled by its catch-up policy.
-ATF_PERIODIC_GRACE_S = env_float("ATF_PERIODIC_GRACE_S", 10.0)
+for _name, _default in conf.defaults().items():
+    if _name in os.environ and _name not in globals():
+        globals()[_name] = env_like(_name, _default)
 
 # --- API ------------------------------------------------------------------------------
 
-#: Requests per token, e.g. "6000/min"; empty turns throttling off.
-ATF_API_THROTTLE_RATE = env_str("ATF_API_THROTTLE_RATE", "100000/min")
 #: Largest request body in bytes (413 above it): room for a full batch of small payloads.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("ATF_MAX_REQUEST_BYTES", 16 * 1024 * 1024)
-#: Tasks per page of a list, unless the caller asks for another `page_size` (at most 1000).
-ATF_API_PAGE_SIZE = env_int("ATF_API_PAGE_SIZE", 100)
-#: Serve /metrics without a token (for scrapers that cannot send one); it shows every lambda.
-ATF_METRICS_PUBLIC = env_bool("ATF_METRICS_PUBLIC", False)
-#: Seconds of recent history behind the delivery-latency histogram of /metrics.
-ATF_METRICS_WINDOW_S = env_float("ATF_METRICS_WINDOW_S", 300.0)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -19,7 +19,7 @@ _local = threading.local()
 
 def _redis() -> redis.Redis:
     if getattr(_local, "client", None) is None:
-        _local.client = redis.Redis.from_url(settings.REDIS_URL)
+        _local.client = redis.Redis.from_url(settings.ATF_REDIS_URL)
     return _local.client
 
 

@@ -25,7 +25,7 @@ def _redis() -> redis.Redis:
     global _client
     with _client_lock:
         if _client is None:
-            _client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1,
+            _client = redis.Redis.from_url(settings.ATF_REDIS_URL, socket_connect_timeout=1,
                                            socket_timeout=1)
         return _client
 
@@ -49,7 +49,7 @@ class Listener(threading.Thread):
     def run(self) -> None:
         while self.running:
             try:
-                client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2,
+                client = redis.Redis.from_url(settings.ATF_REDIS_URL, socket_connect_timeout=2,
                                               health_check_interval=10)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(channel())

@@ -16,7 +16,7 @@ def backend() -> QueueBackend:
     if name == "redis":
         from tasks_core.queues.redis import RedisQueue
 
-        return RedisQueue(settings.REDIS_URL, settings.ATF_QUEUE_PREFIX,
+        return RedisQueue(settings.ATF_REDIS_URL, settings.ATF_QUEUE_PREFIX,
                           cluster=settings.ATF_REDIS_CLUSTER)
     if name == "sqs":
         from tasks_core.queues.sqs import SqsQueue

@@ -74,7 +74,7 @@ def test_probes_need_no_credentials() -> None:
 
 
 def test_readyz_answers_503_when_the_queue_is_unreachable(settings: object) -> None:
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # type: ignore[attr-defined]
+    settings.ATF_REDIS_URL = "redis://127.0.0.1:1/0"  # type: ignore[attr-defined]
     response = APIClient().get("/readyz")
     assert response.status_code == 503
     assert response.json()["checks"] == {"database": "ok", "queue": "unavailable"}

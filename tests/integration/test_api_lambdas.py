@@ -55,7 +55,7 @@ def test_read_one_lambda_by_its_dotted_name(alice: Member, queue: queues.QueueBa
 def test_queue_depth_is_null_when_the_queue_is_unreachable(alice: Member,
                                                            settings: object) -> None:
     # Given a queue service nobody listens on
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # type: ignore[attr-defined]
+    settings.ATF_REDIS_URL = "redis://127.0.0.1:1/0"  # type: ignore[attr-defined]
     # When the lambda is read
     response = alice.client.get(f"/api/v1/lambdas/{alice.lam.name}/")
     # Then it still answers, without depths

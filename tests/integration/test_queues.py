@@ -291,7 +291,7 @@ def test_settings_pick_the_backend(settings: Settings, redis_cluster_url: str) -
     settings.ATF_QUEUE_BACKEND, settings.ATF_SQS_VISIBILITY_TIMEOUT_S = "sqs", 7
     sqs = queues.backend()
     settings.ATF_QUEUE_BACKEND, settings.ATF_REDIS_CLUSTER = "redis", True
-    settings.REDIS_URL = redis_cluster_url
+    settings.ATF_REDIS_URL = redis_cluster_url
     cluster = queues.backend()
     settings.ATF_REDIS_CLUSTER = False
     plain = queues.backend()

@@ -1,0 +1,112 @@
+"""Every ATF setting, with its default and a `#:` line saying what it means.
+
+A project sets only what it wants to change, as ordinary Django settings (`ATF_PRIORITIES =
+[...]` in its settings module). When Django loads the apps, `install_defaults()` gives
+`django.conf.settings` each ATF setting the project left out (the way django-appconf does), so
+ATF's code reads every value in one way, `settings.ATF_<NAME>`, and always finds one.
+`tasks_core.checks` reports values that cannot work as system-check errors.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from django.conf import LazySettings, settings
+
+# --- Queues and wake-ups --------------------------------------------------------------
+
+#: Redis for the queues and the consumer's wake-ups, e.g. "redis://127.0.0.1:6379/0". Required
+#: (check atf.E002); with the SQS backend it still carries the wake-ups.
+ATF_REDIS_URL: str | None = None
+#: Queue service: "redis" or "sqs".
+ATF_QUEUE_BACKEND = "redis"
+#: SQS endpoint (a local SQS-compatible server in tests); None means AWS itself.
+ATF_SQS_ENDPOINT_URL: str | None = None
+#: SQS region.
+ATF_SQS_REGION = "us-east-1"
+#: Seconds a message popped from SQS stays invisible before SQS delivers it again (unless acked).
+ATF_SQS_VISIBILITY_TIMEOUT_S = 30
+#: ATF_REDIS_URL names one node of a Redis Cluster (its database must be 0); queues use
+#: RedisCluster.
+ATF_REDIS_CLUSTER = False
+#: Prefix of every queue name and Redis key, so several deployments can share one server.
+ATF_QUEUE_PREFIX = "atf"
+
+# --- Scheduling -----------------------------------------------------------------------
+
+#: Priority names, highest first.
+ATF_PRIORITIES = ["high", "default", "low"]
+#: Priority of a task scheduled without one; one of ATF_PRIORITIES.
+ATF_DEFAULT_PRIORITY = "default"
+#: Largest payload accepted, in bytes of its JSON text.
+ATF_MAX_PAYLOAD_BYTES = 256 * 1024
+#: Deepest nesting of objects and arrays in a payload.
+ATF_MAX_PAYLOAD_DEPTH = 100
+#: Most tasks in one schedule_many call or batch request.
+ATF_MAX_BATCH_SIZE = 1000
+#: Longest idempotency key accepted.
+ATF_MAX_IDEMPOTENCY_KEY_LENGTH = 200
+#: Team that owns a lambda registered without `team=`.
+ATF_DEFAULT_TEAM = "default"
+
+# --- Lifecycle defaults (a lambda may override the per-lambda ones) --------------------
+
+#: Attempts before a failing task goes to the dead-letter queue.
+ATF_MAX_ATTEMPTS = 5
+#: Seconds a running task may go without a heartbeat before it is enqueued again; more than
+#: three heartbeat intervals (check atf.E003).
+ATF_HEARTBEAT_TIMEOUT_S = 30.0
+#: Seconds between two heartbeats of a running task.
+ATF_HEARTBEAT_INTERVAL_S = 5.0
+#: Seconds an enqueued task may wait unclaimed before it is enqueued again.
+ATF_ENQUEUE_TIMEOUT_S = 60.0
+#: Seconds a claimed task may wait unstarted before it is enqueued again.
+ATF_CLAIM_TIMEOUT_S = 30.0
+#: Backoff of retriable failures: min(cap, base * 2**attempt) times a random factor.
+ATF_BACKOFF_BASE_S = 1.0
+#: Longest backoff delay.
+ATF_BACKOFF_CAP_S = 600.0
+
+# --- Processes ------------------------------------------------------------------------
+
+#: The store consumer's longest sleep between two polls.
+ATF_POLL_INTERVAL_S = 0.5
+#: Due rows the consumer takes in one batch, across all lambdas.
+ATF_CONSUMER_BATCH_SIZE = 500
+#: Seconds a loop waits after an unexpected error before it goes on.
+ATF_RESTART_DELAY_S = 1.0
+#: Executor threads per worker process.
+ATF_WORKER_THREADS = 8
+#: Seconds a stopping worker lets running tasks finish before it exits.
+ATF_SHUTDOWN_GRACE_S = 30.0
+#: A worker whose last_seen is older than this is shown as gone.
+ATF_WORKER_STALE_S = 60.0
+#: Seconds after which finished tasks are deleted by the consumer (0 keeps them forever).
+ATF_RETENTION_S = 7 * 24 * 3600.0
+#: A periodic occurrence later than this (consumers down) is handled by its catch-up policy.
+ATF_PERIODIC_GRACE_S = 10.0
+
+# --- API ------------------------------------------------------------------------------
+
+#: Requests per token, e.g. "6000/min"; empty turns throttling off.
+ATF_API_THROTTLE_RATE = "100000/min"
+#: Tasks per page of a list, unless the caller asks for another `page_size` (at most 1000).
+ATF_API_PAGE_SIZE = 100
+#: Serve /metrics without a token (for scrapers that cannot send one); it shows every lambda.
+ATF_METRICS_PUBLIC = False
+#: Seconds of recent history behind the delivery-latency histogram of /metrics.
+ATF_METRICS_WINDOW_S = 300.0
+
+
+def defaults() -> dict[str, Any]:
+    """Each ATF setting's name and default value (a fresh copy of each)."""
+    return {name: copy.deepcopy(value) for name, value in globals().items()
+            if name.startswith("ATF_")}
+
+
+def install_defaults(target: LazySettings = settings) -> None:
+    """Give `target` every ATF setting it does not have yet, at its default."""
+    for name, value in defaults().items():
+        if not hasattr(target, name):
+            setattr(target, name, value)

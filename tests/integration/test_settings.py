@@ -1,0 +1,79 @@
+"""The ATF settings: defaults in tasks_core.conf, one way to read them."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from atf_project import settings as project_settings
+from tasks_core import conf
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+APPS = ("tasks_core", "tasks_api", "tasks_console", "workers")
+
+
+def _app_sources() -> list[Path]:
+    return [path for app in APPS for path in (ROOT / app).rglob("*.py")]
+
+
+def test_every_atf_setting_the_apps_read_has_a_default() -> None:
+    # Given every `settings.ATF_*` the apps read
+    read = {name for path in _app_sources()
+            for name in re.findall(r"settings\.(ATF_[A-Z0-9_]+)", path.read_text())}
+    # Then each has its default and its meaning in tasks_core/conf.py
+    assert read, "the scan found no reads"
+    assert read <= set(conf.defaults()), sorted(read - set(conf.defaults()))
+    conf_text = (ROOT / "tasks_core" / "conf.py").read_text()
+    for name in conf.defaults():
+        assert re.search(rf"#: [^\n]*\n(#:[^\n]*\n)*{name}\b", conf_text), f"{name} has no #: line"
+
+
+def test_the_apps_never_read_the_environment() -> None:
+    offenders = [str(path) for path in _app_sources() if "os.environ" in path.read_text()]
+    assert offenders == []
+
+
+def test_the_environment_sets_each_atf_setting_as_the_type_of_its_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X", "a, b,,c")
+    assert project_settings.env_like("X", ["high"]) == ["a", "b", "c"]
+    monkeypatch.setenv("X", "2.5")
+    assert project_settings.env_like("X", 1.0) == 2.5
+    monkeypatch.setenv("X", "on")
+    assert project_settings.env_like("X", False) is True
+    monkeypatch.setenv("X", "")
+    assert project_settings.env_like("X", None) is None
+    monkeypatch.delenv("X")
+    assert project_settings.env_like("X", 7) == 7
+
+
+HOST = """
+    import django
+    from django.conf import settings
+    settings.configure(
+        INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes",
+                        "tasks_core", "workers"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        ATF_REDIS_URL=THE_URL, ATF_PRIORITIES=["now", "later"],
+        ATF_DEFAULT_PRIORITY="later",
+    )
+    django.setup()
+    print(settings.ATF_PRIORITIES, settings.ATF_MAX_ATTEMPTS, settings.ATF_QUEUE_BACKEND)
+"""
+
+
+def test_a_host_that_sets_only_apps_databases_and_redis_gets_the_defaults() -> None:
+    # Given a host project with nothing of ATF's but its apps, a Redis URL and two overrides
+    code = textwrap.dedent(HOST).replace("THE_URL", repr("redis://127.0.0.1:6379/0"))
+    # When Django starts
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    # Then it keeps what it set, and has every other default
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "['now', 'later'] 5 redis"
+
