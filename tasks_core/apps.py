@@ -25,6 +25,8 @@ class TasksCoreConfig(AppConfig):
         conf.install_defaults()
 
     def ready(self) -> None:
+        from tasks_core import checks  # noqa: F401  (registers the system checks)
+
         # Lambdas live in `lambdas.py` modules of installed apps, found like `admin.py`.
         autodiscover_modules("lambdas")
         post_migrate.connect(_sync_lambdas, sender=self)

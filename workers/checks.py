@@ -1,19 +1,63 @@
-"""Start-up checks shared by the long-running commands: fail fast, in one line."""
+"""Start-up checks shared by the long-running commands (fail fast, in one line), and the
+system check of heartbeat timeouts (atf.E003; the other ATF checks are in tasks_core.checks)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection
 
-from tasks_core import queues
+from tasks_core import checks as core_checks
+from tasks_core import queues, registry
 from tasks_core.exceptions import AtfError
+from workers.heartbeat import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
+
+
+def heartbeat_errors() -> list[checks.CheckMessage]:
+    """atf.E003 for the default heartbeat timeout and each lambda's that a worker would outlive."""
+    interval_s = settings.ATF_HEARTBEAT_INTERVAL_S
+    default_s = settings.ATF_HEARTBEAT_TIMEOUT_S
+    timeouts = {"ATF_HEARTBEAT_TIMEOUT_S": default_s}
+    # A lambda that keeps the default is covered by the line about the default.
+    timeouts.update((f"lambda {name}", timeout_s) for name in registry.names()
+                    if (timeout_s := registry.get(name).options.heartbeat_timeout_s) != default_s)
+    numbers = (interval_s, *timeouts.values())
+    if not all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):
+        return []  # atf.E006 reports them
+    return [
+        checks.Error(
+            f"{what}: heartbeat timeout {timeout_s}s is not over {MAX_FAILED_HEARTBEATS} x "
+            f"ATF_HEARTBEAT_INTERVAL_S ({interval_s}s), so a task could run twice at once",
+            hint="Raise the timeout or shorten ATF_HEARTBEAT_INTERVAL_S.", id="atf.E003")
+        for what, timeout_s in timeouts.items() if not outlasts_heartbeats(timeout_s, interval_s)
+    ]
+
+
+@checks.register("atf")
+def check_heartbeats(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    return heartbeat_errors()
+
+
+def require_settings() -> None:
+    """Raise CommandError naming the first ATF setting that cannot work (ids as in `check`)."""
+    errors = core_checks.settings_errors() + heartbeat_errors()
+    if errors:
+        first = errors[0]
+        raise CommandError(f"{first.id}: {first.msg}" + (f" ({first.hint})" if first.hint else "")
+                           + (f"; and {len(errors) - 1} more (manage.py check)"
+                              if len(errors) > 1 else ""))
 
 
 def require_store_and_queue() -> queues.QueueBackend:
-    """Check that the database and the queue service answer; return a queue client.
+    """Check the settings, and that the database and the queue service answer; return a queue
+    client.
 
     Raises CommandError with a one-line reason otherwise.
     """
+    require_settings()
     try:
         connection.ensure_connection()
     except DatabaseError as exc:

@@ -23,7 +23,12 @@ from tasks_core.models import Worker
 from workers.buffer import WorkBuffer
 from workers.controller import POP_WAIT_S, ControllerThread
 from workers.executor import ExecutorThread, result_writer, start_writer
-from workers.heartbeat import MAX_FAILED_HEARTBEATS, HeartbeatThread, cut_off
+from workers.heartbeat import (
+    MAX_FAILED_HEARTBEATS,
+    HeartbeatThread,
+    cut_off,
+    outlasts_heartbeats,
+)
 from workers.results import Tally
 
 logger = logging.getLogger(__name__)
@@ -38,7 +43,7 @@ def check_heartbeat_timeouts(lambda_names: Sequence[str], interval_s: float) -> 
     """Raise ConfigurationError unless every lambda's heartbeat timeout exceeds three intervals."""
     for name in lambda_names:
         timeout_s = directory.by_name(name).heartbeat_timeout_s
-        if timeout_s <= MAX_FAILED_HEARTBEATS * interval_s:
+        if not outlasts_heartbeats(timeout_s, interval_s):
             raise ConfigurationError(
                 f"lambda {name}: heartbeat_timeout {timeout_s}s must exceed "
                 f"{MAX_FAILED_HEARTBEATS} x ATF_HEARTBEAT_INTERVAL_S ({interval_s}s)"

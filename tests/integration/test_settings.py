@@ -1,4 +1,4 @@
-"""The ATF settings: defaults in tasks_core.conf, one way to read them."""
+"""The ATF settings: defaults in tasks_core.conf, one way to read them, system checks with ids."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from django.core import checks
+from pytest_django.fixtures import Settings
 
 from atf_project import settings as project_settings
-from tasks_core import conf
+from tasks_core import conf, registry
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 APPS = ("tasks_core", "tasks_api", "tasks_console", "workers")
@@ -19,6 +21,10 @@ APPS = ("tasks_core", "tasks_api", "tasks_console", "workers")
 
 def _app_sources() -> list[Path]:
     return [path for app in APPS for path in (ROOT / app).rglob("*.py")]
+
+
+def _atf_ids() -> list[str]:
+    return [message.id for message in checks.run_checks(tags=["atf"])]
 
 
 def test_every_atf_setting_the_apps_read_has_a_default() -> None:
@@ -52,9 +58,52 @@ def test_the_environment_sets_each_atf_setting_as_the_type_of_its_default(
     assert project_settings.env_like("X", 7) == 7
 
 
+def test_the_standalone_settings_check_clean() -> None:
+    assert _atf_ids() == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"ATF_QUEUE_BACKEND": "carrier-pigeon"}, ["atf.E001"]),
+        ({"ATF_REDIS_URL": None}, ["atf.E002"]),
+        ({"ATF_REDIS_URL": "127.0.0.1:6379"}, ["atf.E002"]),
+        ({"ATF_HEARTBEAT_TIMEOUT_S": 15.0}, ["atf.E003"]),
+        ({"ATF_HEARTBEAT_INTERVAL_S": 10.0}, ["atf.E003"]),
+        ({"ATF_PRIORITIES": []}, ["atf.E004"]),
+        ({"ATF_PRIORITIES": ["high", "high", "default"]}, ["atf.E004"]),
+        ({"ATF_DEFAULT_PRIORITY": "urgent"}, ["atf.E005"]),
+        ({"ATF_MAX_ATTEMPTS": 0}, ["atf.E006"]),
+        ({"ATF_RETENTION_S": -1}, ["atf.E006"]),
+        ({"ATF_POLL_INTERVAL_S": "fast"}, ["atf.E006"]),
+        ({"ATF_RETENTION_S": 0, "ATF_BACKOFF_BASE_S": 0}, []),
+    ],
+)
+def test_check_reports_each_misconfiguration_with_its_id(
+        settings: Settings, changes: dict[str, object], expected: list[str]) -> None:
+    # Given one setting that cannot work (the last case: zeros that are allowed)
+    for name, value in changes.items():
+        setattr(settings, name, value)
+    # When the system checks run, then exactly that error is reported
+    assert _atf_ids() == expected
+
+
+def test_check_reports_a_lambda_whose_heartbeat_timeout_a_worker_could_outlive() -> None:
+    # Given a lambda registered with a heartbeat timeout of two intervals
+    registry.register("tests.settings.short", heartbeat_timeout=10.0)(lambda ctx, payload: None)
+    try:
+        messages = checks.run_checks(tags=["atf"])
+    finally:
+        registry.unregister("tests.settings.short")
+    # Then check names that lambda
+    assert [m.id for m in messages] == ["atf.E003"]
+    assert "lambda tests.settings.short" in messages[0].msg
+
+
 HOST = """
     import django
     from django.conf import settings
+    from django.core.management import call_command
     settings.configure(
         INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes",
                         "tasks_core", "workers"],
@@ -63,6 +112,7 @@ HOST = """
         ATF_DEFAULT_PRIORITY="later",
     )
     django.setup()
+    call_command("check", fail_level="WARNING")
     print(settings.ATF_PRIORITIES, settings.ATF_MAX_ATTEMPTS, settings.ATF_QUEUE_BACKEND)
 """
 
@@ -70,10 +120,17 @@ HOST = """
 def test_a_host_that_sets_only_apps_databases_and_redis_gets_the_defaults() -> None:
     # Given a host project with nothing of ATF's but its apps, a Redis URL and two overrides
     code = textwrap.dedent(HOST).replace("THE_URL", repr("redis://127.0.0.1:6379/0"))
-    # When Django starts
+    # When Django starts and checks it
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
-    # Then it keeps what it set, and has every other default
+    # Then it checks clean, keeps what it set, and has every other default
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "['now', 'later'] 5 redis"
 
+
+def test_a_host_without_a_redis_url_fails_check_with_atf_e002() -> None:
+    code = textwrap.dedent(HOST).replace("THE_URL", "None")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0
+    assert "(atf.E002) ATF_REDIS_URL is None" in done.stderr

@@ -1,0 +1,87 @@
+"""System checks of the ATF settings (`manage.py check`): values that cannot work are errors.
+
+| id | when |
+|---|---|
+| atf.E001 | ATF_QUEUE_BACKEND is neither "redis" nor "sqs" |
+| atf.E002 | ATF_REDIS_URL is missing or not a redis://, rediss:// or unix:// URL |
+| atf.E003 | a heartbeat timeout is not over three heartbeat intervals (see `workers.checks`) |
+| atf.E004 | ATF_PRIORITIES is not a non-empty list of distinct names |
+| atf.E005 | ATF_DEFAULT_PRIORITY is not one of ATF_PRIORITIES |
+| atf.E006 | a number setting is not a number, or is negative (zero where it must be positive) |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+from tasks_core import conf
+
+QUEUE_BACKENDS = ("redis", "sqs")
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+#: Number settings for which zero makes no sense; the others may be zero.
+POSITIVE = frozenset({
+    "ATF_MAX_PAYLOAD_BYTES", "ATF_MAX_PAYLOAD_DEPTH", "ATF_MAX_BATCH_SIZE",
+    "ATF_MAX_IDEMPOTENCY_KEY_LENGTH", "ATF_MAX_ATTEMPTS", "ATF_HEARTBEAT_TIMEOUT_S",
+    "ATF_HEARTBEAT_INTERVAL_S", "ATF_ENQUEUE_TIMEOUT_S", "ATF_CLAIM_TIMEOUT_S",
+    "ATF_POLL_INTERVAL_S", "ATF_CONSUMER_BATCH_SIZE", "ATF_WORKER_THREADS",
+    "ATF_WORKER_STALE_S", "ATF_API_PAGE_SIZE", "ATF_METRICS_WINDOW_S",
+    "ATF_SQS_VISIBILITY_TIMEOUT_S",
+})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _queue_errors() -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
+    if settings.ATF_QUEUE_BACKEND not in QUEUE_BACKENDS:
+        errors.append(checks.Error(
+            f"unknown ATF_QUEUE_BACKEND {settings.ATF_QUEUE_BACKEND!r}",
+            hint="Use 'redis' or 'sqs'.", id="atf.E001"))
+    url = settings.ATF_REDIS_URL
+    if not isinstance(url, str) or not url.startswith(REDIS_SCHEMES):
+        errors.append(checks.Error(
+            f"ATF_REDIS_URL is {url!r}; ATF needs Redis for its queues and wake-ups",
+            hint="Set ATF_REDIS_URL, e.g. 'redis://127.0.0.1:6379/0'.", id="atf.E002"))
+    return errors
+
+
+def _priority_errors() -> list[checks.CheckMessage]:
+    names = settings.ATF_PRIORITIES
+    if (not isinstance(names, list | tuple) or not names
+            or not all(isinstance(name, str) and name for name in names)
+            or len(set(names)) != len(names)):
+        return [checks.Error(f"ATF_PRIORITIES is {names!r}",
+                             hint="A list of distinct names, highest first.", id="atf.E004")]
+    if settings.ATF_DEFAULT_PRIORITY not in names:
+        return [checks.Error(
+            f"ATF_DEFAULT_PRIORITY {settings.ATF_DEFAULT_PRIORITY!r} is not in ATF_PRIORITIES",
+            hint=f"Use one of {', '.join(names)}.", id="atf.E005")]
+    return []
+
+
+def _number_errors() -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
+    for name, default in conf.defaults().items():
+        if not _is_number(default):
+            continue
+        value = getattr(settings, name)
+        least = "over 0" if name in POSITIVE else "0 or more"
+        if not _is_number(value) or value < 0 or (value == 0 and name in POSITIVE):
+            errors.append(checks.Error(f"{name} is {value!r}; it must be a number {least}",
+                                       id="atf.E006"))
+    return errors
+
+
+def settings_errors() -> list[checks.CheckMessage]:
+    """Every problem with the ATF settings of tasks_core, in id order."""
+    return _queue_errors() + _priority_errors() + _number_errors()
+
+
+@checks.register("atf")
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    return settings_errors()
