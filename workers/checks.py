@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connection
 
 from tasks_core import checks as core_checks
@@ -51,13 +51,20 @@ def require_settings() -> None:
                               if len(errors) > 1 else ""))
 
 
+class LongRunningCommand(BaseCommand):
+    """runconsumer and runworker: an ATF setting that cannot work stops them in one line, before
+    Django's own system checks (whose report is a page) run."""
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        require_settings()
+        super().check(*args, **kwargs)
+
+
 def require_store_and_queue() -> queues.QueueBackend:
-    """Check the settings, and that the database and the queue service answer; return a queue
-    client.
+    """Check that the database and the queue service answer; return a queue client.
 
     Raises CommandError with a one-line reason otherwise.
     """
-    require_settings()
     try:
         connection.ensure_connection()
     except DatabaseError as exc:

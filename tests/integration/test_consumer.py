@@ -301,7 +301,8 @@ def closed_port() -> Iterator[int]:
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("ATF_QUEUE_BACKEND", "carrier-pigeon", "unknown ATF_QUEUE_BACKEND"),
+        ("ATF_QUEUE_BACKEND", "carrier-pigeon", "atf.E001: unknown ATF_QUEUE_BACKEND"),
+        ("ATF_HEARTBEAT_INTERVAL_S", "20", "atf.E003: ATF_HEARTBEAT_TIMEOUT_S: heartbeat timeout"),
         ("REDIS_URL", "redis://127.0.0.1:{port}/0", "Connection refused"),
         ("DATABASE_URL", "postgres://postgres@127.0.0.1:{port}/test", "cannot reach the database"),
     ],

@@ -7,7 +7,6 @@ from argparse import ArgumentParser
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 
 from tasks_core import periodic, registry
 from workers import checks, signals
@@ -16,10 +15,7 @@ from workers.consumer import Consumer
 logger = logging.getLogger("workers.consumer")
 
 
-class Command(BaseCommand):
-    # The ATF settings are checked by require_store_and_queue, which says what is wrong in one
-    # line (Django's own system-check report is a page).
-    requires_system_checks: list[str] = []
+class Command(checks.LongRunningCommand):
     help = "Run the store consumer: enqueue due tasks, and enqueue lost tasks again."
 
     def add_arguments(self, parser: ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from argparse import ArgumentParser
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from tasks_core import registry
 from tasks_core.exceptions import AtfError
@@ -18,10 +18,7 @@ from workers.worker import WorkerProcess
 logger = logging.getLogger("workers.worker")
 
 
-class Command(BaseCommand):
-    # The ATF settings are checked by require_store_and_queue, which says what is wrong in one
-    # line (Django's own system-check report is a page).
-    requires_system_checks: list[str] = []
+class Command(checks.LongRunningCommand):
     help = ("Run the tasks of some lambdas (all registered ones when none is named): a controller "
             "pulls their queues, executor threads run them.")
 
