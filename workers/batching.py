@@ -15,9 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Generic, TypeVar
 
-from django.db import DatabaseError
-
-from workers import db
+from workers.transport import TransportUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -26,14 +24,16 @@ Out = TypeVar("Out")
 
 #: Writes in one transaction at the most.
 MAX_BATCH = 200
-#: Attempts at writing a batch when the database fails; then its submitters get the error.
+#: Attempts at writing a batch when ATF cannot be reached; then its submitters get the error.
 WRITE_ATTEMPTS = 5
 
 
 class BatchWriterThread(threading.Thread, Generic[Item, Out]):
-    def __init__(self, *, name: str, write: Callable[[list[Item]], Sequence[Out]]) -> None:
+    def __init__(self, *, name: str, write: Callable[[list[Item]], Sequence[Out]],
+                 reset: Callable[[], None]) -> None:
         super().__init__(name=name, daemon=True)
         self.write = write
+        self.reset = reset  #: drops this thread's connection after a failed write
         self._pending: queue.Queue[tuple[Item, Future[Out]] | None] = queue.Queue()
 
     def submit(self, item: Item) -> Future[Out]:
@@ -48,7 +48,7 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
                 if batch:
                     self._write(batch)
         finally:
-            db.reset_connection()  # a thread that ends lets go of its connection
+            self.reset()  # a thread that ends lets go of its connection
 
     def _next_batch(self) -> list[tuple[Item, Future[Out]]] | None:
         """The waiting writes (blocking for the first); None once stopped and drained."""
@@ -73,17 +73,17 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
             try:
                 outcomes = self.write(items)
                 break
-            except DatabaseError as exc:
+            except TransportUnavailable as exc:
                 logger.warning("%s: writing %d item(s) failed (attempt %d): %s", self.name,
                                len(items), attempt, exc)
-                db.reset_connection()
+                self.reset()
                 if attempt == WRITE_ATTEMPTS:
                     for _item, future in batch:
                         future.set_exception(exc)
                     return
                 time.sleep(0.2 * attempt)
             except Exception as exc:  # noqa: BLE001 - handed to every submitter, who logs it
-                db.reset_connection()
+                self.reset()
                 for _item, future in batch:
                     future.set_exception(exc)
                 return

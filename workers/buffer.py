@@ -50,11 +50,15 @@ class WorkBuffer:
         with self._lock:
             self._slot_free.wait_for(lambda: self.closed or self._free() > 0, timeout=timeout_s)
 
-    def put(self, tasks: Sequence[ClaimedTask]) -> None:
+    def put(self, tasks: Sequence[ClaimedTask]) -> list[ClaimedTask]:
+        """Buffer claimed tasks; once closed, refuse them all and return them."""
         with self._lock:
+            if self.closed:
+                return list(tasks)
             for task in tasks:
                 self._waiting.setdefault(task.priority, deque()).append(task)
             self._work_waiting.notify(len(tasks))
+            return []
 
     # --- the executors' side ---------------------------------------------------------------
 

@@ -19,11 +19,11 @@ from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.heartbeat import HeartbeatThread
 from workers.results import Tally, log_outcome
+from workers.transport import Done, Transport
 
 logger = logging.getLogger(__name__)
 
 Outcome = store.Outcome
-Done = tuple[store.ClaimedTask, store.Result]
 
 
 def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> store.Result:
@@ -51,16 +51,16 @@ def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> sto
     return store.Result(outcome=Outcome.SUCCESS, value=value, started_at=started, worker=worker)
 
 
-def start_writer() -> BatchWriterThread[store.ClaimedTask, bool]:
+def start_writer(transport: Transport) -> BatchWriterThread[store.ClaimedTask, bool]:
     """The thread that starts claimed tasks in batches (claimed -> processing)."""
-    return BatchWriterThread(name="StartWriterThread",
-                             write=lambda tasks: store.start_many(tasks, now=timezone.now()))
+    return BatchWriterThread(name="StartWriterThread", write=transport.start_many,
+                             reset=transport.reset)
 
 
-def result_writer() -> BatchWriterThread[Done, TaskStatus | None]:
+def result_writer(transport: Transport) -> BatchWriterThread[Done, TaskStatus | None]:
     """The thread that records finished attempts in batches."""
-    return BatchWriterThread(name="ResultWriterThread",
-                             write=lambda done: store.finish_many(done, now=timezone.now()))
+    return BatchWriterThread(name="ResultWriterThread", write=transport.finish_many,
+                             reset=transport.reset)
 
 
 class ExecutorThread(threading.Thread):

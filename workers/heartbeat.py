@@ -12,13 +12,9 @@ import os
 import threading
 import time
 
-from django.db import InterfaceError, OperationalError
-from django.utils import timezone
-
 from tasks_core import store
-from tasks_core.models import Worker
-from workers import db
 from workers.buffer import WorkBuffer
+from workers.transport import Transport
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +39,11 @@ def cut_off(reason: str) -> None:
 
 
 class HeartbeatThread(threading.Thread):
-    def __init__(self, *, buffer: WorkBuffer, interval_s: float, worker_id: str) -> None:
+    def __init__(self, *, buffer: WorkBuffer, interval_s: float, transport: Transport) -> None:
         super().__init__(name="HeartbeatThread", daemon=True)
         self.buffer = buffer
         self.interval_s = interval_s
-        self.worker_id = worker_id
+        self.transport = transport
         self.failures = 0
         self.last_ok_s = time.monotonic()
         self._stopped = threading.Event()
@@ -61,11 +57,11 @@ class HeartbeatThread(threading.Thread):
         # The deadline counts from before the write: the store's trigger counts from `now`.
         started_s = time.monotonic()
         try:
-            lost = self._renew()
+            lost = self.transport.heartbeat(self.buffer.leases())
         except Exception as exc:  # noqa: BLE001 - any failure counts; the third one ends us
             self.failures += 1
             logger.warning("heartbeat failed (%d in a row): %s", self.failures, exc)
-            db.reset_connection()
+            self.transport.reset()
             if self.failures >= MAX_FAILED_HEARTBEATS:
                 cut_off(f"{self.failures} heartbeats failed in a row")
             return
@@ -75,24 +71,9 @@ class HeartbeatThread(threading.Thread):
             logger.error("task %d lost its lease while running; its result will be discarded",
                          task.task_id, extra={"action": "lease_lost", "task_id": task.task_id})
 
-    def _renew(self) -> set[int]:
-        """One heartbeat; a broken connection (a terminated backend, a failover) gets one
-        immediate retry on a fresh one, so it does not count as a failed heartbeat."""
-        try:
-            return self._write()
-        except (InterfaceError, OperationalError):
-            db.reset_connection()
-            return self._write()
-
-    def _write(self) -> set[int]:
-        now = timezone.now()
-        lost = store.heartbeat(self.buffer.leases(), now=now)
-        Worker.objects.filter(worker_id=self.worker_id).update(last_seen=now)
-        return lost
-
     def beat_one(self, task: store.ClaimedTask) -> bool:
         """A lambda's own `ctx.heartbeat()`: renew one lease now; False if it was lost."""
-        lost = store.heartbeat({task.task_id: task.lease}, now=timezone.now())
+        lost = self.transport.heartbeat({task.task_id: task.lease}, seen=False)
         if lost:
             self.buffer.mark_lost(lost)
         return not lost

@@ -12,16 +12,14 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.conf import settings
-from django.utils import timezone
 
-from tasks_core import directory, queues, store
-from tasks_core.exceptions import ConfigurationError
-from tasks_core.models import Worker
+from tasks_core.exceptions import AtfError, ConfigurationError
+from tasks_core.store import ClaimedTask
 from workers.buffer import WorkBuffer
-from workers.controller import POP_WAIT_S, ControllerThread
+from workers.controller import ControllerThread
 from workers.executor import ExecutorThread, result_writer, start_writer
 from workers.heartbeat import (
     MAX_FAILED_HEARTBEATS,
@@ -30,6 +28,7 @@ from workers.heartbeat import (
     outlasts_heartbeats,
 )
 from workers.results import Tally
+from workers.transport import Transport, WorkerInfo
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +38,9 @@ SUMMARY_INTERVAL_S = 10.0
 WATCH_INTERVAL_S = 0.1
 
 
-def check_heartbeat_timeouts(lambda_names: Sequence[str], interval_s: float) -> None:
+def check_heartbeat_timeouts(timeouts_s: Mapping[str, float], interval_s: float) -> None:
     """Raise ConfigurationError unless every lambda's heartbeat timeout exceeds three intervals."""
-    for name in lambda_names:
-        timeout_s = directory.by_name(name).heartbeat_timeout_s
+    for name, timeout_s in timeouts_s.items():
         if not outlasts_heartbeats(timeout_s, interval_s):
             raise ConfigurationError(
                 f"lambda {name}: heartbeat_timeout {timeout_s}s must exceed "
@@ -52,22 +50,20 @@ def check_heartbeat_timeouts(lambda_names: Sequence[str], interval_s: float) -> 
 
 class WorkerProcess:
     def __init__(self, lambda_names: Sequence[str], *, threads: int,
-                 queue: queues.QueueBackend) -> None:
+                 transport: Transport) -> None:
         self.lambda_names = list(lambda_names)
+        self.transport = transport
         self.interval_s = settings.ATF_HEARTBEAT_INTERVAL_S
-        check_heartbeat_timeouts(self.lambda_names, self.interval_s)
+        check_heartbeat_timeouts(transport.heartbeat_timeouts_s(self.lambda_names),
+                                 self.interval_s)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.buffer = WorkBuffer(priorities=settings.ATF_PRIORITIES, executors=threads)
         self.tally = Tally()
-        self.starts = start_writer()
-        self.results = result_writer()
+        self.starts = start_writer(transport)
+        self.results = result_writer(transport)
         self.heartbeat = HeartbeatThread(buffer=self.buffer, interval_s=self.interval_s,
-                                         worker_id=self.worker_id)
-        self.controller = ControllerThread(
-            buffer=self.buffer, queue=queue, worker_id=self.worker_id,
-            lambda_ids={name: directory.by_name(name).id for name in self.lambda_names},
-            priorities=settings.ATF_PRIORITIES,
-        )
+                                         transport=transport)
+        self.controller = ControllerThread(buffer=self.buffer, transport=transport)
         self.executors = [
             ExecutorThread(index=i, buffer=self.buffer, heartbeat=self.heartbeat,
                            worker_id=self.worker_id, starts=self.starts,
@@ -78,10 +74,10 @@ class WorkerProcess:
 
     def run(self) -> None:
         """Work until stop() is called, then shut down gracefully."""
-        now = timezone.now()
-        Worker.objects.create(worker_id=self.worker_id, host=socket.gethostname(),
-                              pid=os.getpid(), lambdas=self.lambda_names,
-                              threads=len(self.executors), started_at=now, last_seen=now)
+        self.transport.register(WorkerInfo(
+            worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
+            lambdas=tuple(self.lambda_names), threads=len(self.executors),
+        ))
         logger.info("worker %s started: %d thread(s) for %s", self.worker_id,
                     len(self.executors), ", ".join(self.lambda_names))
         for thread in (self.heartbeat, self.starts, self.results, self.controller,
@@ -112,10 +108,10 @@ class WorkerProcess:
 
     def shutdown(self) -> None:
         """Stop taking work, hand back buffered tasks, let running ones finish within the grace."""
+        # The buffer closes first: a claim still in flight (a remote worker's long poll) hands
+        # back what it gets instead of buffering it.
         self.controller.stop()
-        self.controller.join(POP_WAIT_S + 5)
-        unstarted = self.buffer.close()
-        released = store.release(unstarted, now=timezone.now()) if unstarted else 0
+        released = self._hand_back(self.buffer.close())
         running = self.buffer.running_count()
         logger.info("worker stopping: handed back %d buffered task(s), waiting for %d running",
                     released, running)
@@ -124,6 +120,7 @@ class WorkerProcess:
             while thread.is_alive() and time.monotonic() < deadline:
                 thread.join(WATCH_INTERVAL_S)
                 self.watch()
+        self.controller.join(self.transport.claim_wait_s + 5)
         if abandoned := self.buffer.running_count():
             logger.warning("grace period over: %d task(s) still running will be retried after "
                            "their heartbeat timeout", abandoned)
@@ -131,6 +128,19 @@ class WorkerProcess:
             writer.stop()
             writer.join(max(deadline - time.monotonic(), 0) + 5)
         self.heartbeat.stop()
-        Worker.objects.filter(worker_id=self.worker_id).update(stopped_at=timezone.now())
+        try:
+            self.transport.deregister()
+        except AtfError as exc:
+            logger.warning("could not mark the worker stopped: %s", exc)
         self._summarise(0)
         logger.info("worker %s stopped", self.worker_id)
+
+    def _hand_back(self, unstarted: Sequence[ClaimedTask]) -> int:
+        """Release buffered tasks; if ATF cannot be reached they come back after the claim
+        timeout instead."""
+        try:
+            return self.transport.release(unstarted) if unstarted else 0
+        except AtfError as exc:
+            logger.warning("could not hand back %d buffered task(s), they run again after the "
+                           "claim timeout: %s", len(unstarted), exc)
+            return 0

@@ -20,6 +20,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from tasks_core import atf, directory, registry, store
+from tasks_core.claiming import Claimer
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import Decision
 from tasks_core.models import TaskEntity
@@ -28,10 +29,10 @@ from tests.integration.test_api_support import Member, member
 from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.consumer import Consumer
-from workers.controller import ControllerThread
 from workers.executor import ExecutorThread, result_writer, start_writer
 from workers.heartbeat import HeartbeatThread
 from workers.results import Tally
+from workers.transport import DirectTransport
 
 # Results are written by the real result-writer thread, so tests commit for real.
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -61,11 +62,11 @@ def odd_lambdas() -> Iterator[list[str]]:
 
 @dataclass
 class Pipeline:
-    """One consumer, one controller and one executor of the real code, driven step by step."""
+    """One consumer, one claimer and one executor of the real code, driven step by step."""
 
     queue: QueueBackend
     consumer: Consumer
-    controller: ControllerThread
+    claimer: Claimer
     executor: ExecutorThread
     buffer: WorkBuffer
     writers: tuple[BatchWriterThread, BatchWriterThread]
@@ -73,18 +74,17 @@ class Pipeline:
     def deliver(self) -> list[store.ClaimedTask]:
         """One consumer pass, then pop and claim what it pushed; the claimed tasks."""
         self.consumer.run_pass()
-        popped = self.queue.pop(self.controller.queue_names(), max_count=100, wait_s=0.2)
-        self.controller.dispatch(popped)
+        self.buffer.put(self.claimer.take(100, wait_s=0.2))
         claimed = []
         while (task := self.buffer.take(timeout_s=0)) is not None:
             claimed.append(task)
         return claimed
 
     def watch(self, *names: str) -> None:
-        """Let the controller take these lambdas' queues too (lambdas registered by a test)."""
-        self.controller = ControllerThread(
-            buffer=self.buffer, queue=self.queue, worker_id=self.controller.worker_id,
-            lambda_ids={**self.controller.lambda_ids,
+        """Let the claimer take these lambdas' queues too (lambdas registered by a test)."""
+        self.claimer = Claimer(
+            queue=self.queue, worker_id=self.claimer.worker_id,
+            lambda_ids={**self.claimer.lambda_ids,
                         **{name: directory.by_name(name).id for name in names}},
             priorities=settings.ATF_PRIORITIES,
         )
@@ -103,20 +103,21 @@ class Pipeline:
 def pipeline(queue: QueueBackend) -> Iterator[Pipeline]:
     registry.sync_to_store()
     buffer = WorkBuffer(priorities=settings.ATF_PRIORITIES, executors=100)
-    heartbeat = HeartbeatThread(buffer=buffer, interval_s=1.0, worker_id="tests:1:bad")
-    controller = ControllerThread(
-        buffer=buffer, queue=queue, worker_id="tests:1:bad",
+    transport = DirectTransport(queue)
+    heartbeat = HeartbeatThread(buffer=buffer, interval_s=1.0, transport=transport)
+    claimer = Claimer(
+        queue=queue, worker_id="tests:1:bad",
         lambda_ids={name: directory.by_name(name).id for name in registry.names()},
         priorities=settings.ATF_PRIORITIES,
     )
-    starts, results = start_writer(), result_writer()
+    starts, results = start_writer(transport), result_writer(transport)
     for writer in (starts, results):
         writer.start()
     executor = ExecutorThread(index=0, buffer=buffer, heartbeat=heartbeat,
                               worker_id="tests:1:bad", starts=starts, results=results,
                               tally=Tally())
     consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue)
-    yield Pipeline(queue=queue, consumer=consumer, controller=controller, executor=executor,
+    yield Pipeline(queue=queue, consumer=consumer, claimer=claimer, executor=executor,
                    buffer=buffer, writers=(starts, results))
     for writer in (starts, results):
         writer.stop()
@@ -271,10 +272,10 @@ def test_a_message_for_another_lambdas_task_is_not_claimed_and_the_task_is_not_l
     (_priority, message), = batch.messages
     queue.push(queue.queue_name("demo.noop", "default"), [message])
     # When a worker that runs only demo.noop pops it
-    noop_only = ControllerThread(buffer=pipeline.buffer, queue=queue, worker_id="tests:2:noop",
-                                 lambda_ids={"demo.noop": directory.by_name("demo.noop").id},
-                                 priorities=settings.ATF_PRIORITIES)
-    noop_only.dispatch(queue.pop(noop_only.queue_names(), max_count=10, wait_s=0.1))
+    noop_only = Claimer(queue=queue, worker_id="tests:2:noop",
+                        lambda_ids={"demo.noop": directory.by_name("demo.noop").id},
+                        priorities=settings.ATF_PRIORITIES)
+    pipeline.buffer.put(noop_only.take(10, wait_s=0.1))
     # Then it does not claim it: the task stays enqueued for its own workers
     assert pipeline.buffer.take(timeout_s=0) is None
     assert status(task.pk) == "enqueued"

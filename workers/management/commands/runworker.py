@@ -13,6 +13,7 @@ from tasks_core import registry
 from tasks_core.exceptions import AtfError
 from workers import checks, signals
 from workers.supervisor import Supervisor
+from workers.transport import DirectTransport
 from workers.worker import WorkerProcess
 
 logger = logging.getLogger("workers.worker")
@@ -51,7 +52,8 @@ class Command(checks.LongRunningCommand):
             return
         registry.sync_to_store()
         try:
-            worker = WorkerProcess(names, threads=options["threads"], queue=queue)
+            worker = WorkerProcess(names, threads=options["threads"],
+                                   transport=DirectTransport(queue))
         except AtfError as exc:
             raise CommandError(str(exc)) from exc
         signals.on_stop(worker.stop)

@@ -1,0 +1,59 @@
+"""Taking tasks for a worker: pop its lambdas' queues, claim the popped tasks, ack them.
+
+A direct worker's controller does this itself; the worker API does it for remote workers, which
+reach neither the store nor the queues.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from django.utils import timezone
+
+from tasks_core import queues, store
+
+logger = logging.getLogger(__name__)
+
+
+class Claimer:
+    """Claims tasks of some lambdas for one worker (`lambda_ids` maps name to id)."""
+
+    def __init__(self, *, queue: queues.QueueBackend, worker_id: str,
+                 lambda_ids: Mapping[str, int], priorities: Sequence[str]) -> None:
+        self.queue = queue
+        self.worker_id = worker_id
+        self.lambda_ids = dict(lambda_ids)
+        # Strict priority within a lambda: the pop takes from the first non-empty list.
+        self.queues_by_lambda = [[queue.queue_name(name, priority) for priority in priorities]
+                                 for name in sorted(self.lambda_ids)]
+        self._turn = 0
+
+    def queue_names(self) -> list[str]:
+        """This pop's queue order: lambdas take turns coming first, so none starves another."""
+        self._turn = (self._turn + 1) % len(self.queues_by_lambda)
+        order = self.queues_by_lambda[self._turn:] + self.queues_by_lambda[:self._turn]
+        return [name for names in order for name in names]
+
+    def take(self, max_count: int, *, wait_s: float) -> list[store.ClaimedTask]:
+        """Up to `max_count` claimed tasks, waiting up to `wait_s` while the queues are empty."""
+        popped = self.queue.pop(self.queue_names(), max_count=max_count, wait_s=wait_s)
+        return self.claim(popped) if popped else []
+
+    def claim(self, popped: Sequence[queues.Popped]) -> list[store.ClaimedTask]:
+        """Claim the popped messages whose lease is current; stale ones are dropped."""
+        messages = [item.message for item in popped if item.message is not None]
+        for item in popped:
+            if item.message is None:
+                logger.warning("discarded a message that is not ATF's on %s: %.200r",
+                               item.queue, item.raw, extra={"action": "message_corrupt"})
+        claimed = store.claim(messages, worker=self.worker_id,
+                              lambda_ids=self.lambda_ids.values(), now=timezone.now())
+        if self.queue.supports_ack:
+            for queue_name in {item.queue for item in popped}:
+                self.queue.ack(queue_name, [i.message for i in popped
+                                            if i.queue == queue_name and i.message is not None])
+        if len(claimed) < len(messages):
+            logger.debug("discarded %d stale message(s)", len(messages) - len(claimed),
+                         extra={"action": "message_stale"})
+        return claimed

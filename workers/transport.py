@@ -1,0 +1,178 @@
+"""How a worker reaches ATF: the seam between the worker's threads and the task store.
+
+The controller, executors, heartbeat and batch writers are the same above every transport:
+`DirectTransport` talks to the store and the queues itself (a host inside the store's trust
+domain); `workers.http_transport.HttpTransport` asks the ATF API (a host with a worker token and
+no store credentials). One transport serves one worker process; its methods are called from
+several threads.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.utils import timezone
+
+from tasks_core import directory, queues, store
+from tasks_core.claiming import Claimer
+from tasks_core.exceptions import AtfError
+from tasks_core.models import Worker
+from tasks_core.states import TaskStatus
+from workers import db
+
+logger = logging.getLogger(__name__)
+
+Done = tuple[store.ClaimedTask, store.Result]
+
+
+class TransportUnavailable(AtfError):
+    """ATF cannot be reached (the task store, or the ATF API)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerInfo:
+    """What a worker process tells ATF about itself."""
+
+    worker_id: str
+    host: str
+    pid: int
+    lambdas: tuple[str, ...]
+    threads: int
+
+
+class Transport(abc.ABC):
+    """A worker's way to ATF. `register` comes first; the rest act for the registered worker.
+
+    Writes that fail for a reason that may pass (a lost connection, a server restarting) raise
+    TransportUnavailable; the caller retries or counts a failed heartbeat.
+    """
+
+    #: Longest wait of one `claim` while no task is ready, so a stop request is noticed.
+    claim_wait_s: float = 1.0
+
+    def __init__(self) -> None:
+        self.worker: WorkerInfo | None = None
+
+    @abc.abstractmethod
+    def heartbeat_timeouts_s(self, lambda_names: Sequence[str]) -> dict[str, float]:
+        """Each lambda's heartbeat timeout in seconds."""
+
+    def register(self, worker: WorkerInfo) -> None:
+        """Announce the worker (its registry row) before it takes any task."""
+        self.worker = worker
+
+    @abc.abstractmethod
+    def claim(self, max_count: int) -> list[store.ClaimedTask]:
+        """Up to `max_count` tasks of the worker's lambdas, claimed; [] after `claim_wait_s`."""
+
+    @abc.abstractmethod
+    def start_many(self, tasks: Sequence[store.ClaimedTask]) -> list[bool]:
+        """claimed -> processing; per task whether it started (False: it must not run)."""
+
+    @abc.abstractmethod
+    def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> set[int]:
+        """Renew running tasks' leases (and, when `seen`, the worker's last_seen); the ids
+        whose lease was lost."""
+
+    @abc.abstractmethod
+    def finish_many(self, done: Sequence[Done]) -> list[TaskStatus | None]:
+        """Record attempts' ends; per task its new status, or None when its lease was lost."""
+
+    @abc.abstractmethod
+    def release(self, tasks: Sequence[store.ClaimedTask]) -> int:
+        """Hand back claimed tasks that never started; how many were still this worker's."""
+
+    @abc.abstractmethod
+    def deregister(self) -> None:
+        """Mark the worker stopped in the registry."""
+
+    def reset(self) -> None:  # noqa: B027 - a transport without connections has nothing to drop
+        """Drop the calling thread's connection after a failure, so the next call opens a
+        fresh one."""
+
+    def close(self) -> None:  # noqa: B027 - a transport without connections has nothing to close
+        """Release every connection."""
+
+
+@contextlib.contextmanager
+def _store_errors() -> Iterator[None]:
+    try:
+        yield
+    except DatabaseError as exc:
+        raise TransportUnavailable(f"the task store failed: {exc}") from exc
+
+
+class DirectTransport(Transport):
+    """The store and the queues, reached by this process itself."""
+
+    def __init__(self, queue: queues.QueueBackend) -> None:
+        super().__init__()
+        self.queue = queue
+        self.claimer: Claimer | None = None
+
+    def heartbeat_timeouts_s(self, lambda_names: Sequence[str]) -> dict[str, float]:
+        return {name: directory.by_name(name).heartbeat_timeout_s for name in lambda_names}
+
+    def register(self, worker: WorkerInfo) -> None:
+        super().register(worker)
+        self.claimer = Claimer(
+            queue=self.queue, worker_id=worker.worker_id,
+            lambda_ids={name: directory.by_name(name).id for name in worker.lambdas},
+            priorities=settings.ATF_PRIORITIES,
+        )
+        now = timezone.now()
+        Worker.objects.create(worker_id=worker.worker_id, host=worker.host, pid=worker.pid,
+                              lambdas=list(worker.lambdas), threads=worker.threads,
+                              started_at=now, last_seen=now)
+
+    def claim(self, max_count: int) -> list[store.ClaimedTask]:
+        assert self.claimer is not None, "register() comes first"
+        with _store_errors():
+            return self.claimer.take(max_count, wait_s=self.claim_wait_s)
+
+    def start_many(self, tasks: Sequence[store.ClaimedTask]) -> list[bool]:
+        with _store_errors():
+            return store.start_many(tasks, now=timezone.now())
+
+    def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> set[int]:
+        # A broken connection (a terminated backend, a failover) gets one immediate retry on a
+        # fresh one, so it does not count as a failed heartbeat.
+        with _store_errors():
+            try:
+                return self._heartbeat(leases, seen=seen)
+            except (InterfaceError, OperationalError):
+                db.reset_connection()
+                return self._heartbeat(leases, seen=seen)
+
+    def _heartbeat(self, leases: Mapping[int, int], *, seen: bool) -> set[int]:
+        now = timezone.now()
+        lost = store.heartbeat(leases, now=now)
+        if seen and self.worker is not None:
+            Worker.objects.filter(worker_id=self.worker.worker_id).update(last_seen=now)
+        return lost
+
+    def finish_many(self, done: Sequence[Done]) -> list[TaskStatus | None]:
+        with _store_errors():
+            return store.finish_many(done, now=timezone.now())
+
+    def release(self, tasks: Sequence[store.ClaimedTask]) -> int:
+        with _store_errors():
+            return store.release(tasks, now=timezone.now()) if tasks else 0
+
+    def deregister(self) -> None:
+        if self.worker is not None:
+            with _store_errors():
+                Worker.objects.filter(worker_id=self.worker.worker_id).update(
+                    stopped_at=timezone.now())
+
+    def reset(self) -> None:
+        db.reset_connection()
+
+    def close(self) -> None:
+        self.queue.close()
