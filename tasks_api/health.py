@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks_api import permissions
+from tasks_api import permissions, scopes
 from tasks_api.renderers import FirstRenderer, JsonErrorsMixin, PrometheusRenderer
 from tasks_core import queues, stats
 from tasks_core.exceptions import QueueUnavailable
@@ -134,6 +134,8 @@ class StoreCollector(Collector):
 
 class MetricsPermission(BasePermission):
     def has_permission(self, request: Request, view: APIView) -> bool:
+        if scopes.is_worker_token(request):
+            return False
         return settings.ATF_METRICS_PUBLIC or IsAuthenticated().has_permission(request, view)
 
 

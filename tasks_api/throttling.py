@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -11,6 +10,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.throttling import BaseThrottle
+
+from tasks_api.models import ApiToken
 
 if TYPE_CHECKING:
     from rest_framework.request import Request
@@ -65,9 +66,8 @@ class TokenRateThrottle(BaseThrottle):
         return self.wait_s
 
     def _ident(self, request: Request) -> str:
-        key = getattr(request.auth, "key", None)
-        if key:
-            return "token-" + hashlib.sha256(key.encode()).hexdigest()[:24]
+        if isinstance(request.auth, ApiToken):
+            return f"token-{request.auth.pk}"
         if request.user and request.user.is_authenticated:
             return f"user-{request.user.pk}"
         return f"addr-{self.get_ident(request)}"

@@ -5,12 +5,13 @@ from __future__ import annotations
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from tasks_api import docs, health, views
+from tasks_api import docs, health, token_api, views
 
 router = SimpleRouter()
 router.register("tasks", views.TaskViewSet, basename="task")
 router.register("lambdas", views.LambdaViewSet, basename="lambda")
 router.register("dead-letters", views.DeadLetterViewSet, basename="dead-letter")
+router.register("tokens", token_api.TokenViewSet, basename="token")
 
 app_name = "tasks_api"
 

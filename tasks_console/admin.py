@@ -11,7 +11,14 @@ from django.forms import ModelChoiceField
 from django.http import HttpRequest
 from django.utils import timezone
 
-from tasks_console import display, filters, gate_admin, scoping, task_admin  # noqa: F401
+from tasks_console import (  # noqa: F401
+    display,
+    filters,
+    gate_admin,
+    scoping,
+    task_admin,
+    token_admin,
+)
 from tasks_console.base import ConsoleAdmin
 from tasks_console.paginator import EstimatedCountPaginator
 from tasks_core.models import PeriodicTask, TaskAttempt, TaskDependency, Team, Worker

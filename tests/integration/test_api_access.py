@@ -220,10 +220,13 @@ def test_atf_token_creates_team_and_user_and_prints_a_working_token() -> None:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.get("/api/v1/lambdas/").status_code == 200
-    # And running it again prints the same token
+    # And running it again prints a new token (the first is not stored), and both work
     again = io.StringIO()
     call_command("atf_token", "ops", "carol", stdout=again, stderr=io.StringIO())
-    assert again.getvalue().strip().splitlines()[-1] == token
+    second = again.getvalue().strip().splitlines()[-1]
+    assert second != token
+    client.credentials(HTTP_AUTHORIZATION=f"Token {second}")
+    assert client.get("/api/v1/lambdas/").status_code == 200
 
 
 def test_demo_token_schedules_demo_lambdas() -> None:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tasks_core.models import TaskEntity
@@ -20,7 +19,7 @@ THREADS = 20
 @pytest.mark.django_db(transaction=True)
 def test_twenty_concurrent_requests_with_one_key_make_one_task() -> None:
     # Given a team member, and twenty clients that start together
-    key = Token.objects.get(user=member("alpha").user).key
+    key = member("alpha").token
     start = threading.Barrier(THREADS)
 
     def post(n: int) -> tuple[int, Any]:

@@ -14,7 +14,6 @@ from django.db import close_old_connections
 from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 
 from tasks_core.states import TaskStatus
@@ -42,7 +41,7 @@ def api_schema(wsgi_app: WSGIHandler) -> schemathesis.BaseSchema:
     alice = member("alpha", lambda_name="alpha.work")
     TaskFactory(lambda_ref=alice.lam)
     TaskFactory(lambda_ref=alice.lam, status=TaskStatus.DEAD)
-    token = Token.objects.get(user=alice.user).key
+    token = alice.token
     loaded = schemathesis.openapi.from_wsgi(
         "/api/schema/?format=json", wsgi_app,
         headers={"Authorization": f"Token {token}"})

@@ -7,27 +7,34 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from tasks_api import tokens
+from tasks_api.models import Scope
 from tasks_core.models import Lambda, Team
 from tests.factories import LambdaFactory, TeamFactory
 
 
 @dataclass(frozen=True, kw_only=True)
 class Member:
-    """A user of one team, its token client, and a lambda the team owns."""
+    """A user of one team, its token, a client sending that token, and a lambda the team owns."""
 
     team: Team
     user: AbstractUser
+    token: str
     client: APIClient
     lam: Lambda
 
 
-def token_client(user: AbstractUser) -> APIClient:
-    token, _created = Token.objects.get_or_create(user=user)
+def new_token(user: AbstractUser, team: Team | None = None, *,
+              scope: Scope = Scope.FULL) -> str:
+    return tokens.issue(user=user, team=team, name="test", scope=scope).token
+
+
+def token_client(user: AbstractUser, team: Team | None = None, *,
+                 scope: Scope = Scope.FULL) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {new_token(user, team, scope=scope)}")
     return client
 
 
@@ -38,7 +45,10 @@ def member(team_name: str, *, lambda_name: str | None = None, **user: Any) -> Me
                                                                defaults=user)
     team.members.add(person)
     lam = LambdaFactory(name=lambda_name or f"{team_name}.work", team=team)
-    return Member(team=team, user=person, client=token_client(person), lam=lam)
+    token = new_token(person, team)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return Member(team=team, user=person, token=token, client=client, lam=lam)
 
 
 def schedule(who: Member, **body: Any) -> Any:

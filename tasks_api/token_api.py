@@ -1,0 +1,117 @@
+"""`/api/v1/tokens/`: list, create (the token is shown once), show and revoke a team's tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from tasks_api import permissions, tokens
+from tasks_api.models import ApiToken, Scope
+from tasks_api.serializers import StrictSerializer, bad_text
+from tasks_api.views import _errors
+from tasks_core.models import Team
+
+
+class TokenSerializer(serializers.ModelSerializer):
+    """A token as lists show it: its prefix, never the token itself."""
+
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    active = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "team", "user", "scope", "prefix", "created_at", "expires_at",
+                  "revoked_at", "last_used_at", "active"]
+        read_only_fields = fields
+
+    def get_active(self, row: ApiToken) -> bool:
+        return row.is_active(timezone.now())
+
+
+class NewTokenSerializer(TokenSerializer):
+    """A token just created: the only answer that carries the token."""
+
+    token = serializers.CharField(read_only=True, help_text="Shown once; only a hash is kept.")
+
+    class Meta(TokenSerializer.Meta):
+        fields = [*TokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class CreateTokenSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=100)
+    team = serializers.CharField(max_length=100, required=False,
+                                 help_text="One of the caller's teams; needed when it has several.")
+    scope = serializers.ChoiceField(choices=Scope.choices, default=Scope.FULL)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+
+    def validate_name(self, value: str) -> str:
+        if bad_text(value) or not value.isprintable():
+            raise serializers.ValidationError("Use printable characters only.")
+        return value
+
+    def validate_expires_at(self, value: Any) -> Any:
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("Must be in the future.")
+        return value
+
+
+def _team_for(request: Request, name: str | None) -> Team:
+    """The team a new token belongs to: one the caller is a member of."""
+    mine = Team.objects.filter(members=request.user).order_by("name")
+    if name is None:
+        teams = list(mine[:2])
+        if len(teams) != 1:
+            raise serializers.ValidationError(
+                {"team": ["Name the team (you are in several, or in none)."]})
+        return teams[0]
+    team = mine.filter(name=name).first()
+    if team is None:
+        raise serializers.ValidationError({"team": ["Not one of your teams."]})
+    return team
+
+
+@extend_schema(tags=["tokens"])
+class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """API tokens of the caller's teams."""
+
+    serializer_class = TokenSerializer
+    pagination_class = None
+    lookup_value_regex = "[0-9]{1,18}"
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        return tokens.of_teams(permissions.team_ids(self.request.user))
+
+    @extend_schema(responses={200: TokenSerializer(many=True), **_errors()})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(responses={200: TokenSerializer, **_errors(404)})
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().retrieve(request, *args, **kwargs)
+
+    @extend_schema(request=CreateTokenSerializer,
+                   responses={201: NewTokenSerializer, **_errors(400, 415)})
+    def create(self, request: Request) -> Response:
+        form = CreateTokenSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        options = form.validated_data
+        issued = tokens.issue(user=request.user, team=_team_for(request, options.get("team")),
+                              name=options["name"], scope=Scope(options["scope"]),
+                              expires_at=options.get("expires_at"))
+        shown = NewTokenSerializer(issued.row).data
+        return Response({**shown, "token": issued.token}, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: TokenSerializer, **_errors(404)})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk: str) -> Response:
+        row = tokens.revoke(self.get_object(), now=timezone.now())
+        return Response(TokenSerializer(row).data)
