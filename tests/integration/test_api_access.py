@@ -15,7 +15,7 @@ from tasks_api.throttling import parse_rate
 from tasks_core.models import Lambda, TaskEntity, Team
 from tasks_core.states import TaskStatus
 from tests.factories import TaskFactory
-from tests.integration.test_api_support import Member, member, schedule, token_client
+from tests.integration.test_api_support import Member, schedule, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -39,14 +39,6 @@ ENDPOINTS = [
 ]
 
 
-@pytest.fixture
-def alice() -> Member:
-    return member("alpha")
-
-
-@pytest.fixture
-def bob() -> Member:
-    return member("beta")
 
 
 @pytest.mark.parametrize(("method", "path"), ENDPOINTS)

@@ -19,19 +19,11 @@ from rest_framework.test import APIClient
 from tasks_api.models import ApiToken, Scope
 from tests.conftest import ROOT, subprocess_env
 from tests.integration.test_api_access import ENDPOINTS
-from tests.integration.test_api_support import Member, member, token_client
+from tests.integration.test_api_support import Member, token_client
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def alice() -> Member:
-    return member("alpha")
-
-
-@pytest.fixture
-def bob() -> Member:
-    return member("beta")
 
 
 def client_with(token: str) -> APIClient:
