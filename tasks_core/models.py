@@ -153,10 +153,11 @@ class TaskAssoc(models.Model):
                 condition=~Q(status=AssocStatus.COMPLETED),
                 name="assoc_due",
             ),
+            # The consumer's due rows: per lambda, priority by priority, earliest first.
             models.Index(
-                fields=["lambda_ref", "next_trigger_at"],
+                fields=["lambda_ref", "priority", "next_trigger_at"],
                 condition=~Q(status=AssocStatus.COMPLETED),
-                name="assoc_lambda_due",
+                name="assoc_lambda_priority_due",
             ),
         ]
 

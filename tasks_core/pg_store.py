@@ -97,25 +97,38 @@ def insert(*, lambda_ids: list[int], collections: list[str], priorities: list[st
 
 _DUE = _sql("""
 WITH due AS (
-    SELECT task_id FROM {assoc}
-    WHERE lambda_ref_id = %(lambda_id)s AND next_trigger_at <= %(now)s
-          AND NOT status = %(completed)s AND NOT collection = ANY(%(skip)s::varchar[])
-    ORDER BY next_trigger_at LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    -- Priority by priority, highest first, each earliest trigger first: one index probe of
+    -- (lambda, priority, next_trigger_at) per priority, and none once the limit is reached.
+    SELECT a.task_id, p.rank, a.next_trigger_at
+    FROM unnest(%(priorities)s::varchar[]) WITH ORDINALITY AS p(name, rank)
+    CROSS JOIN LATERAL (
+        SELECT task_id, next_trigger_at FROM {assoc}
+        WHERE lambda_ref_id = %(lambda_id)s AND priority = p.name AND next_trigger_at <= %(now)s
+              AND NOT status = %(completed)s AND NOT collection = ANY(%(skip)s::varchar[])
+        ORDER BY next_trigger_at LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) a
+    LIMIT %(limit)s
+), locked AS (
+    SELECT t.id, t.status, t.lease, t.collection, t.priority, t.attempts, t.max_attempts,
+           t.worker, t.started_at, due.rank, due.next_trigger_at
+    FROM {entity} t JOIN due ON due.task_id = t.id
+    ORDER BY t.id
+    FOR UPDATE OF t SKIP LOCKED
 )
-SELECT t.id, t.status, t.lease, t.collection, t.priority, t.attempts, t.max_attempts, t.worker,
-       t.started_at
-FROM {entity} t JOIN due ON due.task_id = t.id
-ORDER BY t.id
-FOR UPDATE OF t SKIP LOCKED
+SELECT id, status, lease, collection, priority, attempts, max_attempts, worker, started_at
+FROM locked ORDER BY rank, next_trigger_at, id
 """)
 
 
-def due(lambda_id: int, *, limit: int, now: datetime, skip_collections: list[str]) -> list[tuple]:
-    """Lock up to `limit` due rows of a lambda that no other consumer holds; their entities'
+def due(lambda_id: int, *, limit: int, now: datetime, skip_collections: list[str],
+        priorities: list[str]) -> list[tuple]:
+    """Lock up to `limit` due rows of a lambda that no other consumer holds, highest priority
+    first and, within a priority, earliest trigger first; in that order, their entities'
     (id, status, lease, collection, priority, attempts, max attempts, worker, started_at)."""
     return _execute(_DUE, {"lambda_id": lambda_id, "now": now, "limit": limit,
-                         "skip": skip_collections, "completed": AssocStatus.COMPLETED.value})
+                         "skip": skip_collections, "priorities": priorities,
+                         "completed": AssocStatus.COMPLETED.value})
 
 
 _MARK_ENQUEUED = _sql("""

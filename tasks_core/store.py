@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 
-from tasks_core import backoff, directory, pg_store, states
+from tasks_core import backoff, directory, pg_store, states, wakeup
 from tasks_core.exceptions import InvalidTransition
 from tasks_core.gating import Decision
 from tasks_core.models import SHARDS, TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
@@ -241,15 +241,19 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
                 decide: Callable[[str], Decision]) -> DueBatch:
     """Take up to `limit` due rows of one lambda, and enqueue, drop or dead-letter each.
 
-    The new state is written before the caller pushes the returned messages, so a push that
-    never happens is repaired when the enqueue timeout fires. Rows other consumers hold are
-    skipped (SKIP LOCKED), so several consumers never enqueue one trigger twice.
+    Rows are taken and returned highest priority first (the order of ATF_PRIORITIES) and,
+    within a priority, earliest trigger first, so the quota and the batch go to high priority
+    first and the messages come back in the order they should be pushed. The new state is
+    written before the caller pushes the returned messages, so a push that never happens is
+    repaired when the enqueue timeout fires. Rows other consumers hold are skipped (SKIP
+    LOCKED), so several consumers never enqueue one trigger twice.
     """
     batch = DueBatch()
     with transaction.atomic():
         # During this transaction the due assoc rows and their entities are locked.
         due_rows = pg_store.due if connection.vendor == "postgresql" else _due_orm
-        rows = due_rows(lambda_id, limit=limit, now=now, skip_collections=list(skip_collections))
+        rows = due_rows(lambda_id, limit=limit, now=now, skip_collections=list(skip_collections),
+                        priorities=list(settings.ATF_PRIORITIES))
         if not rows:
             return batch
         to_enqueue: list[tuple[int, int, str]] = []
@@ -307,23 +311,29 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
     return batch
 
 
-def _due_orm(lambda_id: int, *, limit: int, now: datetime,
-             skip_collections: list[str]) -> list[tuple]:
-    task_ids = list(
-        TaskAssoc.objects.select_for_update(skip_locked=True)
-        .filter(lambda_ref_id=lambda_id, next_trigger_at__lte=now)
-        .exclude(status=AssocStatus.COMPLETED)
-        .exclude(collection__in=skip_collections)
-        .order_by("next_trigger_at")
-        .values_list("task_id", flat=True)[:limit]
-    )
-    return list(
+def _due_orm(lambda_id: int, *, limit: int, now: datetime, skip_collections: list[str],
+             priorities: list[str]) -> list[tuple]:
+    task_ids: list[int] = []
+    for priority in priorities:
+        if len(task_ids) >= limit:
+            break
+        task_ids += (
+            TaskAssoc.objects.select_for_update(skip_locked=True)
+            .filter(lambda_ref_id=lambda_id, priority=priority, next_trigger_at__lte=now)
+            .exclude(status=AssocStatus.COMPLETED)
+            .exclude(collection__in=skip_collections)
+            .order_by("next_trigger_at", "task_id")
+            .values_list("task_id", flat=True)[: limit - len(task_ids)]
+        )
+    rows = (
         TaskEntity.objects.select_for_update(skip_locked=True)
         .filter(pk__in=task_ids)
         .order_by("pk")
         .values_list("pk", "status", "lease", "collection", "priority", "attempts",
                      "max_attempts", "worker", "started_at")
     )
+    position = {pk: index for index, pk in enumerate(task_ids)}
+    return sorted(rows, key=lambda row: position[row[0]])
 
 
 def _mark_orm(*, bump: list[int], keep: list[int], now: datetime,
@@ -643,8 +653,10 @@ def _after_final(task_id: int, status: TaskStatus, now: datetime) -> None:
         parents = TaskDependency.objects.filter(child_id=child).values_list("parent_id")
         unfinished = TaskEntity.objects.filter(pk__in=parents).exclude(status=TaskStatus.SUCCESS)
         if not unfinished.exists():
-            transition(child, expected=TaskStatus.WAITING, lease=None, target=TaskStatus.NEW,
-                       now=now, run_at=max(now, TaskEntity.objects.get(pk=child).run_at))
+            run_at = max(now, TaskEntity.objects.get(pk=child).run_at)
+            if transition(child, expected=TaskStatus.WAITING, lease=None, target=TaskStatus.NEW,
+                          now=now, run_at=run_at) and run_at <= now:
+                transaction.on_commit(wakeup.notify)  # due now: the consumer need not poll
 
 
 def _cancel_waiting(task_id: int, now: datetime, *, parent_id: int, status: TaskStatus) -> None:

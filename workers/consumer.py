@@ -25,7 +25,7 @@ from tasks_core import gating, periodic, queues, retention, store, wakeup
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, TaskAssoc, Worker
 from tasks_core.states import AssocStatus
-from workers import db
+from workers import db, turns
 
 logger = logging.getLogger(__name__)
 
@@ -126,15 +126,19 @@ class Consumer:
             .values_list("lambda_ref_id", "name", "gate", "gate_until")
         ):
             collections[lambda_id][name] = gating.Gate(state=gating.GateState(state), until=until)
-        due = TaskAssoc.objects.filter(lambda_ref_id=OuterRef("pk"), next_trigger_at__lte=now)
-        rows = (Lambda.objects.order_by("pk")
-                .annotate(has_due=Exists(due.exclude(status=AssocStatus.COMPLETED)))
-                .values_list("pk", "name", "gate", "gate_until", "quota_per_s", "has_due"))
+        due = TaskAssoc.objects.filter(
+            lambda_ref_id=OuterRef("pk"), next_trigger_at__lte=now
+        ).exclude(status=AssocStatus.COMPLETED)
+        # One probe of the (lambda, priority, trigger) index per priority.
+        probes = {f"due_{rank}": Exists(due.filter(priority=priority))
+                  for rank, priority in enumerate(settings.ATF_PRIORITIES)}
+        rows = (Lambda.objects.order_by("pk").annotate(**probes)
+                .values_list("pk", "name", "gate", "gate_until", "quota_per_s", *probes))
         return [
             _LambdaGates(lambda_id=pk, name=name,
                          gate=gating.Gate(state=gating.GateState(state), until=until),
-                         quota_per_s=quota, collections=collections[pk], has_due=has_due)
-            for pk, name, state, until, quota, has_due in rows
+                         quota_per_s=quota, collections=collections[pk], has_due=any(has_due))
+            for pk, name, state, until, quota, *has_due in rows
         ]
 
     def _limit(self, lam: _LambdaGates, share: int, now_s: float) -> int:
@@ -165,15 +169,19 @@ class Consumer:
             limit = self._limit(lam, share, now_s)
             if limit <= 0:
                 continue
-            batch = store.enqueue_due(
-                lam.lambda_id, limit=limit, now=now,
-                skip_collections=lam.paused_collections(now),
-                decide=lambda collection, lam=lam: lam.decide(collection, now),
-            )
-            done = PassSummary(enqueued=len(batch.messages) - sum(batch.reenqueued.values()),
-                               reenqueued=Counter(batch.reenqueued), dropped=batch.dropped,
-                               dead=batch.dead)
-            done.push_failed = self._push(lam.name, batch.messages, now)
+            with turns.lambda_turn(lam.lambda_id) as mine:
+                if not mine:  # another consumer is enqueueing this lambda right now
+                    continue
+                batch = store.enqueue_due(
+                    lam.lambda_id, limit=limit, now=now,
+                    skip_collections=lam.paused_collections(now),
+                    decide=lambda collection, lam=lam: lam.decide(collection, now),
+                )
+                done = PassSummary(
+                    enqueued=len(batch.messages) - sum(batch.reenqueued.values()),
+                    reenqueued=Counter(batch.reenqueued), dropped=batch.dropped, dead=batch.dead,
+                )
+                done.push_failed = self._push(lam.name, batch.messages, now)
             handled = len(batch.messages) + batch.dropped + batch.dead
             if lam.lambda_id in self._buckets:
                 self._buckets[lam.lambda_id].spend(handled)
@@ -186,6 +194,8 @@ class Consumer:
 
     def _push(self, lambda_name: str, messages: list[tuple[str, queues.Message]],
               now: datetime) -> int:
+        # `messages` come highest priority first, so the high queue is pushed first: a worker
+        # blocked on the lambda's queues wakes up to a high-priority task.
         by_queue: dict[str, list[queues.Message]] = defaultdict(list)
         for priority, message in messages:
             by_queue[self.queue.queue_name(lambda_name, priority)].append(message)

@@ -200,3 +200,17 @@ def test_chains_on_a_real_worker(processes: Processes, redis_client: redis.Redis
     assert starts == sorted(starts)
     assert [status(t) for t in bad] == ["success", "fatal_failure", "cancelled"]
     assert reason(bad[2]) == f"parent task {bad[1].pk} ended fatal_failure"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_childs_start_does_not_wait_for_the_consumers_poll(processes: Processes,
+                                                              redis_client: redis.Redis) -> None:
+    # Given a consumer that polls only every 20 seconds, and a worker
+    processes.start("runconsumer", "--poll-interval", "20")
+    processes.start("runworker", "demo.noop", "--threads", "1")
+    parent, child = atf.chain(atf.call("demo.noop"), atf.call("demo.noop"))
+    # When the parent succeeds
+    wait_for(lambda: status(child) == "success", timeout_s=15, message="the child's success")
+    # Then its success woke the consumer: the child was enqueued at once, not at the next poll
+    parent, child = (TaskEntity.objects.get(pk=t.pk) for t in (parent, child))
+    assert (child.enqueued_at - parent.finished_at).total_seconds() < 2

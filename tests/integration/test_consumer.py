@@ -18,6 +18,7 @@ from tasks_core import atf, queues, scheduling, store, wakeup
 from tasks_core.models import Collection, Lambda, TaskEntity
 from tests.conftest import ROOT, subprocess_env, wait_for
 from tests.factories import LambdaFactory
+from workers import turns
 from workers.consumer import Consumer
 
 pytestmark = [pytest.mark.django_db]
@@ -326,3 +327,86 @@ def test_bad_flags_are_refused() -> None:
                               env=subprocess_env(), capture_output=True, text=True, timeout=60)
         assert done.returncode != 0, args
         assert "Traceback" not in done.stderr
+
+
+def test_the_quota_goes_to_high_priority_first(queue: queues.QueueBackend, clock: Clock) -> None:
+    # Given a lambda with a quota of 20/s, 200 low tasks and then 5 high ones
+    lam = LambdaFactory(name="tests.quota", quota_per_s=20)
+    earlier = clock.now - timedelta(seconds=1)
+    lows = store.create([store.NewTask(lambda_id=lam.pk, collection="default", priority="low",
+                                       payload={}, run_at=earlier, max_attempts=3)] * 200,
+                        now=earlier)
+    highs = store.create([store.NewTask(lambda_id=lam.pk, collection="default", priority="high",
+                                        payload={}, run_at=clock.now, max_attempts=3)] * 5,
+                         now=clock.now)
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+    # When one pass spends the first second's quota
+    assert consumer.run_pass().enqueued == 20
+    # Then the high tasks went first, and the rest of the quota to the earliest low ones
+    assert drain(queue, "tests.quota") == (
+        [("high", t.pk) for t in highs] + [("low", t.pk) for t in lows[:15]])
+
+
+def test_within_a_priority_the_earliest_due_goes_first(consumer: Consumer,
+                                                        queue: queues.QueueBackend,
+                                                        clock: Clock) -> None:
+    # Given overdue tasks scheduled in another order than they fell due
+    due_2h_ago = atf.schedule("demo.noop", run_at=clock.now - timedelta(hours=2))
+    due_10h_ago = atf.schedule("demo.noop", run_at=clock.now - timedelta(hours=10))
+    due_now = atf.schedule("demo.noop", run_at=clock.now)
+    high_due_now = atf.schedule("demo.noop", priority="high", run_at=clock.now)
+    # When a pass takes fewer than all of them
+    consumer.batch_size = 3
+    assert consumer.run_pass().enqueued == 3
+    # Then high went first, then the longest overdue, each queue in due order
+    assert drain(queue, "demo.noop") == [("high", high_due_now.pk), ("default", due_10h_ago.pk),
+                                         ("default", due_2h_ago.pk)]
+    assert TaskEntity.objects.get(pk=due_now.pk).status == "new"
+
+
+def test_the_messages_of_one_pass_are_pushed_high_first(
+        consumer: Consumer, redis_client: redis.Redis, queue: queues.QueueBackend) -> None:
+    # Given low, default and high tasks, scheduled in that order
+    for priority in ("low", "default", "high"):
+        atf.schedule("demo.noop", priority=priority)
+    # When a pass pushes them, watched by MONITOR (the order a waiting worker sees them in)
+    with redis_client.monitor() as monitor:
+        consumer.run_pass()
+        pushed = []
+        for command in monitor.listen():
+            if command["command"].startswith("LPUSH"):
+                pushed.append(command["command"].split()[1].strip('"').rsplit(":", 1)[1])
+            if len(pushed) == 3:
+                break
+    # Then the high queue was pushed first and the low one last
+    assert pushed == ["high", "default", "low"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_consumer_leaves_a_lambda_alone_while_another_consumer_enqueues_it(
+        queue: queues.QueueBackend, clock: Clock) -> None:
+    # Given due tasks, and another consumer in the middle of its turn on their lambda
+    tasks = [atf.schedule("demo.noop") for _ in range(3)]
+    lambda_id = Lambda.objects.get(name="demo.noop").pk
+    holding, release = threading.Event(), threading.Event()
+
+    def other_consumer() -> None:
+        with turns.lambda_turn(lambda_id) as granted:
+            assert granted
+            holding.set()
+            release.wait(10)
+        connection.close()
+
+    other = threading.Thread(target=other_consumer)
+    other.start()
+    holding.wait(10)
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+    try:
+        # When this consumer makes a pass, it skips the lambda
+        assert consumer.run_pass().enqueued == 0
+    finally:
+        release.set()
+        other.join(10)
+    # Then once the other's turn is over it takes the lambda's tasks
+    assert consumer.run_pass().enqueued == 3
+    assert sorted(task_id for _p, task_id in drain(queue, "demo.noop")) == [t.pk for t in tasks]
