@@ -1,4 +1,4 @@
-"""Which lambdas and tasks a caller may see and use: its teams' own; staff see everything."""
+"""Which lambdas and tasks a caller may see and use: the rule of tasks_core.access, for DRF."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from tasks_core import directory
+from tasks_core.access import Scope
 from tasks_core.exceptions import LambdaNotFound
 from tasks_core.models import Lambda, TaskEntity
 
@@ -21,42 +22,24 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def sees_everything(user: User) -> bool:
-    return bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
-
-
-def team_ids(user: User) -> frozenset[int] | None:
-    """The ids of the caller's teams, or None for staff, who see every team (cached per user)."""
-    if sees_everything(user):
-        return None
-    cached = getattr(user, "_atf_team_ids", None)
-    if cached is None:
-        cached = frozenset()
-        if user.is_authenticated:
-            cached = frozenset(user.atf_teams.values_list("pk", flat=True))
-        user._atf_team_ids = cached  # type: ignore[union-attr]
-    return cached
+def scope(user: User) -> Scope:
+    """The teams the caller sees and acts on (see tasks_core.access)."""
+    return Scope.of(user)
 
 
 def lambdas_for(user: User) -> QuerySet[Lambda]:
     """The lambdas the caller may see, gate and schedule."""
-    teams = team_ids(user)
-    lambdas = Lambda.objects.all()
-    return lambdas if teams is None else lambdas.filter(team_id__in=list(teams))
+    return Scope.of(user).lambdas()
 
 
 def lambda_ids_for(user: User) -> list[int] | None:
-    """Ids of the caller's lambdas, or None for all of them (staff)."""
-    if team_ids(user) is None:
-        return None
-    return list(lambdas_for(user).values_list("pk", flat=True))
+    """Ids of the caller's lambdas, or None for all of them."""
+    return Scope.of(user).lambda_ids()
 
 
 def tasks_for(user: User) -> QuerySet[TaskEntity]:
     """The tasks the caller may see, cancel and requeue."""
-    teams = team_ids(user)
-    tasks = TaskEntity.objects.all()
-    return tasks if teams is None else tasks.filter(lambda_ref__team_id__in=list(teams))
+    return Scope.of(user).tasks()
 
 
 def check_may_schedule(user: User, lambda_names: Iterable[str]) -> None:
@@ -64,15 +47,15 @@ def check_may_schedule(user: User, lambda_names: Iterable[str]) -> None:
 
     Unknown names pass: scheduling reports them as a field error.
     """
-    teams = team_ids(user)
-    if teams is None:
+    allowed = Scope.of(user)
+    if allowed.every_team:
         return
     for name in sorted(set(lambda_names)):
         try:
             info = directory.by_name(name)
         except LambdaNotFound:
             continue
-        if info.team_id not in teams:
+        if not allowed.has_team(info.team_id):
             logger.info("refused to schedule %s for %s", name, user,
                         extra={"action": "schedule_refused", "lambda": name})
             raise PermissionDenied(f"Lambda {name!r} belongs to another team.")

@@ -11,19 +11,11 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tasks_core import directory, scheduling
+from tasks_core import directory, limits, scheduling
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import GateState
-from tasks_core.models import Collection, Lambda, TaskEntity
+from tasks_core.models import Collection, Lambda, TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
-
-#: Longest delay accepted: ten years.
-MAX_DELAY_S = 10 * 365 * 86400.0
-#: Most attempts a task may ask for.
-MAX_ATTEMPTS = 10_000
-#: Most ids in one dead-letter request.
-MAX_IDS = 10_000
-_MAX_ID = 2**63 - 1
 
 
 def _renamed(fields: dict[str, serializers.Field], **names: str) -> dict[str, serializers.Field]:
@@ -131,21 +123,44 @@ class TaskSerializer(serializers.ModelSerializer):
         return [child.pk for child in task.children.all()]
 
 
+class AttemptSerializer(serializers.ModelSerializer):
+    """One attempt at a task: who ran it, when, how it ended and with which error."""
+
+    error = serializers.JSONField(read_only=True)
+
+    class Meta:
+        model = TaskAttempt
+        fields = ["number", "worker", "started_at", "ended_at", "outcome", "error"]
+        read_only_fields = fields
+
+
+class TaskDetailSerializer(TaskSerializer):
+    """A task with its attempt history, oldest first (`attempts` stays the count)."""
+
+    attempt_history = AttemptSerializer(many=True, read_only=True)
+
+    class Meta(TaskSerializer.Meta):
+        fields = [*TaskSerializer.Meta.fields, "attempt_history"]
+        read_only_fields = fields
+
+
 class ScheduleTaskSerializer(StrictSerializer):
     """One task to schedule. Scheduling itself checks the lambda, priority, size and key."""
 
-    lambda_name = serializers.CharField(max_length=200)
+    lambda_name = serializers.CharField(max_length=limits.LAMBDA_NAME_CHARS)
     payload = PayloadField(required=False, allow_null=True)
-    collection = serializers.CharField(required=False, max_length=100)
-    priority = serializers.CharField(required=False, max_length=32,
+    collection = serializers.CharField(required=False, max_length=limits.COLLECTION_CHARS)
+    priority = serializers.CharField(required=False, max_length=limits.PRIORITY_CHARS,
                                      help_text=f"One of {', '.join(settings.ATF_PRIORITIES)}.")
     run_at = serializers.DateTimeField(required=False, help_text="ISO 8601; UTC without offset.")
-    delay = serializers.FloatField(required=False, min_value=0, max_value=MAX_DELAY_S,
+    delay = serializers.FloatField(required=False, min_value=0, max_value=limits.MAX_DELAY_S,
                                    help_text="Seconds from now; not with run_at.")
-    idempotency_key = serializers.CharField(required=False, max_length=255)
-    max_attempts = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ATTEMPTS)
+    idempotency_key = serializers.CharField(required=False,
+                                            max_length=limits.idempotency_key_chars())
+    max_attempts = serializers.IntegerField(required=False, min_value=1,
+                                            max_value=limits.MAX_ATTEMPTS)
     after = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
-                                  max_length=100,
+                                  max_length=limits.MAX_PARENTS,
                                   help_text="Parent task ids: runs once all of them succeeded.")
 
     def get_fields(self) -> dict[str, serializers.Field]:
@@ -182,15 +197,15 @@ class ScheduleBatchSerializer(StrictSerializer):
     """Many tasks, all scheduled or none. Item errors are keyed "tasks[i].field"."""
 
     tasks = ScheduleTaskSerializer(many=True, allow_empty=False,
-                                   max_length=settings.ATF_MAX_BATCH_SIZE)
+                                   help_text="At most ATF_MAX_BATCH_SIZE tasks (1000 by default).")
 
     def to_internal_value(self, data: Any) -> Any:
         tasks = data.get("tasks") if isinstance(data, Mapping) else None
-        if isinstance(tasks, list) and len(tasks) > settings.ATF_MAX_BATCH_SIZE:
-            raise serializers.ValidationError(
-                {"tasks": [f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch; "
-                           f"got {len(tasks)}."]}
-            )
+        if isinstance(tasks, list):  # before validating every item of an oversize batch
+            try:
+                limits.check_batch_size(len(tasks))
+            except InvalidTask as exc:
+                raise serializers.ValidationError(exc.errors) from exc
         try:
             return super().to_internal_value(data)
         except serializers.ValidationError as exc:
@@ -232,10 +247,10 @@ def _flatten(detail: Any) -> Any:
 class TaskFilterSerializer(StrictSerializer):
     """The query of a task list."""
 
-    lambda_name = serializers.CharField(required=False, max_length=200)
-    collection = serializers.CharField(required=False, max_length=100)
+    lambda_name = serializers.CharField(required=False, max_length=limits.LAMBDA_NAME_CHARS)
+    collection = serializers.CharField(required=False, max_length=limits.COLLECTION_CHARS)
     status = serializers.ChoiceField(required=False, choices=[s.value for s in TaskStatus])
-    priority = serializers.CharField(required=False, max_length=32)
+    priority = serializers.CharField(required=False, max_length=limits.PRIORITY_CHARS)
     cursor = serializers.CharField(required=False)
     page_size = serializers.CharField(required=False)
 
@@ -310,8 +325,8 @@ class LambdaSerializer(serializers.ModelSerializer):
 
 
 class DeadLetterFilterSerializer(StrictSerializer):
-    lambda_name = serializers.CharField(required=False, max_length=200)
-    collection = serializers.CharField(required=False, max_length=100)
+    lambda_name = serializers.CharField(required=False, max_length=limits.LAMBDA_NAME_CHARS)
+    collection = serializers.CharField(required=False, max_length=limits.COLLECTION_CHARS)
     cursor = serializers.CharField(required=False)
     page_size = serializers.CharField(required=False)
 
@@ -320,22 +335,16 @@ class DeadLetterFilterSerializer(StrictSerializer):
 
 
 class DeadLetterSelectSerializer(DeadLetterFilterSerializer):
-    """Which dead tasks to requeue or discard: `ids`, or all of a `lambda` (and `collection`)."""
+    """Which dead tasks to requeue or discard: `ids`, or all of a `lambda` (and `collection`).
 
-    ids = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=_MAX_ID),
-                                required=False, allow_empty=False, max_length=MAX_IDS)
+    The rule that one of them is given is the operations module's (tasks_core.operations).
+    """
+
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=limits.MAX_TASK_ID),
+        required=False, allow_empty=False, max_length=limits.MAX_IDS)
     cursor = None
     page_size = None
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        has_ids, has_lambda = "ids" in attrs, "lambda" in attrs
-        if has_ids == has_lambda:
-            raise serializers.ValidationError(
-                {"non_field_errors": ['Give "ids" or "lambda" (with an optional "collection").']}
-            )
-        if "collection" in attrs and not has_lambda:
-            raise serializers.ValidationError({"collection": ['"collection" goes with "lambda".']})
-        return attrs
 
 
 class CountSerializer(serializers.Serializer):

@@ -12,22 +12,20 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from tasks_api import permissions, serializers
 from tasks_api.pagination import TaskCursorPagination
-from tasks_core import scheduling, stats, store
+from tasks_core import operations, scheduling, stats
+from tasks_core.access import Scope
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, TaskEntity
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
-
-#: Dead tasks requeued or discarded per transaction when a whole lambda is selected.
-_CHUNK = 1000
 
 _ERRORS = {
     400: OpenApiResponse(OpenApiTypes.OBJECT, description="Field errors or a bad request."),
@@ -72,7 +70,13 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     lookup_value_regex = "[0-9]{1,18}"
 
     def get_queryset(self) -> QuerySet[TaskEntity]:
-        return permissions.tasks_for(self.request.user).prefetch_related("parents", "children")
+        tasks = permissions.tasks_for(self.request.user).prefetch_related("parents", "children")
+        return tasks.prefetch_related("attempt_history") if self.action == "retrieve" else tasks
+
+    def get_serializer_class(self) -> type[serializers.TaskSerializer]:
+        if self.action == "retrieve":
+            return serializers.TaskDetailSerializer
+        return serializers.TaskSerializer
 
     def filter_queryset(self, queryset: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
         if self.action != "list":
@@ -84,7 +88,7 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(responses={200: serializers.TaskSerializer, **_errors(404)})
+    @extend_schema(responses={200: serializers.TaskDetailSerializer, **_errors(404)})
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().retrieve(request, *args, **kwargs)
 
@@ -120,11 +124,33 @@ class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         tasks = scheduling.schedule_many(calls)
         return Response({"tasks": _shown(tasks)}, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={200: serializers.TaskSerializer, **_errors(404, 409)})
+    @extend_schema(request=None,
+                   responses={200: serializers.TaskDetailSerializer, **_errors(404, 409)})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        task = scheduling.cancel(self.get_object().pk)
-        return Response(_shown([task])[0])
+        """Cancel a task nobody runs yet (new, waiting, enqueued, retrying); 409 otherwise."""
+        return _detail(operations.cancel(Scope.of(request.user), int(pk)))
+
+    @extend_schema(request=None,
+                   responses={200: serializers.TaskDetailSerializer, **_errors(404, 409)})
+    @action(detail=True, methods=["post"])
+    def requeue(self, request: Request, pk: str) -> Response:
+        """Put a task that ended without success (fatal_failure, dead, cancelled, dropped)
+        back to new with its attempts reset; 409 otherwise."""
+        return _detail(operations.requeue(Scope.of(request.user), int(pk)))
+
+    @extend_schema(request=None,
+                   responses={200: serializers.TaskDetailSerializer, **_errors(404, 409)})
+    @action(detail=True, methods=["post"], url_path="run-now", url_name="run-now")
+    def run_now(self, request: Request, pk: str) -> Response:
+        """Make a delayed (new, due later) or retrying task due now; 409 otherwise."""
+        return _detail(operations.run_now(Scope.of(request.user), int(pk)))
+
+
+def _detail(task: TaskEntity) -> Response:
+    """A task with its links and attempt history, read back in one round of queries."""
+    shown = TaskEntity.objects.prefetch_related("parents", "children", "attempt_history")
+    return Response(serializers.TaskDetailSerializer(shown.get(pk=task.pk)).data)
 
 
 def _shown(tasks: Sequence[TaskEntity]) -> list[dict[str, Any]]:
@@ -184,8 +210,8 @@ class LambdaViewSet(viewsets.ReadOnlyModelViewSet):
         row = self.get_object()
         form = serializers.GateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        scheduling.set_gate(row.name, form.validated_data["state"],
-                            until=form.validated_data.get("until"))
+        operations.gate(Scope.of(request.user), row.name, form.validated_data["state"],
+                        until=form.validated_data.get("until"))
         return Response(self._show(self.get_queryset().get(pk=row.pk))[0])
 
     @extend_schema(request=serializers.GateSerializer,
@@ -197,8 +223,8 @@ class LambdaViewSet(viewsets.ReadOnlyModelViewSet):
         _clean_path_value(collection, max_length=100)
         form = serializers.GateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        gated = scheduling.set_gate(row.name, form.validated_data["state"], collection=collection,
-                                    until=form.validated_data.get("until"))
+        gated = operations.gate(Scope.of(request.user), row.name, form.validated_data["state"],
+                                collection=collection, until=form.validated_data.get("until"))
         shown = Collection.objects.select_related("lambda_ref").get(pk=gated.pk)
         return Response(serializers.CollectionSerializer(shown).data)
 
@@ -214,35 +240,20 @@ class DeadLetterViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     pagination_class = TaskCursorPagination
 
     def get_queryset(self) -> QuerySet[TaskEntity]:
-        return (permissions.tasks_for(self.request.user).filter(status=TaskStatus.DEAD)
-                .select_related("lambda_ref"))
-
-    def filter_queryset(self, queryset: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
         if self.action != "list":
-            return queryset
-        return self._narrow(queryset, _query(serializers.DeadLetterFilterSerializer,
-                                             self.request).validated_data)
+            return TaskEntity.objects.none()
+        query = _query(serializers.DeadLetterFilterSerializer, self.request).validated_data
+        return operations.dead_letters(
+            Scope.of(self.request.user), lambda_name=query.get("lambda"),
+            collection=query.get("collection"), listing=True).select_related("lambda_ref")
 
-    @staticmethod
-    def _narrow(queryset: QuerySet[TaskEntity], selection: dict[str, Any]) -> QuerySet[TaskEntity]:
-        if "ids" in selection:
-            queryset = queryset.filter(pk__in=selection["ids"])
-        if "lambda" in selection:
-            queryset = queryset.filter(lambda_ref__name=selection["lambda"])
-        if "collection" in selection:
-            queryset = queryset.filter(collection=selection["collection"])
-        return queryset
-
-    def _selected_ids(self, request: Request) -> list[int]:
+    def _selected(self, request: Request) -> QuerySet[TaskEntity]:
         form = serializers.DeadLetterSelectSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         selection = form.validated_data
-        if "lambda" in selection and not permissions.lambdas_for(request.user).filter(
-                name=selection["lambda"]).exists():
-            raise ValidationError(
-                {"lambda": [f"Unknown lambda {selection['lambda']!r}."]})
-        return list(self._narrow(self.get_queryset(), selection).order_by("pk")
-                    .values_list("pk", flat=True))
+        return operations.dead_letters(Scope.of(request.user), ids=selection.get("ids"),
+                                       lambda_name=selection.get("lambda"),
+                                       collection=selection.get("collection"))
 
     @extend_schema(parameters=[serializers.DeadLetterFilterSerializer], responses={
         200: serializers.TaskSerializer(many=True), **_errors(400, 404)})
@@ -253,20 +264,16 @@ class DeadLetterViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
                    responses={200: serializers.CountSerializer, **_errors(400, 415)})
     @action(detail=False, methods=["post"])
     def requeue(self, request: Request) -> Response:
-        ids, now = self._selected_ids(request), timezone.now()
-        requeued = sum(store.requeue(ids[i:i + _CHUNK], now=now)
-                       for i in range(0, len(ids), _CHUNK))
-        logger.info("requeued %d dead tasks", requeued, extra={"action": "dead_requeued"})
-        return Response({"requeued": requeued})
+        done = operations.requeue_many(Scope.of(request.user), self._selected(request),
+                                       statuses=[TaskStatus.DEAD])
+        return Response({"requeued": done.changed})
 
     @extend_schema(request=serializers.DeadLetterSelectSerializer,
                    responses={200: serializers.CountSerializer, **_errors(400, 415)})
     @action(detail=False, methods=["post"])
     def discard(self, request: Request) -> Response:
-        ids = self._selected_ids(request)
-        discarded = sum(store.discard(ids[i:i + _CHUNK]) for i in range(0, len(ids), _CHUNK))
-        logger.info("discarded %d dead tasks", discarded, extra={"action": "dead_discarded"})
-        return Response({"discarded": discarded})
+        done = operations.discard_many(Scope.of(request.user), self._selected(request))
+        return Response({"discarded": done.changed})
 
 
 # --- stats -----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -31,7 +32,8 @@ admin.site.site_url = None  # the project has no public site: no "View site" lin
 
 @admin.register(Team)
 class TeamAdmin(ConsoleAdmin):
-    """Superusers manage teams and their members; other staff see their own teams."""
+    """Holders of Django's team permissions (superusers) manage teams and their members;
+    other staff see their own teams."""
 
     team_path = "pk"
     list_display = ("name", "member_count", "lambda_count")
@@ -47,10 +49,10 @@ class TeamAdmin(ConsoleAdmin):
         return team.lambdas.count()
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return scoping.sees_everything(request.user)
+        return request.user.has_perm("tasks_core.add_team")
 
     def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return scoping.sees_everything(request.user)
+        return request.user.has_perm("tasks_core.change_team")
 
 
 @admin.register(PeriodicTask)
@@ -117,11 +119,11 @@ class TaskDependencyAdmin(ConsoleAdmin):
 
 @admin.register(Worker)
 class WorkerAdmin(ConsoleAdmin):
-    """Workers; staff who are not superusers see those that serve one of their lambdas."""
+    """Workers that serve one of the user's lambdas, showing only the user's lambda names."""
 
-    list_display = ("worker_id", "host", "pid", "threads", "lambda_list", "started_at",
-                    "last_seen", "alive")
+    list_display = ("worker_id", "host", "pid", "threads", "started_at", "last_seen", "alive")
     search_fields = ("worker_id", "host")
+    exclude = ("lambdas",)  # shown through lambda_list, which leaves out other teams' names
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
         workers = super().get_queryset(request)
@@ -132,9 +134,22 @@ class WorkerAdmin(ConsoleAdmin):
         keep = [worker.pk for worker in scoping.visible_workers(request.user, workers)]
         return workers.filter(pk__in=keep)
 
-    @admin.display(description="lambdas")
-    def lambda_list(self, worker: Worker) -> str:
-        return ", ".join(worker.lambdas) or "all registered"
+    def _lambda_list(self, request: HttpRequest) -> Callable[[Worker], str]:
+        names = scoping.visible_lambda_names(request.user)
+
+        @admin.display(description="lambdas")
+        def lambda_list(worker: Worker) -> str:
+            return scoping.worker_lambdas(worker, names)
+
+        return lambda_list
+
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        columns: list[Any] = list(self.list_display)
+        columns.insert(columns.index("threads") + 1, self._lambda_list(request))
+        return columns
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[Any]:
+        return [*super().get_readonly_fields(request, obj), self._lambda_list(request)]
 
     @admin.display(description="alive", boolean=True)
     def alive(self, worker: Worker) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from django import forms
@@ -14,8 +13,6 @@ from django.template.response import TemplateResponse
 
 from tasks_console import scoping
 
-#: Ids handed to the store per call when an action runs on a whole filtered list.
-CHUNK = 1000
 #: Per-task messages shown after an action; the rest are summed up in one line.
 MAX_MESSAGES = 20
 
@@ -46,24 +43,6 @@ class ConsoleAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
-
-
-def id_chunks(request: HttpRequest, queryset: QuerySet) -> Iterator[list[int]]:
-    """The ids of `queryset` in chunks, each checked against the user's teams."""
-    rows = queryset.order_by("pk").values_list("pk", "lambda_ref_id")
-    chunk: list[tuple[int, int]] = []
-    for row in rows.iterator(chunk_size=CHUNK):
-        chunk.append(row)
-        if len(chunk) == CHUNK:
-            yield _checked(request, chunk)
-            chunk = []
-    if chunk:
-        yield _checked(request, chunk)
-
-
-def _checked(request: HttpRequest, rows: list[tuple[int, int]]) -> list[int]:
-    scoping.check_lambdas(request.user, {lambda_id for _pk, lambda_id in rows})
-    return [pk for pk, _lambda_id in rows]
 
 
 def report(request: HttpRequest, done: str, problems: list[str]) -> None:

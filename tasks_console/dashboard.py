@@ -13,6 +13,7 @@ from django.utils.safestring import SafeString
 from tasks_console import charts, gates, latency, scoping
 from tasks_console.display import STATUS_COLOURS
 from tasks_core import stats
+from tasks_core.access import Scope
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, Worker
 from tasks_core.states import TaskStatus
@@ -85,7 +86,7 @@ def _gated(user: Any, now: datetime) -> list[dict[str, Any]]:
 def build(user: Any, now: datetime) -> dict[str, Any]:
     """Everything the dashboard page shows, for `user`'s teams."""
     lambda_rows = dict(scoping.visible_lambdas(user).values_list("name", "pk"))
-    lambda_ids = None if scoping.sees_everything(user) else list(lambda_rows.values())
+    lambda_ids = None if Scope.of(user).every_team else list(lambda_rows.values())
     since = now - timedelta(seconds=WINDOW_S)
     # The parts of stats.snapshot() the page shows (it skips the per-lambda status counts,
     # a second pass over the whole task table).
@@ -100,6 +101,7 @@ def build(user: Any, now: datetime) -> dict[str, Any]:
     workers = scoping.visible_workers(user, Worker.objects.filter(
         stopped_at__isnull=True,
         last_seen__gte=now - timedelta(seconds=settings.ATF_WORKER_STALE_S)))
+    names = scoping.visible_lambda_names(user)
     return {
         "now": now,
         "cards": [
@@ -125,7 +127,8 @@ def build(user: Any, now: datetime) -> dict[str, Any]:
                 labels, title="Delivery latency per minute", unit="s"),
             "failures": _failure_chart(failures, lambda_rows),
         },
-        "workers": workers[:50],
+        "workers": [{"worker_id": w.worker_id, "threads": w.threads, "last_seen": w.last_seen,
+                     "lambdas": scoping.worker_lambdas(w, names)} for w in workers[:50]],
         "gated": _gated(user, now),
     }
 

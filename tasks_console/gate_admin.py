@@ -15,7 +15,8 @@ from tasks_console import display, gates, scoping
 from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.forms import GateForm
 from tasks_console.gates import GateTarget
-from tasks_core import scheduling
+from tasks_core import operations
+from tasks_core.access import Scope
 from tasks_core.gating import GateState
 from tasks_core.models import Collection, Lambda
 
@@ -60,8 +61,8 @@ class GatedAdmin(ConsoleAdmin):
     def _apply(self, request: HttpRequest, targets: list[gates.GateTarget], state: GateState,
                until: object = None) -> None:
         for target in targets:
-            scheduling.set_gate(target.lambda_name, state, collection=target.collection,
-                                until=until)
+            operations.gate(Scope.of(request.user), target.lambda_name, state,
+                            collection=target.collection, until=until)
         names = ", ".join(str(t) for t in targets)
         suffix = f" until {until:%Y-%m-%d %H:%M} UTC" if until else ""
         report(request, f"Gate {state}{suffix}: {names}.", [])

@@ -20,6 +20,8 @@ from tasks_core import stats
 def per_minute(*, since: datetime, lambda_ids: Collection[int] | None = None,
                ) -> dict[datetime, tuple[float, float]]:
     """minute -> (p50, p95) delivery latency in seconds, for minutes with a started task."""
+    if lambda_ids is not None and not lambda_ids:  # the ORM cannot write SQL for "in ()"
+        return {}
     # stats has no public per-minute form; it shares its selection and latency expression.
     started = (stats.started_since(since, lambda_ids)
                .annotate(latency=stats.LATENCY, minute=TruncMinute("started_at")))

@@ -1,13 +1,19 @@
-"""Who sees what: a superuser sees everything; other staff only their teams' lambdas and tasks."""
+"""Who sees what in the console: the rule of `tasks_core.access`, plus who may open the console.
+
+Staff status opens the console; the rows shown are those of the user's teams, or of every team
+for a user with the `tasks_core.view_all_teams` permission (superusers hold it).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
+from django.db.models import Model, QuerySet
 
+from tasks_core import access
+from tasks_core.access import Scope
 from tasks_core.models import Lambda, Worker
 
 if TYPE_CHECKING:
@@ -15,33 +21,27 @@ if TYPE_CHECKING:
 
     User = AbstractBaseUser | AnonymousUser
 
+_M = TypeVar("_M", bound=Model)
+
 
 def sees_everything(user: User) -> bool:
-    return bool(user.is_active and user.is_superuser)
+    return access.sees_every_team(user)
 
 
 def is_console_user(user: User) -> bool:
-    """Staff who belong to a team (or superusers) may use the console."""
+    """Staff who belong to a team, or who may see every team, may use the console."""
     if not (user.is_active and user.is_staff):
         return False
-    return sees_everything(user) or user.atf_teams.exists()
+    return sees_everything(user) or bool(Scope.of(user).team_ids)
 
 
-def team_filter(user: User, team_path: str) -> Q:
-    """A filter keeping rows whose team (reached by `team_path`) has `user` as a member."""
-    if sees_everything(user):
-        return Q()
-    return Q(**{f"{team_path}__in": user.atf_teams.values("pk")}) if user.is_authenticated \
-        else Q(pk__in=[])
-
-
-def scope(queryset: QuerySet, user: User, team_path: str) -> QuerySet:
-    """`queryset` limited to the rows of `user`'s teams."""
-    return queryset.filter(team_filter(user, team_path))
+def scope(queryset: QuerySet[_M], user: User, team_path: str) -> QuerySet[_M]:
+    """`queryset` limited to the rows of `user`'s teams (its team reached by `team_path`)."""
+    return Scope.of(user).filter(queryset, team_path)
 
 
 def visible_lambdas(user: User) -> QuerySet[Lambda]:
-    return scope(Lambda.objects.all(), user, "team")
+    return Scope.of(user).lambdas()
 
 
 def check_lambdas(user: User, lambda_ids: Iterable[int]) -> None:
@@ -54,10 +54,24 @@ def check_lambdas(user: User, lambda_ids: Iterable[int]) -> None:
         raise PermissionDenied("You may act only on your teams' lambdas.")
 
 
+def visible_lambda_names(user: User) -> frozenset[str] | None:
+    """Names of the lambdas `user` sees, or None for all of them."""
+    if sees_everything(user):
+        return None
+    return frozenset(visible_lambdas(user).values_list("name", flat=True))
+
+
 def visible_workers(user: User, workers: Iterable[Worker]) -> list[Worker]:
     """Workers serving one of `user`'s lambdas (an empty list means all registered lambdas)."""
     workers = list(workers)
-    if sees_everything(user):
+    mine = visible_lambda_names(user)
+    if mine is None:
         return workers
-    mine = set(visible_lambdas(user).values_list("name", flat=True))
     return [worker for worker in workers if not worker.lambdas or mine & set(worker.lambdas)]
+
+
+def worker_lambdas(worker: Worker, names: frozenset[str] | None) -> str:
+    """The lambdas a worker serves, as the user may read them: only those in `names`."""
+    if not worker.lambdas:
+        return "all registered"
+    return ", ".join(name for name in worker.lambdas if names is None or name in names)

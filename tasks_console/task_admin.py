@@ -12,16 +12,15 @@ from django.db.models.functions import Substr
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from tasks_console import display, filters, scoping
-from tasks_console.base import ConsoleAdmin, confirmation, id_chunks, report
+from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.models import DeadLetter
 from tasks_console.paginator import EstimatedCountPaginator
-from tasks_core import scheduling, states, store
-from tasks_core.exceptions import InvalidTransition, TaskNotFound
+from tasks_core import operations, states
+from tasks_core.access import Scope
 from tasks_core.models import TaskAttempt, TaskDependency, TaskEntity
 
 #: Buttons on a task's page: (action name, label).
@@ -164,46 +163,30 @@ class TaskAdmin(BigTaskListAdmin):
 
     @admin.action(description="Cancel selected tasks (only those no worker holds)")
     def cancel_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
-        now = timezone.now()
-        cancelled: list[int] = []
-        problems: list[str] = []
-        for ids in id_chunks(request, queryset):
-            for pk in ids:
-                try:
-                    scheduling.cancel(pk, now=now)
-                    cancelled.append(pk)
-                except (InvalidTransition, TaskNotFound) as exc:
-                    problems.append(f"Task #{pk} not cancelled: {exc}.")
-        done = f"Cancelled {len(cancelled)} task(s)." if cancelled else ""
-        report(request, done, problems)
+        done = operations.cancel_many(Scope.of(request.user), queryset)
+        report(request, f"Cancelled {done.changed} task(s)." if done.changed else "",
+               list(done.problems))
 
-    @admin.action(description="Run selected tasks now (scheduled or retrying ones)")
+    @admin.action(description="Run selected tasks now (delayed or retrying ones)")
     def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
-        now = timezone.now()
-        selected = moved = 0
-        for ids in id_chunks(request, queryset):
-            selected += len(ids)
-            moved += store.run_now(ids, now=now)
-        skipped = [f"{selected - moved} task(s) were not new or retrying and were left as they "
-                   "are."] if selected > moved else []
-        report(request, f"{moved} task(s) are due now." if moved else "", skipped)
+        done = operations.run_now_many(Scope.of(request.user), queryset)
+        skipped = [f"{done.skipped} task(s) were neither delayed (new, due later) nor retrying "
+                   "and were left as they are."] if done.skipped else []
+        report(request, f"{done.changed} task(s) are due now." if done.changed else "", skipped)
 
-    @admin.action(description="Requeue selected finished tasks (attempts reset)")
+    @admin.action(description="Requeue selected tasks that ended without success")
     def requeue_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
         requeue(request, queryset, statuses=states.REQUEUEABLE)
 
 
 def requeue(request: HttpRequest, queryset: QuerySet, *,
             statuses: frozenset[states.TaskStatus]) -> None:
-    now = timezone.now()
-    selected = moved = 0
-    for ids in id_chunks(request, queryset):
-        selected += len(ids)
-        moved += store.requeue(ids, now=now, statuses=statuses)
+    done = operations.requeue_many(Scope.of(request.user), queryset, statuses=statuses)
     allowed = ", ".join(sorted(statuses))
-    skipped = [f"{selected - moved} task(s) were not in a requeueable status ({allowed})."] \
-        if selected > moved else []
-    report(request, f"Requeued {moved} task(s): they are new again." if moved else "", skipped)
+    skipped = [f"{done.skipped} task(s) were not in a requeueable status ({allowed})."] \
+        if done.skipped else []
+    report(request, f"Requeued {done.changed} task(s): they are new again." if done.changed
+           else "", skipped)
 
 
 @admin.register(DeadLetter)
@@ -257,6 +240,6 @@ class DeadLetterAdmin(BigTaskListAdmin):
                        "history. They cannot be requeued afterwards."],
                 button=f"Yes, discard {count}", danger=True,
             )
-        removed = sum(store.discard(ids) for ids in id_chunks(request, queryset))
-        report(request, f"Discarded {removed} dead task(s).", [])
+        done = operations.discard_many(Scope.of(request.user), queryset)
+        report(request, f"Discarded {done.changed} dead task(s).", [])
         return None

@@ -23,6 +23,11 @@ class Team(models.Model):
     name = models.CharField(max_length=100, unique=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="atf_teams", blank=True)
 
+    class Meta:
+        permissions = [
+            ("view_all_teams", "Can see and act on every team's lambdas and tasks"),
+        ]
+
     def __str__(self) -> str:
         return self.name
 

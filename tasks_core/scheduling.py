@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from tasks_core import directory, store, wakeup
+from tasks_core import directory, limits, store, wakeup
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
 from tasks_core.gating import GateState
 from tasks_core.models import Collection, Lambda, TaskEntity
@@ -87,8 +87,10 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
     if problems := _payload_errors(payload):
         errors["payload"] = problems
     collection = "default" if collection in (None, "") else collection
-    if not isinstance(collection, str) or len(collection) > 100:
-        errors["collection"] = ["Collection must be a string of at most 100 characters."]
+    if not isinstance(collection, str) or len(collection) > limits.COLLECTION_CHARS:
+        errors["collection"] = [
+            f"Collection must be a string of at most {limits.COLLECTION_CHARS} characters."
+        ]
     priority = priority or settings.ATF_DEFAULT_PRIORITY
     if priority not in settings.ATF_PRIORITIES:
         errors["priority"] = [
@@ -97,27 +99,34 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
     if run_at is not None and delay is not None:
         errors["run_at"] = ["Give run_at or delay, not both."]
     elif delay is not None:
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
-            errors["delay"] = ["Delay must be a number of seconds, zero or more."]
+        if isinstance(delay, bool) or not isinstance(delay, int | float) \
+                or not 0 <= delay <= limits.MAX_DELAY_S:
+            errors["delay"] = [
+                f"Delay must be a number of seconds from 0 to {limits.MAX_DELAY_S:.0f}."
+            ]
         else:
             run_at = now + timedelta(seconds=delay)
     elif run_at is not None and (not isinstance(run_at, datetime) or timezone.is_naive(run_at)):
         errors["run_at"] = ["run_at must be a datetime with a time zone."]
+    key_chars = limits.idempotency_key_chars()
     if idempotency_key is not None and (
-        not isinstance(idempotency_key, str)
-        or not idempotency_key
-        or len(idempotency_key) > settings.ATF_MAX_IDEMPOTENCY_KEY_LENGTH
+        not isinstance(idempotency_key, str) or not idempotency_key
+        or len(idempotency_key) > key_chars
     ):
         errors["idempotency_key"] = [
-            "Idempotency key must be a non-empty string of at most "
-            f"{settings.ATF_MAX_IDEMPOTENCY_KEY_LENGTH} characters."
+            f"Idempotency key must be a non-empty string of at most {key_chars} characters."
         ]
     if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts <= limits.MAX_ATTEMPTS
     ):
-        errors["max_attempts"] = ["max_attempts must be a whole number, 1 or more."]
+        errors["max_attempts"] = [
+            f"max_attempts must be a whole number from 1 to {limits.MAX_ATTEMPTS}."
+        ]
     parents = tuple(after or ())
-    if parents:
+    if len(parents) > limits.MAX_PARENTS:
+        errors["after"] = [f"A task waits for at most {limits.MAX_PARENTS} parents."]
+    elif parents:
         known = set(TaskEntity.objects.filter(pk__in=parents).values_list("pk", flat=True))
         if missing := sorted(set(parents) - known):
             errors["after"] = [f"Unknown parent task(s): {', '.join(map(str, missing))}."]
@@ -183,8 +192,7 @@ def schedule_many(calls: Sequence[Mapping[str, Any]], *,
     Raises InvalidTask whose errors are keyed "tasks[i].field" for the first invalid items.
     """
     now = now or timezone.now()
-    if len(calls) > settings.ATF_MAX_BATCH_SIZE:
-        raise InvalidTask({"tasks": [f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch."]})
+    limits.check_batch_size(len(calls))
     tasks: list[store.NewTask] = []
     errors: dict[str, list[str]] = {}
     for index, call in enumerate(calls):

@@ -145,6 +145,8 @@ def throughput(*, since: datetime, lambda_ids: Collection[int] | None = None,
 
 def delivery_latency(*, since: datetime, lambda_ids: Collection[int] | None = None) -> Latency:
     """p50/p95/p99 of `started_at - run_at` of first attempts that started since `since`."""
+    if lambda_ids is not None and not lambda_ids:  # the ORM cannot write SQL for "in ()"
+        return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
     started = started_since(since, lambda_ids)
     if connection.vendor == "postgresql":
         sql, params = started.annotate(latency=LATENCY).values("latency").query.sql_with_params()

@@ -12,6 +12,8 @@ from typing import TextIO
 from django.core.management.base import OutputWrapper
 from django.utils import timezone
 
+from tasks_core.exceptions import InvalidTask
+
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
@@ -57,6 +59,11 @@ def ids(text: str) -> list[int]:
     if not values:
         raise argparse.ArgumentTypeError("give at least one task id")
     return values
+
+
+def errors_line(exc: InvalidTask) -> str:
+    """A domain error's field messages as one line, for a CommandError."""
+    return " ".join(message for messages in exc.errors.values() for message in messages)
 
 
 def examples(parser: argparse.ArgumentParser, *lines: str) -> None:

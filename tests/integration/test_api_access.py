@@ -6,6 +6,7 @@ import io
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import override_settings
@@ -137,17 +138,53 @@ def test_a_member_of_two_teams_sees_both(alice: Member, bob: Member) -> None:
     assert schedule(alice, **{"lambda": bob.lam.name}).status_code == 201
 
 
-def test_staff_see_and_act_on_everything(alice: Member) -> None:
-    # Given a staff user in no team
+def _sees_and_acts_on(client: APIClient, owner: Member) -> dict[str, bool]:
+    """What a client could do with `owner`'s things: each key is True when it worked."""
+    task = TaskFactory(lambda_ref=owner.lam)
+    stats = client.get("/api/v1/stats/").json()
+    return {
+        "read": client.get(f"/api/v1/tasks/{task.pk}/").status_code == 200,
+        "list": bool(client.get("/api/v1/tasks/").json()["results"]),
+        "cancel": client.post(f"/api/v1/tasks/{task.pk}/cancel/").status_code == 200,
+        "gate": client.post(f"/api/v1/lambdas/{owner.lam.name}/gate/", {"state": "paused"},
+                            format="json").status_code == 200,
+        "schedule": client.post("/api/v1/tasks/", {"lambda": owner.lam.name},
+                                format="json").status_code == 201,
+        "stats": owner.lam.name in stats["counts_by_lambda"],
+        "metrics": owner.lam.name in client.get("/metrics").content.decode(),
+    }
+
+
+NOTHING = dict.fromkeys(["read", "list", "cancel", "gate", "schedule", "stats", "metrics"],
+                        False)
+EVERYTHING = dict.fromkeys(NOTHING, True)
+
+
+def test_staff_of_one_team_have_no_rights_on_another(alice: Member, bob: Member) -> None:
+    # Given a staff member of team B (staff only opens the console)
+    bob.user.is_staff = True
+    bob.user.save(update_fields=["is_staff"])
+    # Then it can neither see nor act on team A's tasks and lambdas
+    assert _sees_and_acts_on(bob.client, alice) == NOTHING
+    assert Lambda.objects.get(pk=alice.lam.pk).gate == "open"
+
+
+def test_staff_in_no_team_have_no_rights(alice: Member) -> None:
     staff = get_user_model().objects.create(username="operator", is_staff=True)
-    client = token_client(staff)
-    task = TaskFactory(lambda_ref=alice.lam)
-    # Then it reads, gates and schedules on any team's lambda
-    assert client.get(f"/api/v1/tasks/{task.pk}/").status_code == 200
-    assert client.post(f"/api/v1/lambdas/{alice.lam.name}/gate/", {"state": "paused"},
-                       format="json").status_code == 200
-    assert client.post("/api/v1/tasks/", {"lambda": alice.lam.name},
-                       format="json").status_code == 201
+    assert _sees_and_acts_on(token_client(staff), alice) == NOTHING
+
+
+def test_the_view_all_teams_permission_sees_and_acts_on_every_team(alice: Member) -> None:
+    # Given a user in no team, not staff, holding the explicit permission
+    user = get_user_model().objects.create(username="auditor")
+    user.user_permissions.add(Permission.objects.get(codename="view_all_teams"))
+    # Then it reads, lists, cancels, gates and schedules on any team's lambda
+    assert _sees_and_acts_on(token_client(user), alice) == EVERYTHING
+
+
+def test_a_superuser_sees_and_acts_on_every_team(alice: Member) -> None:
+    root = get_user_model().objects.create(username="root", is_superuser=True)
+    assert _sees_and_acts_on(token_client(root), alice) == EVERYTHING
 
 
 def test_a_session_works_too(alice: Member) -> None:

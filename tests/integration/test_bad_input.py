@@ -224,7 +224,7 @@ def test_a_huge_batch_is_refused_whole() -> None:
         atf.schedule_many(calls)
     # Then nothing is created and the error says the limit
     assert caught.value.errors == {
-        "tasks": [f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch."]
+        "tasks": [f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch; got {len(calls)}."]
     }
     assert not TaskEntity.objects.exists()
 

@@ -1,16 +1,17 @@
-"""Staff only; a staff user who is not a superuser sees and acts only on their teams' lambdas."""
+"""Staff only; a staff user sees and acts only on their teams' lambdas, unless they hold the
+`tasks_core.view_all_teams` permission (superusers do)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import pytest
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, Permission
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from tasks_core.models import Lambda, TaskEntity
+from tasks_core.models import Lambda, TaskEntity, Worker
 from tasks_core.states import TaskStatus
 from tests.factories import LambdaFactory, TaskFactory, TeamFactory, UserFactory
 
@@ -149,3 +150,39 @@ def test_a_superuser_sees_every_team(client: Client) -> None:
     # When the task list opens
     # Then both are listed
     assert listed(client, TASKS) == tasks
+
+
+def test_the_view_all_teams_permission_sees_every_team(client: Client) -> None:
+    # Given tasks of two teams and a staff user in neither, who holds the explicit permission
+    tasks = {TaskFactory().pk, TaskFactory().pk}
+    user = staff_of()
+    user.user_permissions.add(Permission.objects.get(codename="view_all_teams"))
+    client.force_login(user)
+    # When the dashboard and the task list open
+    # Then they open, and both tasks are listed
+    assert client.get(DASHBOARD).status_code == 200
+    assert listed(client, TASKS) == tasks
+
+
+def test_workers_show_only_the_users_lambdas(two_teams: TwoTeams, redis_client: object) -> None:
+    # Given a live worker that serves one lambda of each team, one that serves only the other
+    # team's, and one that serves every registered lambda
+    now = timezone.now()
+    for worker_id, lambdas in [("shared", ["search.reindex", "payments.charge"]),
+                               ("theirs", ["search.reindex"]), ("any", [])]:
+        Worker.objects.create(worker_id=worker_id, host="h", pid=1, lambdas=lambdas,
+                              started_at=now, last_seen=now)
+    shared = Worker.objects.get(worker_id="shared")
+    # When the staff member of "payments" opens the workers page, a worker's page and the
+    # dashboard
+    workers = two_teams.client.get(reverse("admin:tasks_core_worker_changelist"))
+    detail = two_teams.client.get(reverse("admin:tasks_core_worker_change", args=[shared.pk]))
+    dashboard = two_teams.client.get(DASHBOARD)
+    # Then the workers that serve their lambdas are listed, and no page names the other
+    # team's lambda
+    assert {w.worker_id for w in workers.context["cl"].result_list} == {"shared", "any"}
+    assert [w["worker_id"] for w in dashboard.context["workers"]] == ["shared", "any"]
+    for page in (workers, detail, dashboard):
+        text = page.content.decode()
+        assert page.status_code == 200
+        assert "payments.charge" in text and "search.reindex" not in text

@@ -112,7 +112,7 @@ def test_gate_drop_one_collection_until_an_iso_time(mailer: Lambda) -> None:
     (["tests.mailer", "shut"], "invalid choice: 'shut'"),
     (["tests.mailer/", "pause"], "write LAMBDA or LAMBDA/COLLECTION"),
     (["tests.mailer", "pause", "--until", "soon"], "neither an ISO 8601 time"),
-    (["tests.mailer", "pause", "--until", "2001-01-01T00:00:00Z"], "is in the past"),
+    (["tests.mailer", "pause", "--until", "2001-01-01T00:00:00Z"], "must be in the future"),
     (["tests.mailer", "open", "--until", "1h"], "until goes with a paused or dropped gate"),
 ])
 def test_gate_errors(mailer: Lambda, args: list[str], message: str) -> None:
@@ -178,9 +178,11 @@ def test_dlq_requeue_and_discard_by_lambda_and_collection(mailer: Lambda) -> Non
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["requeue"], "say which tasks to requeue"),
-    (["discard", "--collection", "x"], "--collection goes with --lambda"),
-    (["list", "--lambda", "tests.nope"], "unknown lambda 'tests.nope'"),
+    (["requeue"], "Name the dead tasks: ids, or a lambda"),
+    (["discard", "--lambda", "tests.mailer", "--ids", "1"], "Name the dead tasks"),
+    (["discard", "--collection", "x"], "Name the dead tasks"),
+    (["list", "--collection", "x"], "A collection goes with a lambda"),
+    (["list", "--lambda", "tests.nope"], "Unknown lambda 'tests.nope'"),
     (["requeue", "--ids", "1,two"], "give task ids as 1,2,3"),
     (["purge"], "invalid choice: 'purge'"),
 ])

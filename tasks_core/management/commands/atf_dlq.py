@@ -6,15 +6,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
-from django.utils import timezone
 
-from tasks_core import store
+from tasks_core import operations
+from tasks_core.access import EVERY_TEAM
 from tasks_core.contrib import cli
-from tasks_core.models import Lambda, TaskEntity
+from tasks_core.exceptions import InvalidTask
+from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
 
-#: Dead tasks requeued or discarded per transaction.
-CHUNK = 1000
 DONE = {"requeue": "requeued", "discard": "discarded"}
 
 
@@ -40,24 +39,15 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, action: str, lambda_name: str | None, collection: str | None,
                ids: list[int] | None, limit: int, **options: Any) -> None:
-        if collection and not lambda_name:
-            raise CommandError("--collection goes with --lambda")
-        if lambda_name and not Lambda.objects.filter(name=lambda_name).exists():
-            raise CommandError(f"unknown lambda {lambda_name!r}")
-        dead = TaskEntity.objects.filter(status=TaskStatus.DEAD).order_by("pk")
-        if lambda_name:
-            dead = dead.filter(lambda_ref__name=lambda_name)
-        if collection:
-            dead = dead.filter(collection=collection)
-        if ids:
-            dead = dead.filter(pk__in=ids)
-        if action == "list":
-            self._list(dead, limit)
-            return
-        if not (ids or lambda_name):
-            raise CommandError(f"say which tasks to {action}: --ids, or --lambda "
-                               "(with --collection)")
-        done = self._apply(action, list(dead.values_list("pk", flat=True)))
+        try:
+            dead = operations.dead_letters(EVERY_TEAM, ids=ids, lambda_name=lambda_name,
+                                           collection=collection, listing=action == "list")
+            if action == "list":
+                self._list(dead.order_by("pk"), limit)
+                return
+            done = self._apply(action, dead)
+        except InvalidTask as exc:
+            raise CommandError(cli.errors_line(exc)) from None
         asked = f" of {len(ids)}" if ids else ""
         skipped = " (the others are not dead)" if ids and done < len(ids) else ""
         self.stdout.write(f"{DONE[action]} {done}{asked} dead task(s){skipped}")
@@ -75,18 +65,15 @@ class Command(BaseCommand):
         shown = min(total, max(limit, 0))
         self.stdout.write(f"{total} dead task(s)" + (f", {shown} shown" if shown < total else ""))
 
-    def _apply(self, action: str, task_ids: list[int]) -> int:
-        progress = cli.Progress(self.stderr, total=len(task_ids), label=action)
-        done = 0
-        for start in range(0, len(task_ids), CHUNK):
-            chunk = task_ids[start:start + CHUNK]
-            if action == "requeue":
-                done += store.requeue(chunk, now=timezone.now())
-            else:
-                done += store.discard(chunk)
-            progress.advance(len(chunk))
+    def _apply(self, action: str, dead: QuerySet[TaskEntity]) -> int:
+        progress = cli.Progress(self.stderr, total=dead.count(), label=action)
+        if action == "requeue":
+            done = operations.requeue_many(EVERY_TEAM, dead, statuses=[TaskStatus.DEAD],
+                                           progress=progress.advance)
+        else:
+            done = operations.discard_many(EVERY_TEAM, dead, progress=progress.advance)
         progress.close()
-        return done
+        return done.changed
 
 
 def _error_line(error: dict[str, Any] | None, limit: int = 60) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 
-from tasks_core import scheduling
+from tasks_core import operations
+from tasks_core.access import EVERY_TEAM
 from tasks_core.contrib import cli
 from tasks_core.exceptions import InvalidTask, LambdaNotFound
 from tasks_core.gating import GateState
@@ -38,14 +38,12 @@ class Command(BaseCommand):
         lambda_name, _slash, collection = target.partition("/")
         if not lambda_name or (_slash and not collection):
             raise CommandError(f"{target!r}: write LAMBDA or LAMBDA/COLLECTION")
-        if until is not None and until <= timezone.now():
-            raise CommandError(f"--until {until.isoformat()} is in the past")
         try:
-            scheduling.set_gate(lambda_name, ACTIONS[action], collection=collection or None,
-                                until=until)
+            operations.gate(EVERY_TEAM, lambda_name, ACTIONS[action],
+                            collection=collection or None, until=until)
         except LambdaNotFound:
             raise CommandError(f"unknown lambda {lambda_name!r}") from None
         except InvalidTask as exc:
-            raise CommandError(" ".join(m for msgs in exc.errors.values() for m in msgs)) from None
+            raise CommandError(cli.errors_line(exc)) from None
         state = ACTIONS[action].value
         self.stdout.write(f"{target}: {state}" + (f" until {until.isoformat()}" if until else ""))

@@ -1,0 +1,46 @@
+"""The limits every front end applies (Python callers, the API, the console, the commands), once.
+
+Sizes an operator may tune are settings, read when used (payload bytes and depth, batch size,
+idempotency key length); the rest are fixed here. Serializers and forms take their lengths
+from this module so that the OpenAPI schema tells the same limits that scheduling enforces.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from tasks_core.exceptions import InvalidTask
+
+#: Characters of a lambda name (its column's length).
+LAMBDA_NAME_CHARS = 200
+#: Characters of a collection name.
+COLLECTION_CHARS = 100
+#: Characters of a priority name.
+PRIORITY_CHARS = 32
+#: Characters of an idempotency key the column holds; ATF_MAX_IDEMPOTENCY_KEY_LENGTH may lower it.
+IDEMPOTENCY_KEY_COLUMN_CHARS = 255
+#: Longest delay accepted: ten years.
+MAX_DELAY_S = 10 * 365 * 86400.0
+#: Most attempts a task may ask for.
+MAX_ATTEMPTS = 10_000
+#: Most parents (`after`) one task may wait for.
+MAX_PARENTS = 100
+#: Most task ids one operator request names.
+MAX_IDS = 10_000
+#: Largest task id (a PostgreSQL bigint).
+MAX_TASK_ID = 2**63 - 1
+#: Tasks one transaction of a bulk operator action (requeue, discard, cancel, run now) changes.
+CHUNK = 1000
+
+
+def idempotency_key_chars() -> int:
+    """Longest idempotency key accepted."""
+    return min(settings.ATF_MAX_IDEMPOTENCY_KEY_LENGTH, IDEMPOTENCY_KEY_COLUMN_CHARS)
+
+
+def check_batch_size(count: int) -> None:
+    """Raise InvalidTask when a batch of `count` tasks is over ATF_MAX_BATCH_SIZE."""
+    if count > settings.ATF_MAX_BATCH_SIZE:
+        raise InvalidTask(
+            {"tasks": [f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch; got {count}."]}
+        )

@@ -1,0 +1,47 @@
+"""The API, the console and the management commands act for operators only through
+`tasks_core.operations`: none of them reaches the store or scheduling's state changes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FRONT_ENDS = [*sorted((ROOT / "tasks_api").rglob("*.py")),
+              *sorted((ROOT / "tasks_console").rglob("*.py")),
+              *sorted((ROOT / "tasks_core" / "management" / "commands").glob("atf_*.py"))]
+#: Modules whose state changes belong behind the operations module.
+FORBIDDEN_MODULES = {"store", "pg_store"}
+#: scheduling's writers that an operator action must not call directly.
+FORBIDDEN_CALLS = {("scheduling", "cancel"), ("scheduling", "set_gate")}
+
+
+def _violations(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
+                "tasks_core"):
+            names = {node.module.rsplit(".", 1)[-1], *(alias.name for alias in node.names)}
+            found += [f"imports {name}" for name in sorted(names & FORBIDDEN_MODULES)]
+        elif isinstance(node, ast.Import):
+            found += [f"imports {alias.name}" for alias in node.names
+                      if alias.name.rsplit(".", 1)[-1] in FORBIDDEN_MODULES]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and (node.value.id, node.attr) in FORBIDDEN_CALLS):
+            found.append(f"uses {node.value.id}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("path", FRONT_ENDS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_front_ends_act_only_through_the_operations_module(path: Path) -> None:
+    assert _violations(path) == []
+
+
+def test_the_check_finds_a_direct_store_call(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from tasks_core import scheduling, store\n"
+                   "store.requeue([1])\nscheduling.set_gate('a', 'open')\n")
+    assert _violations(bad) == ["imports store", "uses scheduling.set_gate"]
