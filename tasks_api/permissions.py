@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def scope(user: User) -> Scope:
-    """The teams the caller sees and acts on (see tasks_core.access)."""
-    return Scope.of(user)
+def team_ids(user: User) -> frozenset[int] | None:
+    """The ids of the caller's teams, or None when it sees every team."""
+    return Scope.of(user).team_ids
 
 
 def lambdas_for(user: User) -> QuerySet[Lambda]:
