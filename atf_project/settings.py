@@ -8,12 +8,14 @@ and a `#:` line here. Other code reads `django.conf.settings`.
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
 
+from tasks_api import defaults as api_defaults
 from tasks_core import conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -171,32 +173,15 @@ for _name, _default in conf.defaults().items():
 #: Largest request body in bytes (413 above it): room for a full batch of small payloads.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("ATF_MAX_REQUEST_BYTES", 16 * 1024 * 1024)
 
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "tasks_api.authentication.ApiTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    # FullAccess: worker-scoped tokens may only make the worker calls (tasks_api/scopes.py).
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated",
-                                   "tasks_api.scopes.FullAccess"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["tasks_api.parsers.SafeJSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_THROTTLE_CLASSES": ["tasks_api.throttling.TokenRateThrottle"],
-    "EXCEPTION_HANDLER": "tasks_api.exceptions.exception_handler",
-}
+# The API's own policy (its views use it in any project, tasks_api/policy.py).
+REST_FRAMEWORK = copy.deepcopy(api_defaults.REST_FRAMEWORK)
 
 SPECTACULAR_SETTINGS = {
-    "TITLE": "ATF for Django",
-    "DESCRIPTION": "Schedule and follow asynchronous tasks.",
-    "VERSION": "1.0.0",
+    **api_defaults.SCHEMA_SETTINGS,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated",
-                          "tasks_api.scopes.FullAccess"],
-    "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"GateStateEnum": ["open", "paused", "dropped"]},
+    "SERVE_PERMISSIONS": api_defaults.REST_FRAMEWORK["DEFAULT_PERMISSION_CLASSES"],
 }
 
 # --- Django tasks API -----------------------------------------------------------------

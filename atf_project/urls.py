@@ -1,11 +1,18 @@
 from django.contrib import admin
 from django.urls import include, path
 
+# The standalone service's admin is the ATF console; a host project keeps its own admin's titles.
+admin.site.site_header = "ATF console"
+admin.site.site_title = "ATF console"
+admin.site.index_title = "Dashboard"
+admin.site.site_url = None  # the service has no public site: no "View site" link
+
 urlpatterns = [
     # The console's dashboard is the admin's front page: its URLs come before the admin's.
     path("admin/", include("tasks_console.urls")),
     path("admin/", admin.site.urls),
-    path("", include("tasks_api.urls")),
+    path("api/", include("tasks_api.urls")),
+    path("", include("tasks_api.health_urls")),
 ]
 
 # Error pages are JSON under /api/ and the health endpoints, Django's own elsewhere.

@@ -12,16 +12,24 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 
+from tasks_api import defaults
+from tasks_api.policy import ApiPolicy
 from tasks_api.renderers import JsonErrorsMixin
 
 
 class SchemaView(JsonErrorsMixin, SpectacularAPIView):
     """OpenAPI 3 (YAML; `?format=json` for JSON). Needs credentials, like the API."""
 
+    authentication_classes = ApiPolicy.authentication_classes
+    permission_classes = ApiPolicy.permission_classes
+    throttle_classes = ApiPolicy.throttle_classes
+    custom_settings = defaults.SCHEMA_SETTINGS
+
 
 class DocsView(SpectacularSwaggerView):
     """Swagger UI for people: an anonymous browser is sent to the login page first."""
 
+    authentication_classes = ApiPolicy.authentication_classes
     permission_classes = [AllowAny]
 
     @extend_schema(exclude=True)

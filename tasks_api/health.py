@@ -26,6 +26,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from tasks_api import permissions, scopes
+from tasks_api.policy import ApiPolicy
 from tasks_api.renderers import FirstRenderer, JsonErrorsMixin, PrometheusRenderer
 from tasks_core import queues, stats
 from tasks_core.exceptions import QueueUnavailable
@@ -34,7 +35,7 @@ from tasks_core.models import Lambda
 logger = logging.getLogger(__name__)
 
 
-class ProbeView(APIView):
+class ProbeView(ApiPolicy, APIView):
     """No authentication (a bad token must not fail a probe) and no throttling."""
 
     authentication_classes: list = []
@@ -139,7 +140,7 @@ class MetricsPermission(BasePermission):
         return settings.ATF_METRICS_PUBLIC or IsAuthenticated().has_permission(request, view)
 
 
-class MetricsView(JsonErrorsMixin, APIView):
+class MetricsView(JsonErrorsMixin, ApiPolicy, APIView):
     permission_classes = [MetricsPermission]
     renderer_classes = [PrometheusRenderer]
     content_negotiation_class = FirstRenderer

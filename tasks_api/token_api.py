@@ -14,6 +14,7 @@ from rest_framework.response import Response
 
 from tasks_api import permissions, tokens
 from tasks_api.models import ApiToken, Scope
+from tasks_api.policy import ApiPolicy
 from tasks_api.serializers import StrictSerializer, bad_text
 from tasks_api.views import _errors
 from tasks_core.models import Team
@@ -80,7 +81,8 @@ def _team_for(request: Request, name: str | None) -> Team:
 
 
 @extend_schema(tags=["tokens"])
-class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class TokenViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                   viewsets.GenericViewSet):
     """API tokens of the caller's teams."""
 
     serializer_class = TokenSerializer

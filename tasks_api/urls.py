@@ -1,11 +1,12 @@
-"""Routes of the REST API (`/api/v1/`), its schema and docs, and the health endpoints."""
+"""Routes of the REST API (`v1/`), its schema and docs. A project mounts them where it likes:
+the standalone service at `api/` (so `/api/v1/tasks/`), a host project e.g. at `atf/api/`."""
 
 from __future__ import annotations
 
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from tasks_api import docs, health, token_api, views
+from tasks_api import docs, token_api, views
 
 router = SimpleRouter()
 router.register("tasks", views.TaskViewSet, basename="task")
@@ -16,11 +17,8 @@ router.register("tokens", token_api.TokenViewSet, basename="token")
 app_name = "tasks_api"
 
 urlpatterns = [
-    path("api/v1/", include(router.urls)),
-    path("api/v1/stats/", views.StatsView.as_view(), name="stats"),
-    path("api/schema/", docs.SchemaView.as_view(), name="schema"),
-    path("api/docs/", docs.DocsView.as_view(url_name="tasks_api:schema"), name="docs"),
-    path("healthz", health.HealthzView.as_view(), name="healthz"),
-    path("readyz", health.ReadyzView.as_view(), name="readyz"),
-    path("metrics", health.MetricsView.as_view(), name="metrics"),
+    path("v1/", include(router.urls)),
+    path("v1/stats/", views.StatsView.as_view(), name="stats"),
+    path("schema/", docs.SchemaView.as_view(), name="schema"),
+    path("docs/", docs.DocsView.as_view(url_name="tasks_api:schema"), name="docs"),
 ]

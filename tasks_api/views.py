@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from tasks_api import permissions, serializers
 from tasks_api.pagination import TaskCursorPagination
+from tasks_api.policy import ApiPolicy
 from tasks_core import operations, scheduling, stats
 from tasks_core.access import Scope
 from tasks_core.exceptions import QueueUnavailable
@@ -62,7 +63,8 @@ def _query(serializer_class: type[serializers.StrictSerializer],
 
 
 @extend_schema(tags=["tasks"])
-class TaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class TaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                  viewsets.GenericViewSet):
     """Schedule tasks and follow them. A caller sees only its teams' tasks."""
 
     serializer_class = serializers.TaskSerializer
@@ -176,7 +178,7 @@ def _lambda_context(rows: Iterable[Lambda]) -> dict[str, Any]:
 
 
 @extend_schema(tags=["lambdas"])
-class LambdaViewSet(viewsets.ReadOnlyModelViewSet):
+class LambdaViewSet(ApiPolicy, viewsets.ReadOnlyModelViewSet):
     """Lambdas with their gates, collections, queue depths and task counts."""
 
     serializer_class = serializers.LambdaSerializer
@@ -233,7 +235,7 @@ class LambdaViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 @extend_schema(tags=["dead letters"])
-class DeadLetterViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+class DeadLetterViewSet(ApiPolicy, mixins.ListModelMixin, viewsets.GenericViewSet):
     """Tasks whose attempts ran out: list them, requeue them (back to new) or discard them."""
 
     serializer_class = serializers.TaskSerializer
@@ -279,7 +281,7 @@ class DeadLetterViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 # --- stats -----------------------------------------------------------------------------------
 
 
-class StatsView(APIView):
+class StatsView(ApiPolicy, APIView):
     """Counts, queue depths, throughput and delivery latency of the caller's lambdas."""
 
     @extend_schema(tags=["stats"], parameters=[serializers.StatsQuerySerializer],

@@ -1,4 +1,5 @@
-"""The console: admin pages for every model of the task store (see gate_admin, task_admin)."""
+"""The console: admin pages for every model of the task store (see gate_admin, task_admin),
+registered in the project's own admin site."""
 
 from __future__ import annotations
 
@@ -23,11 +24,6 @@ from tasks_console import (  # noqa: F401
 from tasks_console.base import ConsoleAdmin
 from tasks_console.paginator import EstimatedCountPaginator
 from tasks_core.models import PeriodicTask, TaskAttempt, TaskDependency, Team, Worker
-
-admin.site.site_header = "ATF console"
-admin.site.site_title = "ATF console"
-admin.site.index_title = "Dashboard"
-admin.site.site_url = None  # the project has no public site: no "View site" link
 
 
 @admin.register(Team)
