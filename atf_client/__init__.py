@@ -1,0 +1,32 @@
+"""A typed client of the ATF REST API, for services that are not Django projects.
+
+    from atf_client import Client
+    with Client("https://atf.example.com/api/", token) as atf:
+        task = atf.schedule("billing.send_invoice", {"order": 7}, priority="high")
+        atf.get(task.id).status
+"""
+
+from __future__ import annotations
+
+from atf_client.client import Client
+from atf_client.errors import (
+    ApiError,
+    AtfClientError,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    ServerError,
+    Throttled,
+    TransportError,
+    Unauthorized,
+    Unavailable,
+)
+from atf_client.models import Call, Task
+
+__all__ = [
+    "ApiError", "AtfClientError", "Call", "Client", "Conflict", "Forbidden", "InvalidRequest",
+    "NotFound", "PayloadTooLarge", "ServerError", "Task", "Throttled", "TransportError",
+    "Unauthorized", "Unavailable",
+]

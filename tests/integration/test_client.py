@@ -1,0 +1,109 @@
+"""atf_client against the real API, served by Django's live server on the test database."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pytest_django.live_server_helper import LiveServer
+from rest_framework.authtoken.models import Token
+
+import atf_client
+from atf_client import Call, Client
+from tasks_core.models import TaskEntity
+from tasks_core.states import TaskStatus
+from tests.factories import TaskFactory
+from tests.integration.test_api_support import Member, member
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def alice() -> Member:
+    return member("alpha")
+
+
+@pytest.fixture
+def client(live_server: LiveServer, alice: Member) -> Iterator[Client]:
+    token = Token.objects.get_or_create(user=alice.user)[0].key
+    with Client(f"{live_server.url}/api/", token) as client:
+        yield client
+
+
+def test_schedule_get_and_cancel(client: Client, alice: Member) -> None:
+    # Given a task scheduled through the client with options
+    run_at = datetime.now(UTC) + timedelta(hours=1)
+    task = client.schedule(alice.lam.name, {"order": 7}, collection="monthly",
+                           priority="high", run_at=run_at, max_attempts=2)
+    # Then it is in the store as the client shows it
+    stored = TaskEntity.objects.get(pk=task.id)
+    assert (task.lambda_name, task.collection, task.priority, task.status) == (
+        alice.lam.name, "monthly", "high", "new")
+    assert task.payload == stored.payload == {"order": 7}
+    assert task.run_at == stored.run_at == run_at.replace(microsecond=task.run_at.microsecond)
+    assert task.max_attempts == 2 and task.data["id"] == task.id
+    # When it is read and cancelled
+    assert client.get(task.id).status == "new"
+    cancelled = client.cancel(task.id)
+    # Then the store has it cancelled, and a second cancel is a conflict
+    assert cancelled.status == "cancelled"
+    assert TaskEntity.objects.get(pk=task.id).status == TaskStatus.CANCELLED
+    with pytest.raises(atf_client.Conflict) as caught:
+        client.cancel(task.id)
+    assert caught.value.status == 409 and caught.value.detail
+
+
+def test_an_idempotency_key_gives_back_the_first_task(client: Client, alice: Member) -> None:
+    first = client.schedule(alice.lam.name, {"n": 1}, idempotency_key="order-7")
+    again = client.schedule(alice.lam.name, {"n": 2}, idempotency_key="order-7", delay_s=30)
+    assert again.id == first.id and again.payload == {"n": 1}
+    assert TaskEntity.objects.count() == 1
+
+
+def test_schedule_many_creates_all_in_order(client: Client, alice: Member) -> None:
+    tasks = client.schedule_many([Call(lambda_name=alice.lam.name, payload={"n": n},
+                                       priority="low") for n in range(3)])
+    assert [task.payload for task in tasks] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert sorted(TaskEntity.objects.values_list("pk", flat=True)) == [t.id for t in tasks]
+
+
+def test_field_errors_come_back_on_the_exception(client: Client, alice: Member) -> None:
+    # A single task with a bad priority and both timings
+    with pytest.raises(atf_client.InvalidRequest) as caught:
+        client.schedule(alice.lam.name, priority="urgent", delay_s=5,
+                        run_at=datetime.now(UTC))
+    assert caught.value.status == 400
+    assert set(caught.value.errors) == {"priority", "run_at"}, caught.value.errors
+    assert all(isinstance(msgs, list) and msgs for msgs in caught.value.errors.values())
+    # A batch with one bad item: the item's errors by index, and nothing created
+    with pytest.raises(atf_client.InvalidRequest) as caught:
+        client.schedule_many([Call(lambda_name=alice.lam.name),
+                              Call(lambda_name="no.such.lambda")])
+    assert list(caught.value.errors) == ["tasks[1].lambda"]
+    assert TaskEntity.objects.count() == 0
+
+
+def test_other_teams_and_bad_tokens_are_refused(live_server: LiveServer, client: Client,
+                                                alice: Member) -> None:
+    bob = member("beta")
+    bobs = TaskFactory(lambda_ref=bob.lam)
+    with pytest.raises(atf_client.Forbidden):
+        client.schedule(bob.lam.name)
+    with pytest.raises(atf_client.NotFound):
+        client.get(bobs.pk)
+    with pytest.raises(atf_client.NotFound):
+        client.cancel(bobs.pk)
+    with Client(f"{live_server.url}/api/", "not-a-token") as stranger, \
+            pytest.raises(atf_client.Unauthorized):
+        stranger.get(bobs.pk)
+
+
+def test_an_unreachable_server_is_a_transport_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with Client(f"http://127.0.0.1:{port}/api/", "t", timeout_s=2) as client, \
+            pytest.raises(atf_client.TransportError):
+        client.get(1)
