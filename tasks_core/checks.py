@@ -8,6 +8,7 @@
 | atf.E004 | ATF_PRIORITIES is not a non-empty list of distinct names |
 | atf.E005 | ATF_DEFAULT_PRIORITY is not one of ATF_PRIORITIES |
 | atf.E006 | a number setting is not a number, or is negative (zero where it must be positive) |
+| atf.E007 | tasks_api without an app it needs (see `tasks_api.checks`; atf.W001: drf_spectacular) |
 """
 
 from __future__ import annotations

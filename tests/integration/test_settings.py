@@ -105,8 +105,7 @@ HOST = """
     from django.conf import settings
     from django.core.management import call_command
     settings.configure(
-        INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes",
-                        "tasks_core", "workers"],
+        INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes", *THE_APPS],
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
         ATF_REDIS_URL=THE_URL, ATF_PRIORITIES=["now", "later"],
         ATF_DEFAULT_PRIORITY="later",
@@ -117,20 +116,34 @@ HOST = """
 """
 
 
+ALL_APPS = ["rest_framework", "rest_framework.authtoken", "drf_spectacular", "tasks_core",
+            "tasks_api", "tasks_console", "workers"]
+
+
+def _host(apps: list[str], redis_url: str | None) -> subprocess.CompletedProcess:
+    code = (textwrap.dedent(HOST).replace("THE_APPS", repr(apps))
+            .replace("THE_URL", repr(redis_url)))
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
 def test_a_host_that_sets_only_apps_databases_and_redis_gets_the_defaults() -> None:
     # Given a host project with nothing of ATF's but its apps, a Redis URL and two overrides
-    code = textwrap.dedent(HOST).replace("THE_URL", repr("redis://127.0.0.1:6379/0"))
     # When Django starts and checks it
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = _host(ALL_APPS, "redis://127.0.0.1:6379/0")
     # Then it checks clean, keeps what it set, and has every other default
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "['now', 'later'] 5 redis"
 
 
 def test_a_host_without_a_redis_url_fails_check_with_atf_e002() -> None:
-    code = textwrap.dedent(HOST).replace("THE_URL", "None")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = _host(ALL_APPS, None)
     assert done.returncode != 0
     assert "(atf.E002) ATF_REDIS_URL is None" in done.stderr
+
+
+def test_a_host_without_the_apps_the_api_needs_fails_check_with_atf_e007() -> None:
+    done = _host(["rest_framework", "tasks_core", "tasks_api"], "redis://127.0.0.1:6379/0")
+    assert done.returncode != 0
+    assert "(atf.E007) tasks_api needs 'rest_framework.authtoken'" in done.stderr
+    assert "(atf.W001) 'drf_spectacular' is not in INSTALLED_APPS" in done.stderr
