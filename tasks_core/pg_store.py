@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from django.db import connection
 
 from tasks_core.models import SHARDS, TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
@@ -45,6 +44,8 @@ def _execute(sql: str, params: Mapping[str, Any]) -> list[tuple]:
     statements run many times a second, so they bind parameters on the server and are planned
     once per connection. Errors come out as Django's database errors, as from its cursors.
     """
+    import psycopg  # here, not at the top: a project on SQLite need not install it
+
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
