@@ -89,12 +89,14 @@ class Processes:
         self.log_dir = log_dir
         self.children: list[subprocess.Popen] = []
 
-    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(self, *args: str, env: dict[str, str] | None = None,
+              python: str = sys.executable, manage: Path = ROOT / "manage.py") -> subprocess.Popen:
+        """`python manage.py *args` in manage.py's directory (this repository's by default)."""
         log = open(self.log_dir / f"{args[0]}-{len(self.children)}.log", "w")  # noqa: SIM115
         child = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            cwd=ROOT, env=env or subprocess_env(), stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            [python, str(manage), *args],
+            cwd=manage.parent, env=env or subprocess_env(), stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
         )
         child.log_path = log.name  # type: ignore[attr-defined]
         self.children.append(child)
