@@ -13,8 +13,8 @@ def check_required_apps(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     """atf.E007 for an app the API cannot work without; atf.W001 for the docs page's."""
     messages: list[checks.CheckMessage] = [
         checks.Error(f"tasks_api needs {app!r} in INSTALLED_APPS", id="atf.E007",
-                     hint="Add it; the API's token authentication and views rely on it.")
-        for app in ("rest_framework", "rest_framework.authtoken", "tasks_core")
+                     hint="Add it; the API's views rely on it.")
+        for app in ("rest_framework", "tasks_core")
         if not apps.is_installed(app)
     ]
     if not apps.is_installed("drf_spectacular"):

@@ -8,7 +8,8 @@
 | atf.E004 | ATF_PRIORITIES is not a non-empty list of distinct names |
 | atf.E005 | ATF_DEFAULT_PRIORITY is not one of ATF_PRIORITIES |
 | atf.E006 | a number setting is not a number, or is negative (zero where it must be positive) |
-| atf.E007 | tasks_api without an app it needs (see `tasks_api.checks`; atf.W001: drf_spectacular) |
+| atf.E007 | tasks_api installed without rest_framework or tasks_core (in `tasks_api.checks`) |
+| atf.W001 | tasks_api installed without drf_spectacular (the docs page cannot render) |
 """
 
 from __future__ import annotations

@@ -8,27 +8,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from pytest_django.live_server_helper import LiveServer
-from rest_framework.authtoken.models import Token
 
 import atf_client
 from atf_client import Call, Client
 from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
 from tests.factories import TaskFactory
-from tests.integration.test_api_support import Member, member
+from tests.integration.test_api_support import Member
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def alice() -> Member:
-    return member("alpha")
-
-
-@pytest.fixture
 def client(live_server: LiveServer, alice: Member) -> Iterator[Client]:
-    token = Token.objects.get_or_create(user=alice.user)[0].key
-    with Client(f"{live_server.url}/api/", token) as client:
+    with Client(f"{live_server.url}/api/", alice.token) as client:
         yield client
 
 
@@ -86,8 +79,7 @@ def test_field_errors_come_back_on_the_exception(client: Client, alice: Member) 
 
 
 def test_other_teams_and_bad_tokens_are_refused(live_server: LiveServer, client: Client,
-                                                alice: Member) -> None:
-    bob = member("beta")
+                                                bob: Member) -> None:
     bobs = TaskFactory(lambda_ref=bob.lam)
     with pytest.raises(atf_client.Forbidden):
         client.schedule(bob.lam.name)

@@ -24,7 +24,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",  # the templates of the API's docs page
     # ATF: the task store, its REST API, its console (in this project's admin) and its workers.
     "tasks_core",
