@@ -39,6 +39,15 @@ def test_every_atf_setting_the_apps_read_has_a_default() -> None:
         assert re.search(rf"#: [^\n]*\n(#:[^\n]*\n)*{name}\b", conf_text), f"{name} has no #: line"
 
 
+def test_the_settings_reference_lists_every_setting_and_check() -> None:
+    reference = (ROOT / "docs" / "settings.md").read_text()
+    missing = [name for name in conf.defaults() if f"| `{name}` |" not in reference]
+    assert missing == []
+    for path in ("tasks_core/checks.py", "workers/checks.py", "tasks_api/checks.py"):
+        for check_id in set(re.findall(r'id="(atf\.[EW]\d{3})"', (ROOT / path).read_text())):
+            assert f"| `{check_id}` |" in reference, check_id
+
+
 def test_the_apps_never_read_the_environment() -> None:
     offenders = [str(path) for path in _app_sources() if "os.environ" in path.read_text()]
     assert offenders == []
