@@ -1,0 +1,32 @@
+"""Every view of the API carries the API's own DRF policy, so a host project's REST_FRAMEWORK
+defaults (e.g. AllowAny) never reach it (examples/shop runs under such defaults)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib import import_module
+
+from django.urls import URLPattern, URLResolver
+
+from tasks_api import docs
+from tasks_api.policy import ApiPolicy
+
+
+def _view_classes(patterns: list) -> Iterator[type]:
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _view_classes(pattern.url_patterns)
+        elif isinstance(pattern, URLPattern):
+            yield pattern.callback.cls  # type: ignore[attr-defined]
+
+
+def test_every_api_view_takes_the_api_policy() -> None:
+    views = {cls for module in ("tasks_api.urls", "tasks_api.health_urls")
+             for cls in _view_classes(import_module(module).urlpatterns)}
+    assert len(views) >= 8
+    for view in views - {docs.SchemaView, docs.DocsView}:
+        assert issubclass(view, ApiPolicy), view
+    # The schema and docs views are drf-spectacular's: they copy the policy's authentication
+    for view in (docs.SchemaView, docs.DocsView):
+        assert view.authentication_classes == ApiPolicy.authentication_classes
+    assert docs.SchemaView.permission_classes == ApiPolicy.permission_classes
