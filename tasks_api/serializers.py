@@ -26,33 +26,11 @@ def _renamed(fields: dict[str, serializers.Field], **names: str) -> dict[str, se
     return {names.get(name, name): field for name, field in fields.items()}
 
 
-def bad_text(text: str) -> bool:
-    """True for text the database cannot store: NUL characters or lone surrogates."""
-    if "\x00" in text:
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 @extend_schema_field(OpenApiTypes.ANY)
 class PayloadField(serializers.JSONField):
-    """Any JSON value whose strings the database can store; size is checked by scheduling."""
+    """Any JSON value; scheduling checks its text, depth and size (tasks_core.scheduling)."""
 
     def to_internal_value(self, data: Any) -> Any:
-        pending = [data]
-        while pending:  # iterative: deep nesting must not overflow the stack
-            value = pending.pop()
-            if isinstance(value, str) and bad_text(value):
-                self.fail("bad_text")
-            elif isinstance(value, Mapping):
-                if any(not isinstance(key, str) or bad_text(key) for key in value):
-                    self.fail("bad_text")
-                pending.extend(value.values())
-            elif isinstance(value, list):
-                pending.extend(value)
         try:
             return super().to_internal_value(data)
         except RecursionError:
@@ -60,7 +38,6 @@ class PayloadField(serializers.JSONField):
 
     default_error_messages = {
         **serializers.JSONField.default_error_messages,
-        "bad_text": "Strings may not contain NUL (\\u0000) characters or lone surrogates.",
         "too_deep": "Payload is nested too deeply.",
     }
 

@@ -15,8 +15,9 @@ from rest_framework.response import Response
 from tasks_api import permissions, tokens
 from tasks_api.models import ApiToken, Scope
 from tasks_api.policy import ApiPolicy
-from tasks_api.serializers import StrictSerializer, bad_text
+from tasks_api.serializers import StrictSerializer
 from tasks_api.views import _errors
+from tasks_core.limits import bad_text
 from tasks_core.models import Team
 
 

@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from tasks_api import permissions, serializers
 from tasks_api.pagination import TaskCursorPagination
 from tasks_api.policy import ApiPolicy
-from tasks_core import operations, scheduling, stats
+from tasks_core import limits, operations, scheduling, stats
 from tasks_core.access import Scope
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, TaskEntity
@@ -47,7 +47,7 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
 
 def _clean_path_value(value: str, *, max_length: int = 200) -> str:
     """A name taken from the URL; 404 for text no row can hold (NUL, lone surrogates, length)."""
-    if serializers.bad_text(value) or len(value) > max_length:
+    if limits.bad_text(value) or len(value) > max_length:
         raise NotFound("Not found.")
     return value
 

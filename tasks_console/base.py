@@ -7,11 +7,14 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.views.main import ERROR_FLAG
+from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseBase
 from django.template.response import TemplateResponse
 
 from tasks_console import scoping
+from tasks_core.limits import bad_text
 
 #: Per-task messages shown after an action; the rest are summed up in one line.
 MAX_MESSAGES = 20
@@ -31,6 +34,37 @@ class ConsoleAdmin(admin.ModelAdmin):
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return scoping.is_console_user(request.user)
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict | None = None) -> HttpResponseBase:
+        """A list whose filters hold text no row can (NUL, lone surrogates) drops those
+        filters; one whose values do not parse is shown unfiltered. Both say so."""
+        if dropped := sorted({key for key, values in request.GET.lists()
+                              if bad_text(key) or any(bad_text(v) for v in values)}):
+            request.GET = request.GET.copy()
+            for key in dropped:
+                del request.GET[key]
+            names = ", ".join(repr(key) for key in dropped if not bad_text(key)) or "some"
+            messages.warning(request, f"Filter {names} not applied: its value is not valid "
+                                      "(NUL characters or lone surrogates).")
+        elif ERROR_FLAG in request.GET:  # the admin's redirect after a value that did not parse
+            messages.warning(request, "A filter value was not valid; the list is not filtered.")
+        return super().changelist_view(request, extra_context)
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet,
+                           search_term: str) -> tuple[QuerySet, bool]:
+        """No rows for a term no row can match (the list page and autocomplete alike)."""
+        if bad_text(search_term):
+            return queryset.none(), False
+        try:
+            return self.search(request, queryset, search_term)
+        except (ValueError, ValidationError):  # e.g. letters for an id: "=task__id"
+            return queryset.none(), False
+
+    def search(self, request: HttpRequest, queryset: QuerySet,
+               search_term: str) -> tuple[QuerySet, bool]:
+        """The admin's search over `search_fields`; a page with its own search overrides it."""
+        return super().get_search_results(request, queryset, search_term)
 
     def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return scoping.is_console_user(request.user)

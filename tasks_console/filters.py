@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -21,6 +22,8 @@ class _ChoiceFilter(admin.SimpleListFilter):
     use is always one of them."""
 
     field = ""
+    #: Whether only the listed choices are valid values (ids of the user's lambdas or teams).
+    closed = False
 
     def with_current(self, choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
         value = self.value()
@@ -31,6 +34,8 @@ class _ChoiceFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() in (None, ""):
             return queryset
+        if self.closed and self.value() not in {key for key, _label in self.lookup_choices}:
+            raise IncorrectLookupParameters(f"{self.parameter_name}: not one of the choices")
         return queryset.filter(**{self.field: self.value()})
 
 
@@ -38,6 +43,7 @@ class LambdaFilter(_ChoiceFilter):
     title = "lambda"
     parameter_name = "lambda"
     field = "lambda_ref__id"
+    closed = True
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         lambdas = scoping.visible_lambdas(request.user).values_list("pk", "name")
@@ -59,6 +65,7 @@ class PriorityFilter(_ChoiceFilter):
     title = "priority"
     parameter_name = "priority"
     field = "priority"
+    closed = True
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(name, name) for name in settings.ATF_PRIORITIES]
@@ -68,6 +75,7 @@ class TeamFilter(_ChoiceFilter):
     title = "team"
     parameter_name = "team"
     field = "lambda_ref__team__id"
+    closed = True
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         teams = scoping.scope(Team.objects.all(), request.user, "pk").values_list("pk", "name")

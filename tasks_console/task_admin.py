@@ -70,8 +70,8 @@ class BigTaskListAdmin(ConsoleAdmin):
     search_help_text = ("Task id, exact idempotency key, or words of the last error of a "
                         "failing task.")
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet,
-                           search_term: str) -> tuple[QuerySet, bool]:
+    def search(self, request: HttpRequest, queryset: QuerySet,
+               search_term: str) -> tuple[QuerySet, bool]:
         """Each alternative is one an index can answer: the id, the (lambda, key) unique index,
         and error text only among tasks whose status keeps an error (the status index)."""
         term = search_term.strip()

@@ -33,6 +33,17 @@ MAX_TASK_ID = 2**63 - 1
 CHUNK = 1000
 
 
+def bad_text(text: str) -> bool:
+    """True for text the database cannot store: NUL characters or lone surrogates."""
+    if "\x00" in text:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def idempotency_key_chars() -> int:
     """Longest idempotency key accepted."""
     return min(settings.ATF_MAX_IDEMPOTENCY_KEY_LENGTH, IDEMPOTENCY_KEY_COLUMN_CHARS)

@@ -37,28 +37,40 @@ class Call:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _nested_deeper_than(value: Any, limit: int) -> bool:
-    """Whether objects and arrays nest deeper than `limit`, found without recursion."""
+#: Why a payload with text the database cannot store is refused.
+BAD_TEXT = "Strings may not contain NUL (\\u0000) characters or lone surrogates."
+
+
+def _shape_error(value: Any, depth_limit: int) -> str | None:
+    """What makes a payload unstorable before it is even serialised: objects and arrays nested
+    deeper than `depth_limit`, or text the database cannot hold. Found without recursion."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        if isinstance(item, str):
+            if limits.bad_text(item):
+                return BAD_TEXT
+            continue
         if isinstance(item, dict):
+            if any(isinstance(key, str) and limits.bad_text(key) for key in item):
+                return BAD_TEXT
             children = item.values()
         elif isinstance(item, list | tuple):
             children = item
         else:
             continue
-        if depth > limit:
-            return True
+        if depth > depth_limit:
+            return "Payload is nested too deeply."
         stack.extend((child, depth + 1) for child in children)
-    return False
+    return None
 
 
 def _payload_errors(payload: Any) -> list[str]:
     # Checked first and without recursion: storing a payload nested near Python's recursion
-    # limit would fail deep inside the database driver instead of here.
-    if _nested_deeper_than(payload, settings.ATF_MAX_PAYLOAD_DEPTH):
-        return ["Payload is nested too deeply."]
+    # limit would fail deep inside the database driver instead of here, and PostgreSQL
+    # refuses a NUL in JSON text only when the row is written.
+    if problem := _shape_error(payload, settings.ATF_MAX_PAYLOAD_DEPTH):
+        return [problem]
     try:
         text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:

@@ -217,6 +217,17 @@ def test_every_nesting_depth_is_either_refused_clearly_or_stored_and_run(
     assert status(accepted.pk) == "success"
 
 
+@pytest.mark.parametrize("payload", [{"k\u0000": 1}, "\ud800", ["a", {"b": "\u0000"}]])
+def test_text_the_database_cannot_store_is_refused_by_schedule(payload: object) -> None:
+    # When Python code schedules a payload whose text PostgreSQL cannot store
+    with pytest.raises(InvalidTask) as caught:
+        atf.schedule("demo.noop", payload)
+    # Then scheduling refuses it with a field error (not a database error), storing nothing
+    assert caught.value.errors == {"payload": [
+        "Strings may not contain NUL (\\u0000) characters or lone surrogates."]}
+    assert not TaskEntity.objects.exists()
+
+
 def test_a_huge_batch_is_refused_whole() -> None:
     # When a batch one over the limit is scheduled
     calls = [{"lambda": "demo.noop"}] * (settings.ATF_MAX_BATCH_SIZE + 1)
