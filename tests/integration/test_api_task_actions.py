@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -139,3 +140,18 @@ def test_the_schema_has_the_actions_and_the_history(alice: Member) -> None:
     detail = schema["paths"]["/api/v1/tasks/{id}/"]["get"]["responses"]["200"]
     ref = detail["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
     assert "attempt_history" in schema["components"]["schemas"][ref]["properties"]
+
+
+def test_the_schema_states_the_idempotency_key_limit_that_is_enforced(alice: Member,
+                                                                      settings: Any) -> None:
+    # Given the schema's limit on an idempotency key
+    schema = alice.client.get("/api/schema/?format=json").json()
+    key = schema["components"]["schemas"]["ScheduleTaskRequest"]["properties"]["idempotency_key"]
+    limit = key["maxLength"]
+    # Then it is the setting, and a key that long is accepted while one longer is refused
+    assert limit == settings.ATF_MAX_IDEMPOTENCY_KEY_LENGTH
+    assert alice.client.post("/api/v1/tasks/", {"lambda": alice.lam.name,
+                             "idempotency_key": "k" * limit}, format="json").status_code == 201
+    too_long = alice.client.post("/api/v1/tasks/", {"lambda": alice.lam.name,
+                                 "idempotency_key": "k" * (limit + 1)}, format="json")
+    assert too_long.status_code == 400 and "idempotency_key" in too_long.json()
