@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from django.contrib import admin
 from django.db.models import ForeignKey, Model, QuerySet
 from django.forms import ModelChoiceField
@@ -23,6 +22,7 @@ from tasks_console import (  # noqa: F401
 )
 from tasks_console.base import ConsoleAdmin
 from tasks_console.paginator import EstimatedCountPaginator
+from tasks_core import liveness
 from tasks_core.models import PeriodicTask, TaskAttempt, TaskDependency, Team, Worker
 
 
@@ -149,5 +149,4 @@ class WorkerAdmin(ConsoleAdmin):
 
     @admin.display(description="alive", boolean=True)
     def alive(self, worker: Worker) -> bool:
-        age_s = (timezone.now() - worker.last_seen).total_seconds()
-        return worker.stopped_at is None and age_s <= settings.ATF_WORKER_STALE_S
+        return liveness.is_live(worker, now=timezone.now())

@@ -12,10 +12,10 @@ from django.utils.safestring import SafeString
 
 from tasks_console import charts, gates, latency, scoping
 from tasks_console.display import STATUS_COLOURS
-from tasks_core import stats
+from tasks_core import liveness, stats
 from tasks_core.access import Scope
 from tasks_core.exceptions import QueueUnavailable
-from tasks_core.models import Collection, Lambda, Worker
+from tasks_core.models import Collection, Lambda
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
@@ -98,9 +98,7 @@ def build(user: Any, now: datetime) -> dict[str, Any]:
     labels = [f"{m:%H:%M}" for m in minutes]
     done = dict(throughput)
     lat = latency.per_minute(since=minutes[0], lambda_ids=lambda_ids)
-    workers = scoping.visible_workers(user, Worker.objects.filter(
-        stopped_at__isnull=True,
-        last_seen__gte=now - timedelta(seconds=settings.ATF_WORKER_STALE_S)))
+    workers = scoping.visible_workers(user, liveness.live_workers(now=now))
     names = scoping.visible_lambda_names(user)
     return {
         "now": now,

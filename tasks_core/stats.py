@@ -20,9 +20,9 @@ from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncMinute
 
-from tasks_core import queues
+from tasks_core import liveness, queues
 from tasks_core.exceptions import QueueUnavailable
-from tasks_core.models import Lambda, TaskEntity, Worker
+from tasks_core.models import Lambda, TaskEntity
 from tasks_core.states import FINAL, TaskStatus
 
 logger = logging.getLogger(__name__)
@@ -207,9 +207,8 @@ def failures_by_lambda(*, since: datetime, lambda_ids: Collection[int] | None = 
 
 
 def live_workers(*, now: datetime) -> int:
-    """Worker processes seen within ATF_WORKER_STALE_S and not stopped."""
-    fresh = now - timedelta(seconds=settings.ATF_WORKER_STALE_S)
-    return Worker.objects.filter(last_seen__gte=fresh, stopped_at__isnull=True).count()
+    """Worker processes live by their heartbeat (see tasks_core.liveness)."""
+    return liveness.live_workers(now=now).count()
 
 
 def snapshot(*, now: datetime, window_s: float = 900.0,

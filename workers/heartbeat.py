@@ -13,13 +13,12 @@ import threading
 import time
 
 from tasks_core import store
+from tasks_core.liveness import MAX_FAILED_HEARTBEATS
 from workers.buffer import WorkBuffer
 from workers.transport import Transport
 
 logger = logging.getLogger(__name__)
 
-#: Failed heartbeats in a row after which the process terminates itself.
-MAX_FAILED_HEARTBEATS = 3
 #: Exit status of a worker process that cut itself off from its tasks.
 EXIT_CUT_OFF = 75
 

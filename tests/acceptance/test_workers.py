@@ -6,7 +6,9 @@ seconds is enqueued again.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import random
 import signal
 import subprocess
@@ -14,12 +16,15 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
+from django.core.management import call_command
 from django.db import connection
+from django.utils import timezone
 
-from tasks_core import atf, scheduling
+from tasks_core import atf, scheduling, stats
 from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tests.conftest import ROOT, Processes, subprocess_env, wait_for
 from tests.proxy import Proxy
@@ -250,6 +255,31 @@ def test_the_worker_registry_shows_live_workers(processes: Processes,
     first_seen = row.last_seen
     wait_for(lambda: Worker.objects.get(pid=worker.pid).last_seen > first_seen,
              message="last_seen to move")
+
+
+def test_a_killed_worker_stops_counting_as_live_within_a_few_heartbeats(
+        processes: Processes, env: dict[str, str], settings: Any) -> None:
+    # Given a worker heartbeating every second, shown live by atf_status
+    settings.ATF_HEARTBEAT_INTERVAL_S = float(FAST["ATF_HEARTBEAT_INTERVAL_S"])
+    worker = processes.start("runworker", "demo.noop", env=env)
+
+    def status() -> str:
+        out = io.StringIO()
+        call_command("atf_status", "--once", stdout=out)
+        return out.getvalue()
+
+    wait_for(lambda: "live workers: 1" in status() and f" {worker.pid} " in status(),
+             message="atf_status to show the worker")
+    # When it is killed without a chance to say so
+    os.killpg(worker.pid, signal.SIGKILL)
+    killed_s = time.monotonic()
+    # Then within a few heartbeat intervals, not the minute after which the consumer marks
+    # it gone, nothing shows it live
+    wait_for(lambda: "no live workers" in status(), timeout_s=20,
+             message="atf_status to stop showing the killed worker")
+    assert time.monotonic() - killed_s < 4 * 1.0 + 3
+    assert stats.live_workers(now=timezone.now()) == 0
+    assert Worker.objects.get(pid=worker.pid).stopped_at is None  # not marked gone yet
 
 
 def test_a_heartbeat_timeout_under_three_intervals_is_refused_at_start() -> None:

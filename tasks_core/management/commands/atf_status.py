@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -11,9 +10,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 from django.utils import timezone
 
-from tasks_core import stats
+from tasks_core import liveness, stats
 from tasks_core.contrib import cli
-from tasks_core.models import Lambda, Worker
+from tasks_core.models import Lambda
 from tasks_core.states import TaskStatus
 
 #: Columns of the lambda table: heading and the statuses it adds up.
@@ -103,8 +102,7 @@ class Command(BaseCommand):
         return text
 
     def _workers(self, now: Any) -> str:
-        fresh = now - timedelta(seconds=settings.ATF_WORKER_STALE_S)
-        workers = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=fresh)
+        workers = liveness.live_workers(now=now)
         rows = [(w.worker_id, w.host, w.pid, w.threads, ", ".join(w.lambdas) or "all",
                  f"{(now - w.last_seen).total_seconds():.0f}s ago")
                 for w in workers.order_by("host", "pid")[:50]]
