@@ -1,6 +1,7 @@
 """Cached reads of Lambda rows, so that hot paths (schedule, claim, heartbeat) do not query them.
 
 Entries live `TTL_S` seconds; an operator's change to a lambda's options shows within that time.
+Options carry the value in effect: an operator's override, else the code's (tasks_core.overrides).
 Gates are not cached here: the consumer reads them fresh on every poll.
 """
 
@@ -11,7 +12,9 @@ import time
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import QuerySet
 
+from tasks_core import overrides
 from tasks_core.exceptions import LambdaNotFound
 from tasks_core.models import Collection, Lambda
 
@@ -36,17 +39,12 @@ _by_id: dict[int, tuple[float, LambdaInfo]] = {}
 _collections: set[tuple[int, str]] = set()
 
 
+def _rows() -> QuerySet[Lambda]:
+    return Lambda.objects.prefetch_related("overrides")
+
+
 def _info(row: Lambda) -> LambdaInfo:
-    return LambdaInfo(
-        id=row.pk,
-        name=row.name,
-        team_id=row.team_id,
-        max_attempts=row.max_attempts,
-        heartbeat_timeout_s=row.heartbeat_timeout_s,
-        backoff_base_s=row.backoff_base_s,
-        backoff_cap_s=row.backoff_cap_s,
-        quota_per_s=row.quota_per_s,
-    )
+    return LambdaInfo(id=row.pk, name=row.name, team_id=row.team_id, **overrides.effective(row))
 
 
 def _remember(info: LambdaInfo) -> LambdaInfo:
@@ -68,14 +66,14 @@ def by_name(name: str) -> LambdaInfo:
     """The lambda called `name`; LambdaNotFound if the store has no such row."""
     info = _cached(_by_name, name)
     if info is None:
-        row = Lambda.objects.filter(name=name).first()
+        row = _rows().filter(name=name).first()
         if row is None:
             from tasks_core import registry  # a lambda registered in code but not yet synced
 
             if name not in registry.names():
                 raise LambdaNotFound(f"unknown lambda {name!r}")
             registry.sync_to_store()
-            row = Lambda.objects.get(name=name)
+            row = _rows().get(name=name)
         info = _remember(_info(row))
     return info
 
@@ -84,7 +82,7 @@ def by_id(lambda_id: int) -> LambdaInfo:
     """The lambda with primary key `lambda_id`."""
     info = _cached(_by_id, lambda_id)
     if info is None:
-        info = _remember(_info(Lambda.objects.get(pk=lambda_id)))
+        info = _remember(_info(_rows().get(pk=lambda_id)))
     return info
 
 

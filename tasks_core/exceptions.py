@@ -29,6 +29,10 @@ class InvalidTask(AtfError):
         super().__init__("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in errors.items()))
 
 
+class InvalidOverride(InvalidTask):
+    """An operator override is not valid."""
+
+
 class InvalidTransition(AtfError):
     """That status change is not allowed."""
 

@@ -67,6 +67,30 @@ class Lambda(GatedModel):
         return self.name
 
 
+class LambdaOverride(models.Model):
+    """An operator's value for one option of a lambda; it wins over the code's value.
+
+    Code syncs write only the Lambda row's own columns, so an override outlives restarts,
+    `migrate` and new code. Clearing an override deletes its row.
+    """
+
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="overrides")
+    #: The option's name, as the API and `atf_lambda` spell it (see tasks_core.overrides).
+    option = models.CharField(max_length=32)
+    value = models.FloatField()
+    changed_by = models.CharField(max_length=200)
+    changed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["lambda_ref", "option"]
+        constraints = [
+            models.UniqueConstraint(fields=["lambda_ref", "option"], name="override_unique_option")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lambda_ref_id}.{self.option} = {self.value:g}"
+
+
 class Collection(GatedModel):
     """A labelled subset of a lambda's tasks, with its own gate."""
 

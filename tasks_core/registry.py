@@ -122,7 +122,8 @@ def names() -> list[str]:
 def sync_to_store() -> None:
     """Create or update a Lambda row per registered lambda; mark rows the code lost `in_code=False`.
 
-    Gates and anything an operator set in the store are kept; options come from the code.
+    The row's option columns hold the code's values and nothing else: operators' overrides
+    live in LambdaOverride rows and gates in their own columns, which this never writes.
     """
     from tasks_core import directory
     from tasks_core.models import Lambda, Team

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
-from tasks_core import gating, periodic, queues, retention, store, wakeup
+from tasks_core import gating, overrides, periodic, queues, retention, store, wakeup
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, TaskAssoc, Worker
 from tasks_core.states import AssocStatus
@@ -132,8 +132,9 @@ class Consumer:
         # One probe of the (lambda, priority, trigger) index per priority.
         probes = {f"due_{rank}": Exists(due.filter(priority=priority))
                   for rank, priority in enumerate(settings.ATF_PRIORITIES)}
-        rows = (Lambda.objects.order_by("pk").annotate(**probes)
-                .values_list("pk", "name", "gate", "gate_until", "quota_per_s", *probes))
+        rows = (Lambda.objects.order_by("pk")
+                .annotate(quota=overrides.effective_expression("quota"), **probes)
+                .values_list("pk", "name", "gate", "gate_until", "quota", *probes))
         return [
             _LambdaGates(lambda_id=pk, name=name,
                          gate=gating.Gate(state=gating.GateState(state), until=until),

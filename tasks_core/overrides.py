@@ -1,0 +1,206 @@
+"""Per-lambda options: the code's value, an operator's override that wins, and which applies.
+
+The code's value lives in the Lambda row's own column, which every code sync rewrites; an
+operator's value lives in a LambdaOverride row, which no sync touches. So an override
+survives restarts, `migrate` and new code, and clearing it returns to the code's current
+value. Every reader of an option's value (the directory, the consumer) goes through here.
+
+Adding an option is one line in OPTIONS, given the Lambda column that holds the code's value.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, OuterRef, Subquery
+from django.db.models.expressions import Expression
+from django.db.models.functions import Coalesce
+
+from tasks_core import liveness
+from tasks_core.exceptions import InvalidOverride
+from tasks_core.models import Lambda, LambdaOverride
+
+logger = logging.getLogger(__name__)
+
+CODE = "code"
+OPERATOR = "operator"
+
+#: Largest number of seconds an option accepts (about 30 years).
+MAX_SECONDS = 1e9
+#: Most attempts a lambda may allow.
+MAX_ATTEMPTS = 10_000
+#: Highest scheduling quota, in tasks per second.
+MAX_QUOTA_PER_S = 1e6
+
+#: A check of a value already known to be a finite number: the problem, or None.
+Check = Callable[[float], "str | None"]
+
+
+def _whole_attempts(value: float) -> str | None:
+    if value != int(value) or not 1 <= value <= MAX_ATTEMPTS:
+        return f"Give a whole number from 1 to {MAX_ATTEMPTS}."
+    return None
+
+
+def _positive(most: float) -> Check:
+    def check(value: float) -> str | None:
+        return None if 0 < value <= most else f"Give a number above 0 and at most {most:g}."
+    return check
+
+
+def _not_negative(value: float) -> str | None:
+    return None if 0 <= value <= MAX_SECONDS else f"Give 0 or more, at most {MAX_SECONDS:g}."
+
+
+def _above_heartbeats(value: float) -> str | None:
+    # A worker cuts itself off only after this many silent intervals, so a shorter timeout
+    # could enqueue a running task again; workers refuse to start with one.
+    floor = liveness.MAX_FAILED_HEARTBEATS * settings.ATF_HEARTBEAT_INTERVAL_S
+    if not floor < value <= MAX_SECONDS:
+        return (f"Give more than {floor:g} ({liveness.MAX_FAILED_HEARTBEATS} heartbeat "
+                f"intervals of {settings.ATF_HEARTBEAT_INTERVAL_S:g} s), at most "
+                f"{MAX_SECONDS:g}.")
+    return None
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  #: as the API, the console and `atf_lambda` spell it
+    column: str  #: the Lambda column (and LambdaInfo field) holding the code's value
+    check: Check
+    whole: bool  #: an integer option
+    text: str  #: what it means, with its unit
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("quota", "quota_per_s", _positive(MAX_QUOTA_PER_S), False,
+           "tasks per second the consumer may enqueue (none: no limit)"),
+    Option("max_attempts", "max_attempts", _whole_attempts, True,
+           "attempts before a task is dead"),
+    Option("heartbeat_timeout", "heartbeat_timeout_s", _above_heartbeats, False,
+           "seconds a running task may go without a heartbeat"),
+    Option("backoff_base", "backoff_base_s", _not_negative, False,
+           "seconds of the first retry's backoff ceiling"),
+    Option("backoff_cap", "backoff_cap_s", _positive(MAX_SECONDS), False,
+           "most seconds of backoff before a retry"),
+)
+BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolved:
+    """One option's value in effect, and where it comes from."""
+
+    value: float | int | None
+    source: str  #: CODE or OPERATOR
+    code_value: float | int | None
+    changed_by: str | None = None  #: who set the override (operator values only)
+    changed_at: datetime | None = None
+
+
+def _typed(option: Option, value: float | None) -> float | int | None:
+    if value is None:
+        return None
+    return int(value) if option.whole else float(value)
+
+
+def resolve(row: Lambda) -> dict[str, Resolved]:
+    """Every option of `row`: its value, source and, for an override, who set it and when.
+
+    Reads `row.overrides.all()`, so prefetch "overrides" when resolving many rows.
+    """
+    found = {override.option: override for override in row.overrides.all()}
+    resolved = {}
+    for option in OPTIONS:
+        code_value = _typed(option, getattr(row, option.column))
+        override = found.get(option.name)
+        if override is None:
+            resolved[option.name] = Resolved(value=code_value, source=CODE, code_value=code_value)
+        else:
+            resolved[option.name] = Resolved(
+                value=_typed(option, override.value), source=OPERATOR, code_value=code_value,
+                changed_by=override.changed_by, changed_at=override.changed_at)
+    return resolved
+
+
+def effective(row: Lambda) -> dict[str, Any]:
+    """Column name -> value in effect, for every option of `row` (see `resolve`)."""
+    return {BY_NAME[name].column: item.value for name, item in resolve(row).items()}
+
+
+def effective_expression(name: str) -> Expression:
+    """A query expression for the value of option `name` in effect, on Lambda querysets."""
+    option = BY_NAME[name]
+    operator_value = LambdaOverride.objects.filter(lambda_ref=OuterRef("pk"), option=name)
+    return Coalesce(Subquery(operator_value.values("value")[:1]), F(option.column))
+
+
+def check(changes: Mapping[str, Any]) -> dict[str, float | int | None]:
+    """The changes as typed values (None clears an override); InvalidOverride lists every
+    unknown option and bad value by name."""
+    errors: dict[str, list[str]] = {}
+    cleaned: dict[str, float | int | None] = {}
+    for name, raw in changes.items():
+        option = BY_NAME.get(name)
+        if option is None:
+            errors[str(name)[:100]] = ["Unknown option; use " + ", ".join(BY_NAME) + "."]
+            continue
+        if raw is None:
+            cleaned[name] = None
+            continue
+        value = _number(raw)
+        problem = "Give a number, or null to clear the override." if value is None \
+            else option.check(value)
+        if problem:
+            errors[name] = [problem]
+        else:
+            cleaned[name] = _typed(option, value)
+    if errors:
+        raise InvalidOverride(errors)
+    return cleaned
+
+
+def _number(raw: Any) -> float | None:
+    """A finite number from JSON or text; None for anything else (booleans included)."""
+    if isinstance(raw, bool):
+        return None
+    try:
+        value = float(raw.strip() if isinstance(raw, str) else raw)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def apply(row: Lambda, changes: Mapping[str, Any], *, by: str, now: datetime) -> None:
+    """Set (a value) or clear (None) operator overrides of `row`, recording `by` and `now`.
+
+    Validates everything first: a bad value changes nothing (InvalidOverride).
+    """
+    from tasks_core import directory  # the directory reads values through this module
+
+    cleaned = check(changes)
+    with transaction.atomic():
+        for name, value in cleaned.items():
+            if value is None:
+                LambdaOverride.objects.filter(lambda_ref=row, option=name).delete()
+            else:
+                LambdaOverride.objects.update_or_create(
+                    lambda_ref=row, option=name,
+                    defaults={"value": value, "changed_by": by[:200], "changed_at": now})
+    for name, value in cleaned.items():
+        logger.info("%s of %s %s by %s", name, row.name,
+                    "cleared" if value is None else f"set to {value:g}", by,
+                    extra={"action": "override_set", "lambda": row.name, "option": name})
+    directory.clear()
+
+
+def reset(row: Lambda, *, by: str, now: datetime) -> None:
+    """Clear every override of `row`: each option returns to the code's value."""
+    apply(row, dict.fromkeys(BY_NAME), by=by, now=now)
