@@ -286,7 +286,8 @@ def test_prune_without_age_when_retention_is_off(settings: Any) -> None:
 # --- from a shell ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["atf_gate", "atf_dlq", "atf_status", "atf_prune"])
+@pytest.mark.parametrize("command",
+                         ["atf_gate", "atf_dlq", "atf_status", "atf_prune", "atf_lambda"])
 def test_each_command_has_help(command: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "manage.py"), command, "--help"],
                           cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
