@@ -11,10 +11,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tasks_core import directory, limits, scheduling
+from tasks_core import directory, limits, overrides, scheduling
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import GateState
-from tasks_core.models import Collection, Lambda, TaskAttempt, TaskEntity
+from tasks_core.models import Collection, Lambda, PeriodicTask, TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
 
 
@@ -269,11 +269,60 @@ class LambdaCollectionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class OptionValueSerializer(serializers.Serializer):
+    """One option of a lambda: the value in effect and where it comes from."""
+
+    value = serializers.FloatField(allow_null=True, help_text="null: none (no limit)")
+    source = serializers.ChoiceField(choices=[overrides.CODE, overrides.OPERATOR])
+    code_value = serializers.FloatField(allow_null=True,
+                                        help_text="The code's value, which applies when the "
+                                                  "override is cleared.")
+    changed_by = serializers.CharField(required=False, help_text="Operator values only.")
+    changed_at = serializers.DateTimeField(required=False, help_text="Operator values only.")
+
+
+@extend_schema_field(OptionValueSerializer)
+class OptionField(serializers.Field):
+    """One option of the lambda row, resolved by tasks_core.overrides."""
+
+    def __init__(self, option: overrides.Option) -> None:
+        super().__init__(source="*", read_only=True, help_text=option.text)
+        self.option = option
+
+    def to_representation(self, row: Lambda) -> dict[str, Any]:
+        item = overrides.resolve(row)[self.option.name]
+        shown: dict[str, Any] = {"value": item.value, "source": item.source,
+                                 "code_value": item.code_value}
+        if item.source == overrides.OPERATOR:
+            shown["changed_by"] = item.changed_by
+            shown["changed_at"] = serializers.DateTimeField().to_representation(item.changed_at)
+        return shown
+
+
+@extend_schema_field({"type": "number", "nullable": True})
+class OverrideValueField(serializers.Field):
+    """A new operator value, checked by tasks_core.overrides; null clears the override."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+
+class LambdaOverridesSerializer(StrictSerializer):
+    """PATCH of a lambda: any of its options; a number sets an override, null clears it."""
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return {option.name: OverrideValueField(required=False, allow_null=True,
+                                                help_text=option.text)
+                for option in overrides.OPTIONS}
+
+
 class LambdaSerializer(serializers.ModelSerializer):
-    """A lambda with its gate, its collections' gates, queue depths and task counts.
+    """A lambda with its gate, its options, its collections' gates, queue depths and counts.
 
     The view passes `depths` (name -> priority -> n, or None when the queues are unreachable)
     and `counts` (name -> status -> n) in the context, computed once for all lambdas shown.
+    Each option is `{"value", "source", "code_value"}`, plus who changed an operator's value
+    and when; rows come with their "overrides" prefetched.
     """
 
     team = serializers.CharField(source="team.name", read_only=True)
@@ -283,9 +332,14 @@ class LambdaSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Lambda
-        fields = ["name", "team", "gate", "gate_until", "max_attempts", "heartbeat_timeout_s",
-                  "in_code", "collections", "queue_depth", "counts"]
+        fields = ["name", "team", "gate", "gate_until", "in_code", "collections", "queue_depth",
+                  "counts"]
         read_only_fields = fields
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        fields.update({option.name: OptionField(option) for option in overrides.OPTIONS})
+        return fields
 
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField(), allow_null=True))
     def get_queue_depth(self, row: Lambda) -> dict[str, int] | None:
@@ -296,6 +350,60 @@ class LambdaSerializer(serializers.ModelSerializer):
     def get_counts(self, row: Lambda) -> dict[str, int]:
         found = self.context.get("counts", {}).get(row.name, {})
         return {status.value: found.get(status.value, 0) for status in TaskStatus}
+
+
+# --- periodic tasks --------------------------------------------------------------------------
+
+
+class PeriodicTaskSerializer(serializers.ModelSerializer):
+    """A periodic task as the API shows it."""
+
+    lambda_name = serializers.CharField(source="lambda_ref.name", read_only=True)
+    payload = serializers.JSONField(read_only=True)
+
+    class Meta:
+        model = PeriodicTask
+        fields = ["name", "lambda_name", "cron", "interval_s", "timezone", "payload",
+                  "collection", "priority", "catch_up", "enabled", "in_code", "next_run_at",
+                  "last_run_at"]
+        read_only_fields = fields
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return _renamed(super().get_fields(), lambda_name="lambda")
+
+
+class PeriodicTaskWriteSerializer(StrictSerializer):
+    """A periodic task to create (name, lambda and one timing required) or change (PATCH: any
+    field but the name). tasks_core.periodic checks timing, lambda, payload and priority."""
+
+    name = serializers.CharField(max_length=200)
+    lambda_name = serializers.CharField(max_length=200)
+    cron = serializers.CharField(required=False, allow_blank=True, allow_null=True,
+                                 max_length=100, help_text='e.g. "*/5 * * * *"')
+    interval_s = serializers.FloatField(required=False, allow_null=True,
+                                        help_text="seconds between two runs (1 or more)")
+    timezone = serializers.CharField(required=False, max_length=64,
+                                     help_text='the cron\'s time zone, e.g. "Europe/Paris"')
+    payload = PayloadField(required=False, allow_null=True)
+    collection = serializers.CharField(required=False, max_length=100)
+    priority = serializers.CharField(required=False, max_length=32)
+    catch_up = serializers.ChoiceField(required=False, choices=PeriodicTask.CatchUp.choices)
+    enabled = serializers.BooleanField(required=False)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return _renamed(super().get_fields(), lambda_name="lambda")
+
+    def validate_name(self, name: str) -> str:
+        if self.instance is not None and name != self.instance.name:
+            raise serializers.ValidationError("The name of a periodic task cannot change.")
+        return name
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "cron" in attrs:
+            attrs["cron"] = attrs["cron"] or ""
+        if attrs.get("payload", {}) is None:
+            attrs["payload"] = {}
+        return attrs
 
 
 # --- dead letters ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -20,10 +20,10 @@ from rest_framework.views import APIView
 from tasks_api import permissions, serializers
 from tasks_api.pagination import TaskCursorPagination
 from tasks_api.policy import ApiPolicy
-from tasks_core import limits, operations, scheduling, stats
+from tasks_core import limits, operations, overrides, periodic, scheduling, stats
 from tasks_core.access import Scope
 from tasks_core.exceptions import QueueUnavailable
-from tasks_core.models import Collection, Lambda, TaskEntity
+from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class LambdaViewSet(ApiPolicy, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[Lambda]:
         return (permissions.lambdas_for(self.request.user).select_related("team")
-                .prefetch_related("collections").order_by("name"))
+                .prefetch_related("collections", "overrides").order_by("name"))
 
     def get_object(self) -> Lambda:
         _clean_path_value(self.kwargs["name"])
@@ -204,6 +204,17 @@ class LambdaViewSet(ApiPolicy, viewsets.ReadOnlyModelViewSet):
     @extend_schema(responses={200: serializers.LambdaSerializer, **_errors(404)})
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return Response(self._show(self.get_object())[0])
+
+    @extend_schema(request=serializers.LambdaOverridesSerializer,
+                   responses={200: serializers.LambdaSerializer, **_errors(400, 404, 415)})
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Set operator overrides of the lambda's options (null clears one)."""
+        row = self.get_object()
+        form = serializers.LambdaOverridesSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        overrides.apply(row, form.validated_data, by=request.user.get_username(),
+                        now=timezone.now())
+        return Response(self._show(self.get_queryset().get(pk=row.pk))[0])
 
     @extend_schema(request=serializers.GateSerializer,
                    responses={200: serializers.LambdaSerializer, **_errors(400, 404, 415)})
@@ -229,6 +240,71 @@ class LambdaViewSet(ApiPolicy, viewsets.ReadOnlyModelViewSet):
                                 collection=collection, until=form.validated_data.get("until"))
         shown = Collection.objects.select_related("lambda_ref").get(pk=gated.pk)
         return Response(serializers.CollectionSerializer(shown).data)
+
+
+# --- periodic tasks --------------------------------------------------------------------------
+
+
+@extend_schema(tags=["periodic tasks"])
+class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                          viewsets.GenericViewSet):
+    """Schedules that run a lambda on a cron expression or every N seconds: the caller's
+    teams' own. Those defined in code are read-only here."""
+
+    serializer_class = serializers.PeriodicTaskSerializer
+    lookup_field = "name"
+    lookup_value_regex = ".+"  # names may hold "/" (a cron's "*/5")
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet[PeriodicTask]:
+        return permissions.periodic_tasks_for(self.request.user).select_related(
+            "lambda_ref").order_by("name")
+
+    def get_object(self) -> PeriodicTask:
+        _clean_path_value(self.kwargs["name"])
+        return super().get_object()
+
+    def _save(self, request: Request, row: PeriodicTask, code: int) -> Response:
+        form = serializers.PeriodicTaskWriteSerializer(
+            row if row.pk else None, data=request.data, partial=row.pk is not None)
+        form.is_valid(raise_exception=True)
+        changes = dict(form.validated_data)
+        changes.pop("name", None)
+        if "lambda" in changes:
+            lambda_name = changes.pop("lambda")
+            permissions.check_may_schedule(request.user, [lambda_name])
+            found = Lambda.objects.filter(name=lambda_name).first()
+            if found is None:
+                raise ValidationError({"lambda": [f"Unknown lambda {lambda_name!r}."]})
+            changes["lambda_ref"] = found
+        saved = periodic.save_row(row, changes, now=timezone.now())
+        return Response(serializers.PeriodicTaskSerializer(saved).data, status=code)
+
+    @extend_schema(responses={200: serializers.PeriodicTaskSerializer(many=True), **_errors()})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(responses={200: serializers.PeriodicTaskSerializer, **_errors(404)})
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().retrieve(request, *args, **kwargs)
+
+    @extend_schema(request=serializers.PeriodicTaskWriteSerializer, responses={
+        201: serializers.PeriodicTaskSerializer, **_errors(400, 403, 409, 415)})
+    def create(self, request: Request) -> Response:
+        name = request.data.get("name") if isinstance(request.data, dict) else None
+        if isinstance(name, str) and PeriodicTask.objects.filter(name=name).exists():
+            raise ValidationError({"name": [f"A periodic task named {name!r} exists."]})
+        return self._save(request, PeriodicTask(name=name), status.HTTP_201_CREATED)
+
+    @extend_schema(request=serializers.PeriodicTaskWriteSerializer, responses={
+        200: serializers.PeriodicTaskSerializer, **_errors(400, 403, 404, 409, 415)})
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self._save(request, self.get_object(), status.HTTP_200_OK)
+
+    @extend_schema(responses={204: None, **_errors(404, 409)})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        periodic.delete_row(self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 # --- dead letters ----------------------------------------------------------------------------
