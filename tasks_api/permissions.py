@@ -12,7 +12,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from tasks_core import directory
 from tasks_core.access import Scope
 from tasks_core.exceptions import LambdaNotFound
-from tasks_core.models import Lambda, TaskEntity
+from tasks_core.models import Lambda, PeriodicTask, TaskEntity
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -35,6 +35,13 @@ def lambdas_for(user: User) -> QuerySet[Lambda]:
 def lambda_ids_for(user: User) -> list[int] | None:
     """Ids of the caller's lambdas, or None for all of them."""
     return Scope.of(user).lambda_ids()
+
+
+def periodic_tasks_for(user: User) -> QuerySet[PeriodicTask]:
+    """The periodic tasks of the caller's lambdas."""
+    teams = team_ids(user)
+    rows = PeriodicTask.objects.all()
+    return rows if teams is None else rows.filter(lambda_ref__team_id__in=list(teams))
 
 
 def tasks_for(user: User) -> QuerySet[TaskEntity]:

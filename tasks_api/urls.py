@@ -13,6 +13,7 @@ router.register("tasks", views.TaskViewSet, basename="task")
 router.register("lambdas", views.LambdaViewSet, basename="lambda")
 router.register("dead-letters", views.DeadLetterViewSet, basename="dead-letter")
 router.register("tokens", token_api.TokenViewSet, basename="token")
+router.register("periodic-tasks", views.PeriodicTaskViewSet, basename="periodic-task")
 
 app_name = "tasks_api"
 

@@ -27,7 +27,13 @@ from django.db import transaction
 from django.db.models import Q
 
 from tasks_core import directory, scheduling
-from tasks_core.exceptions import AtfError, ConfigurationError, LambdaNotFound
+from tasks_core.exceptions import (
+    AtfError,
+    ConfigurationError,
+    InvalidTask,
+    InvalidTransition,
+    LambdaNotFound,
+)
 from tasks_core.models import PeriodicTask
 
 logger = logging.getLogger(__name__)
@@ -39,6 +45,9 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BATCH_SIZE = 100
 #: Occurrences of one schedule materialised in one call when it is on time.
 MAX_OCCURRENCES_PER_CALL = 100
+
+#: Longest interval between two occurrences: ten years (its multiples must stay datetimes).
+MAX_INTERVAL_S = 10 * 366 * 86400.0
 
 #: A schedule given to atf.every / atf.register(schedule=): cron text, seconds or a timedelta.
 ScheduleValue = str | int | float | timedelta
@@ -73,8 +82,9 @@ def parse_schedule(schedule: ScheduleValue) -> tuple[str, float | None]:
     if isinstance(schedule, bool):
         raise ConfigurationError(f"not a schedule: {schedule!r}")
     if isinstance(schedule, int | float):
-        if not schedule >= 1:  # also refuses NaN
-            raise ConfigurationError(f"an interval must be 1 second or more, not {schedule!r}")
+        if not 1 <= schedule <= MAX_INTERVAL_S:  # also refuses NaN
+            raise ConfigurationError(
+                f"an interval must be from 1 to {MAX_INTERVAL_S:g} seconds, not {schedule!r}")
         return "", float(schedule)
     if isinstance(schedule, str) and croniter.is_valid(schedule.strip()):
         return schedule.strip(), None
@@ -91,13 +101,30 @@ def check_timezone(name: str) -> ZoneInfo:
         raise ConfigurationError(f"unknown time zone {name!r}") from exc
 
 
+def timing_errors(*, cron: str, interval_s: float | None, tz: str) -> dict[str, list[str]]:
+    """Field name ("cron", "interval_s", "timezone") -> what is wrong with this timing; empty
+    when it is exactly one valid schedule in a known time zone."""
+    errors: dict[str, list[str]] = {}
+    if bool(cron) == (interval_s is not None):
+        both = "give a cron expression or an interval, not both or neither"
+        errors["cron"] = errors["interval_s"] = [both]
+    else:
+        try:
+            parse_schedule(cron or interval_s)  # type: ignore[arg-type]
+        except ConfigurationError as exc:
+            errors["cron" if cron else "interval_s"] = [str(exc)]
+    try:
+        check_timezone(tz)
+    except ConfigurationError as exc:
+        errors["timezone"] = [str(exc)]
+    return errors
+
+
 def check_timing(*, cron: str, interval_s: float | None, tz: str) -> None:
     """Raise ConfigurationError unless this is exactly one valid schedule in a known time zone
     (for forms that edit PeriodicTask rows)."""
-    if bool(cron) == (interval_s is not None):
-        raise ConfigurationError("give a cron expression or an interval, not both or neither")
-    parse_schedule(cron or interval_s)  # type: ignore[arg-type]
-    check_timezone(tz)
+    if errors := timing_errors(cron=cron, interval_s=interval_s, tz=tz):
+        raise ConfigurationError("; ".join(dict.fromkeys(m for ms in errors.values() for m in ms)))
 
 
 def next_after(after: datetime, *, cron: str, interval_s: float | None, tz: str) -> datetime:
@@ -212,6 +239,54 @@ def _sync_one(spec: Spec, lambda_id: int) -> None:
         row.next_run_at = None  # recomputed from the new timing on the next call
         changed.append("next_run_at")
     row.save(update_fields=changed)
+
+
+# --- schedules defined by operators (API, console) --------------------------------------
+
+def check_row(row: PeriodicTask, *, now: datetime) -> None:
+    """Raise InvalidTask with every field error of `row`: its timing, and everything its
+    occurrences would be refused for when scheduled (lambda, payload, collection, priority)."""
+    errors = timing_errors(cron=row.cron, interval_s=row.interval_s, tz=row.timezone)
+    try:
+        scheduling.validate(row.lambda_ref.name, row.payload, collection=row.collection,
+                            priority=row.priority, now=now)
+    except InvalidTask as exc:
+        errors = {**exc.errors, **errors}
+    if row.catch_up not in CatchUp.values:
+        errors["catch_up"] = [f"Use one of {', '.join(CatchUp.values)}."]
+    if errors:
+        raise InvalidTask(errors)
+
+
+def save_row(row: PeriodicTask, changes: Mapping[str, Any], *, now: datetime) -> PeriodicTask:
+    """Create (`row` unsaved) or change an operator's schedule: set `changes`, check, save.
+
+    Checks the result first (InvalidTask); a new timing, or enabling it again, starts from the
+    next occurrence after now, as code schedules do.
+    """
+    if row.in_code:
+        raise InvalidTransition(f"periodic task {row.name!r} is defined in code; change it there")
+    timing = ("cron", "interval_s", "timezone")
+    moved = any(getattr(row, key) != changes[key] for key in timing if key in changes)
+    moved = moved or (changes.get("enabled") is True and not row.enabled)
+    for key, value in changes.items():
+        setattr(row, key, value)
+    check_row(row, now=now)
+    if moved:
+        row.next_run_at = None  # the consumer computes it from the timing on its next call
+    row.save()
+    logger.info("periodic task %s saved", row.name, extra={"action": "periodic_saved",
+                                                           "periodic": row.name})
+    return row
+
+
+def delete_row(row: PeriodicTask) -> None:
+    """Delete an operator's schedule (tasks it created stay)."""
+    if row.in_code:
+        raise InvalidTransition(f"periodic task {row.name!r} is defined in code; change it there")
+    row.delete()
+    logger.info("periodic task %s deleted", row.name, extra={"action": "periodic_deleted",
+                                                             "periodic": row.name})
 
 
 # --- the consumer's side -----------------------------------------------------------------
