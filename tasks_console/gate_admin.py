@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from tasks_console import display, gates, scoping
+from tasks_console import display, gates, options, scoping
 from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.forms import GateForm
 from tasks_console.gates import GateTarget
@@ -111,15 +113,35 @@ class GatedAdmin(ConsoleAdmin):
 @admin.register(Lambda)
 class LambdaAdmin(GatedAdmin):
     team_path = "team"
-    list_display = ("name", "team", "gate_display", "held_back", "max_attempts",
-                    "heartbeat_timeout_s", "quota_per_s", "in_code")
+    list_display = ("name", "team", "gate_display", "held_back", "options_summary", "in_code")
     list_filter = ("gate", "team", "in_code")
     search_fields = ("name",)
     list_select_related = ("team",)
-    readonly_fields = ("gate_display", "held_back")
-    fields = ("name", "team", "gate_display", "held_back", "gate_until", "max_attempts",
-              "heartbeat_timeout_s", "backoff_base_s", "backoff_cap_s", "quota_per_s", "in_code",
-              "created_at", "updated_at")
+    readonly_fields = ("gate_display", "held_back", "options_table")
+    fields = ("name", "team", "gate_display", "held_back", "gate_until", "options_table",
+              "in_code", "created_at", "updated_at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Lambda]:
+        return super().get_queryset(request).prefetch_related("overrides")
+
+    def get_urls(self) -> list[URLPattern]:
+        page = self.admin_site.admin_view(partial(options.view, self))
+        return [path("<path:object_id>/options/", page, name="tasks_core_lambda_options"),
+                *super().get_urls()]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> TemplateResponse:
+        links = [(reverse("admin:tasks_core_lambda_options", args=[object_id]), "Options…")]
+        extra = {**(extra_context or {}), "object_links": links}
+        return super().change_view(request, object_id, form_url, extra)
+
+    @admin.display(description="options (operator values in bold)")
+    def options_summary(self, row: Lambda) -> SafeString:
+        return options.summary(row)
+
+    @admin.display(description="options")
+    def options_table(self, row: Lambda) -> SafeString:
+        return options.table(row)
 
 
 @admin.register(Collection)
