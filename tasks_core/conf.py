@@ -80,7 +80,8 @@ ATF_RESTART_DELAY_S = 1.0
 ATF_WORKER_THREADS = 8
 #: Seconds a stopping worker lets running tasks finish before it exits.
 ATF_SHUTDOWN_GRACE_S = 30.0
-#: A worker whose last_seen is older than this is shown as gone.
+#: The consumer marks a worker whose last_seen is older than this as stopped (live workers are
+#: those seen within four heartbeat intervals, see tasks_core.liveness).
 ATF_WORKER_STALE_S = 60.0
 #: Seconds after which finished tasks are deleted by the consumer (0 keeps them forever).
 ATF_RETENTION_S = 7 * 24 * 3600.0

@@ -18,6 +18,11 @@ from tasks_core.models import Worker
 MAX_FAILED_HEARTBEATS = 3
 
 
+def outlasts_heartbeats(timeout_s: float, interval_s: float) -> bool:
+    """True when a heartbeat timeout is over the silence after which a worker cuts itself off."""
+    return timeout_s > MAX_FAILED_HEARTBEATS * interval_s
+
+
 def live_within_s() -> float:
     """Seconds since its last heartbeat within which a worker counts as live."""
     return (MAX_FAILED_HEARTBEATS + 1) * settings.ATF_HEARTBEAT_INTERVAL_S

@@ -62,11 +62,11 @@ def _not_negative(value: float) -> str | None:
 def _above_heartbeats(value: float) -> str | None:
     # A worker cuts itself off only after this many silent intervals, so a shorter timeout
     # could enqueue a running task again; workers refuse to start with one.
-    floor = liveness.MAX_FAILED_HEARTBEATS * settings.ATF_HEARTBEAT_INTERVAL_S
-    if not floor < value <= MAX_SECONDS:
-        return (f"Give more than {floor:g} ({liveness.MAX_FAILED_HEARTBEATS} heartbeat "
-                f"intervals of {settings.ATF_HEARTBEAT_INTERVAL_S:g} s), at most "
-                f"{MAX_SECONDS:g}.")
+    interval_s = settings.ATF_HEARTBEAT_INTERVAL_S
+    if not liveness.outlasts_heartbeats(value, interval_s) or value > MAX_SECONDS:
+        return (f"Give more than {liveness.MAX_FAILED_HEARTBEATS * interval_s:g} "
+                f"({liveness.MAX_FAILED_HEARTBEATS} heartbeat intervals of {interval_s:g} s), "
+                f"at most {MAX_SECONDS:g}.")
     return None
 
 

@@ -13,7 +13,7 @@ from django.db import DatabaseError, connection
 from tasks_core import checks as core_checks
 from tasks_core import queues, registry
 from tasks_core.exceptions import AtfError
-from workers.heartbeat import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
+from tasks_core.liveness import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 
 
 def heartbeat_errors() -> list[checks.CheckMessage]:

@@ -23,11 +23,6 @@ logger = logging.getLogger(__name__)
 EXIT_CUT_OFF = 75
 
 
-def outlasts_heartbeats(timeout_s: float, interval_s: float) -> bool:
-    """True when a heartbeat timeout is over the silence after which a worker cuts itself off."""
-    return timeout_s > MAX_FAILED_HEARTBEATS * interval_s
-
-
 def cut_off(reason: str) -> None:
     """Terminate this process at once: its leases can no longer be trusted."""
     logger.critical("%s: terminating the worker process so no task can run twice at once",

@@ -17,16 +17,12 @@ from collections.abc import Mapping, Sequence
 from django.conf import settings
 
 from tasks_core.exceptions import AtfError, ConfigurationError
+from tasks_core.liveness import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 from tasks_core.store import ClaimedTask
 from workers.buffer import WorkBuffer
 from workers.controller import ControllerThread
 from workers.executor import ExecutorThread, result_writer, start_writer
-from workers.heartbeat import (
-    MAX_FAILED_HEARTBEATS,
-    HeartbeatThread,
-    cut_off,
-    outlasts_heartbeats,
-)
+from workers.heartbeat import HeartbeatThread, cut_off
 from workers.results import Tally
 from workers.transport import Transport, WorkerInfo
 
