@@ -119,12 +119,11 @@ def test_the_consumer_spends_the_operators_quota(lam: Lambda,
     assert sum(consumer.run_pass().enqueued for _ in range(3)) == 20
 
 
-def test_a_worker_reads_the_operators_heartbeat_timeout(lam: Lambda) -> None:
-    from workers.worker import check_heartbeat_timeouts
+def test_a_worker_reads_the_operators_heartbeat_timeout(lam: Lambda,
+                                                         queue: queues.QueueBackend) -> None:
+    from workers.transport import DirectTransport
 
-    check_heartbeat_timeouts([NAME], interval_s=10.0)  # code: 40 s > 3 x 10 s
-    overrides.apply(lam, {"heartbeat_timeout": 16}, by="alice", now=timezone.now())
-    directory.clear()
-    with pytest.raises(Exception, match="heartbeat_timeout 16.0s must exceed"):
-        check_heartbeat_timeouts([NAME], interval_s=10.0)
-
+    transport = DirectTransport(queue)
+    assert transport.heartbeat_timeouts_s([NAME]) == {NAME: 40.0}
+    overrides.apply(lam, {"heartbeat_timeout": 60}, by="alice", now=timezone.now())
+    assert transport.heartbeat_timeouts_s([NAME]) == {NAME: 60.0}
