@@ -269,7 +269,11 @@ class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModel
             row if row.pk else None, data=request.data, partial=row.pk is not None)
         form.is_valid(raise_exception=True)
         changes = dict(form.validated_data)
-        changes.pop("name", None)
+        name = changes.pop("name", None)
+        if row.pk is None:
+            if PeriodicTask.objects.filter(name=name).exists():
+                raise ValidationError({"name": [f"A periodic task named {name!r} exists."]})
+            row.name = name
         if "lambda" in changes:
             lambda_name = changes.pop("lambda")
             permissions.check_may_schedule(request.user, [lambda_name])
@@ -291,10 +295,7 @@ class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModel
     @extend_schema(request=serializers.PeriodicTaskWriteSerializer, responses={
         201: serializers.PeriodicTaskSerializer, **_errors(400, 403, 409, 415)})
     def create(self, request: Request) -> Response:
-        name = request.data.get("name") if isinstance(request.data, dict) else None
-        if isinstance(name, str) and PeriodicTask.objects.filter(name=name).exists():
-            raise ValidationError({"name": [f"A periodic task named {name!r} exists."]})
-        return self._save(request, PeriodicTask(name=name), status.HTTP_201_CREATED)
+        return self._save(request, PeriodicTask(), status.HTTP_201_CREATED)
 
     @extend_schema(request=serializers.PeriodicTaskWriteSerializer, responses={
         200: serializers.PeriodicTaskSerializer, **_errors(400, 403, 404, 409, 415)})

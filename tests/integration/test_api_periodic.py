@@ -72,6 +72,12 @@ def test_a_bad_schedule_is_a_400_naming_the_field(alice: Member, body: dict,
     assert not PeriodicTask.objects.exists()
 
 
+@pytest.mark.parametrize("name", ["nul\x00name", "x" * 201, "", None])
+def test_a_bad_name_is_a_400(alice: Member, name: object) -> None:
+    response = create(alice, name=name, interval_s=60)
+    assert (response.status_code, list(response.json())) == (400, ["name"])
+
+
 def test_a_taken_name_is_a_400(alice: Member) -> None:
     create(alice, interval_s=60)
     response = create(alice, interval_s=30)
