@@ -39,9 +39,7 @@ def lambda_ids_for(user: User) -> list[int] | None:
 
 def periodic_tasks_for(user: User) -> QuerySet[PeriodicTask]:
     """The periodic tasks of the caller's lambdas."""
-    teams = team_ids(user)
-    rows = PeriodicTask.objects.all()
-    return rows if teams is None else rows.filter(lambda_ref__team_id__in=list(teams))
+    return Scope.of(user).filter(PeriodicTask.objects.all(), "lambda_ref__team")
 
 
 def tasks_for(user: User) -> QuerySet[TaskEntity]:

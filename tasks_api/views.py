@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from tasks_api import permissions, serializers
 from tasks_api.pagination import TaskCursorPagination
 from tasks_api.policy import ApiPolicy
-from tasks_core import limits, operations, overrides, periodic, scheduling, stats
+from tasks_core import limits, operations, periodic, scheduling, stats
 from tasks_core.access import Scope
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
@@ -212,8 +212,8 @@ class LambdaViewSet(ApiPolicy, viewsets.ReadOnlyModelViewSet):
         row = self.get_object()
         form = serializers.LambdaOverridesSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        overrides.apply(row, form.validated_data, by=request.user.get_username(),
-                        now=timezone.now())
+        operations.set_options(Scope.of(request.user), row.name, form.validated_data,
+                               by=request.user.get_username())
         return Response(self._show(self.get_queryset().get(pk=row.pk))[0])
 
     @extend_schema(request=serializers.GateSerializer,

@@ -9,12 +9,11 @@ from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from tasks_console import scoping
-from tasks_core import overrides
+from tasks_core import operations, overrides
+from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidOverride
 from tasks_core.models import Lambda
 
@@ -83,12 +82,12 @@ def view(model_admin: ModelAdmin, request: HttpRequest, object_id: str) -> HttpR
     row = model_admin.get_object(request, object_id)
     if row is None:  # not a lambda of the user's teams
         raise Http404("No such lambda.")
-    scoping.check_lambdas(request.user, [row.pk])
     form = OverridesForm(row, request.POST if request.method == "POST" else None)
     if form.is_bound and form.is_valid():
         changes = form.changes()
         try:
-            overrides.apply(row, changes, by=request.user.get_username(), now=timezone.now())
+            row = operations.set_options(Scope.of(request.user), row.name, changes,
+                                         by=request.user.get_username())
         except InvalidOverride as exc:
             for name, problems in exc.errors.items():
                 form.add_error(name, problems)
@@ -102,7 +101,7 @@ def view(model_admin: ModelAdmin, request: HttpRequest, object_id: str) -> HttpR
         "title": f"Options of {row.name}",
         "opts": model_admin.model._meta,
         "original": row,
-        "options_table": table(Lambda.objects.prefetch_related("overrides").get(pk=row.pk)),
+        "options_table": table(row),
         "form": form,
     }
     return TemplateResponse(request, "tasks_console/lambda_options.html", context)

@@ -1,4 +1,4 @@
-"""Every operator action, in one place: cancel, requeue, run now, discard, and gates.
+"""Every operator action, in one place: cancel, requeue, run now, discard, gates and options.
 
 The API's views, the console's actions and the management commands call these functions and
 nothing else to act on an operator's behalf, so each rule is written once:
@@ -12,21 +12,23 @@ nothing else to act on an operator's behalf, so each rule is written once:
   not allow raises InvalidTransition. Front ends turn these into a 400/409, a form error or a
   command's one-line message.
 
-One section per kind of target: single tasks, bulk actions on tasks, dead letters, gates.
+One section per kind of target: single tasks, bulk actions on tasks, dead letters, gates,
+lambda options.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from tasks_core import limits, scheduling, states, store, wakeup
+from tasks_core import limits, overrides, scheduling, states, store, wakeup
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidTask, InvalidTransition, LambdaNotFound, TaskNotFound
 from tasks_core.models import Collection, Lambda, TaskEntity
@@ -246,3 +248,21 @@ def gate(scope: Scope, lambda_name: str, state: str, *, collection: str | None =
     if not scope.lambdas().filter(name=lambda_name).exists():
         raise LambdaNotFound(f"unknown lambda {lambda_name!r}")
     return scheduling.set_gate(lambda_name, state, collection=collection, until=until)
+
+
+# --- lambda options --------------------------------------------------------------------------
+
+
+def set_options(scope: Scope, lambda_name: str, changes: Mapping[str, Any], *, by: str,
+                now: datetime | None = None) -> Lambda:
+    """Set (a value) or clear (None) operator overrides of a lambda of the scope, recording
+    `by`; return the lambda with its overrides. LambdaNotFound for a lambda outside the scope;
+    InvalidOverride (field errors) for a bad option or value, and then nothing changes."""
+    lambdas = scope.lambdas().prefetch_related("overrides")
+    row = lambdas.filter(name=lambda_name).first()
+    if row is None:
+        raise LambdaNotFound(f"unknown lambda {lambda_name!r}")
+    if changes:
+        overrides.apply(row, changes, by=by, now=now or timezone.now())
+        row = lambdas.get(pk=row.pk)
+    return row

@@ -23,7 +23,7 @@ from django.db.models import F, OuterRef, Subquery
 from django.db.models.expressions import Expression
 from django.db.models.functions import Coalesce
 
-from tasks_core import liveness
+from tasks_core import limits, liveness
 from tasks_core.exceptions import InvalidOverride
 from tasks_core.models import Lambda, LambdaOverride
 
@@ -34,8 +34,6 @@ OPERATOR = "operator"
 
 #: Largest number of seconds an option accepts (about 30 years).
 MAX_SECONDS = 1e9
-#: Most attempts a lambda may allow.
-MAX_ATTEMPTS = 10_000
 #: Highest scheduling quota, in tasks per second.
 MAX_QUOTA_PER_S = 1e6
 
@@ -44,8 +42,8 @@ Check = Callable[[float], "str | None"]
 
 
 def _whole_attempts(value: float) -> str | None:
-    if value != int(value) or not 1 <= value <= MAX_ATTEMPTS:
-        return f"Give a whole number from 1 to {MAX_ATTEMPTS}."
+    if value != int(value) or not 1 <= value <= limits.MAX_ATTEMPTS:
+        return f"Give a whole number from 1 to {limits.MAX_ATTEMPTS}."
     return None
 
 

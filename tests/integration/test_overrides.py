@@ -11,8 +11,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from tasks_core import atf, directory, overrides, queues, registry, store
-from tasks_core.exceptions import InvalidOverride
+from tasks_core import atf, directory, operations, overrides, queues, registry, store
+from tasks_core.access import Scope
+from tasks_core.exceptions import InvalidOverride, LambdaNotFound
 from tasks_core.models import Lambda, LambdaOverride
 from workers.consumer import Consumer
 
@@ -127,3 +128,12 @@ def test_a_worker_reads_the_operators_heartbeat_timeout(lam: Lambda,
     assert transport.heartbeat_timeouts_s([NAME]) == {NAME: 40.0}
     overrides.apply(lam, {"heartbeat_timeout": 60}, by="alice", now=timezone.now())
     assert transport.heartbeat_timeouts_s([NAME]) == {NAME: 60.0}
+
+
+def test_an_operator_outside_the_lambdas_team_cannot_override_it(lam: Lambda) -> None:
+    other = Scope(frozenset({lam.team_id + 1000}))
+    with pytest.raises(LambdaNotFound):
+        operations.set_options(other, NAME, {"quota": 1}, by="mallory")
+    assert not LambdaOverride.objects.exists()
+    row = operations.set_options(Scope(frozenset({lam.team_id})), NAME, {"quota": 1}, by="alice")
+    assert overrides.resolve(row)["quota"].source == "operator"

@@ -6,11 +6,11 @@ import getpass
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 
-from tasks_core import overrides
+from tasks_core import operations, overrides
+from tasks_core.access import EVERY_TEAM
 from tasks_core.contrib import cli
-from tasks_core.exceptions import InvalidOverride
+from tasks_core.exceptions import InvalidOverride, LambdaNotFound
 from tasks_core.models import Lambda
 
 #: The value that clears one override (the code's value applies again).
@@ -51,23 +51,21 @@ class Command(BaseCommand):
                             help="clear every override (before applying any given with it)")
 
     def handle(self, *args: Any, name: str, reset: bool, **options: Any) -> None:
-        row = Lambda.objects.filter(name=name).first()
-        if row is None:
-            raise CommandError(f"unknown lambda {name!r}")
         changes: dict[str, Any] = dict.fromkeys(overrides.BY_NAME) if reset else {}
         for option in overrides.OPTIONS:
             given = options.get(option.name)
             if given is not None:
                 changes[option.name] = None if given.strip().lower() == CLEAR else given
-        if changes:
-            try:
-                overrides.apply(row, changes, by=_who(), now=timezone.now())
-            except InvalidOverride as exc:
-                raise CommandError("; ".join(
-                    f"{_flag(overrides.BY_NAME[field])} {options[field]}: {' '.join(messages)}"
-                    for field, messages in exc.errors.items()
-                )) from None
-        self.stdout.write(self.render(Lambda.objects.prefetch_related("overrides").get(pk=row.pk)))
+        try:
+            row = operations.set_options(EVERY_TEAM, name, changes, by=_who())
+        except LambdaNotFound:
+            raise CommandError(f"unknown lambda {name!r}") from None
+        except InvalidOverride as exc:
+            raise CommandError("; ".join(
+                f"{_flag(overrides.BY_NAME[field])} {options[field]}: {' '.join(messages)}"
+                for field, messages in exc.errors.items()
+            )) from None
+        self.stdout.write(self.render(row))
 
     def render(self, row: Lambda) -> str:
         """The lambda's options as a table: value in effect, source, code value, who, when."""

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks_core', '0004_assoc_priority_due_index'),
+        ('tasks_core', '0005_team_view_all_teams'),
     ]
 
     operations = [
