@@ -377,7 +377,7 @@ class PeriodicTaskWriteSerializer(StrictSerializer):
     field but the name). tasks_core.periodic checks timing, lambda, payload and priority."""
 
     name = serializers.CharField(max_length=200)
-    lambda_name = serializers.CharField(max_length=200)
+    lambda_name = serializers.CharField(max_length=limits.LAMBDA_NAME_CHARS)
     cron = serializers.CharField(required=False, allow_blank=True, allow_null=True,
                                  max_length=100, help_text='e.g. "*/5 * * * *"')
     interval_s = serializers.FloatField(required=False, allow_null=True,
@@ -385,8 +385,8 @@ class PeriodicTaskWriteSerializer(StrictSerializer):
     timezone = serializers.CharField(required=False, max_length=64,
                                      help_text='the cron\'s time zone, e.g. "Europe/Paris"')
     payload = PayloadField(required=False, allow_null=True)
-    collection = serializers.CharField(required=False, max_length=100)
-    priority = serializers.CharField(required=False, max_length=32)
+    collection = serializers.CharField(required=False, max_length=limits.COLLECTION_CHARS)
+    priority = serializers.CharField(required=False, max_length=limits.PRIORITY_CHARS)
     catch_up = serializers.ChoiceField(required=False, choices=PeriodicTask.CatchUp.choices)
     enabled = serializers.BooleanField(required=False)
 
