@@ -21,8 +21,9 @@ from tasks_console import (  # noqa: F401
     token_admin,
 )
 from tasks_console.base import ConsoleAdmin
+from tasks_console.forms import PeriodicTaskForm
 from tasks_console.paginator import EstimatedCountPaginator
-from tasks_core import liveness
+from tasks_core import liveness, periodic
 from tasks_core.models import PeriodicTask, TaskAttempt, TaskDependency, Team, Worker
 
 
@@ -62,6 +63,7 @@ class PeriodicTaskAdmin(ConsoleAdmin):
     search_fields = ("name",)
     list_select_related = ("lambda_ref",)
     readonly_fields = ("in_code", "next_run_at", "last_run_at")
+    form = PeriodicTaskForm
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
         return scoping.is_console_user(request.user)
@@ -80,8 +82,12 @@ class PeriodicTaskAdmin(ConsoleAdmin):
 
     def save_model(self, request: HttpRequest, obj: PeriodicTask, form: Any,
                    change: bool) -> None:
+        """Saved as the API saves it: a new timing starts from its next occurrence."""
         scoping.check_lambdas(request.user, [obj.lambda_ref_id])
-        super().save_model(request, obj, form, change)
+        row = PeriodicTask.objects.get(pk=obj.pk) if change else obj
+        saved = periodic.save_row(row, {name: getattr(obj, name) for name in form.changed_data},
+                                  now=timezone.now())
+        obj.pk, obj.next_run_at = saved.pk, saved.next_run_at
 
 
 @admin.register(TaskAttempt)

@@ -1,4 +1,4 @@
-"""Forms of the console's confirmation pages."""
+"""Forms of the console: its confirmation pages, and the periodic-task form."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ from datetime import datetime
 
 from django import forms
 from django.utils import timezone
+
+from tasks_core import periodic
+from tasks_core.exceptions import InvalidTask
+from tasks_core.models import PeriodicTask
 
 
 class GateForm(forms.Form):
@@ -23,3 +27,31 @@ class GateForm(forms.Form):
         if until is not None and until <= timezone.now():
             raise forms.ValidationError("Pick a time in the future.")
         return until
+
+
+class PeriodicTaskForm(forms.ModelForm):
+    """A schedule as the console edits it, refused for exactly what the API refuses: the checks
+    are `periodic.check_row`'s (timing, time zone, and what each occurrence would be refused
+    for when scheduled: payload text, depth and size, collection, priority)."""
+
+    #: check_row's field names that the form calls differently.
+    RENAMED = {"lambda": "lambda_ref"}
+
+    class Meta:
+        model = PeriodicTask
+        fields = ["name", "lambda_ref", "cron", "interval_s", "timezone", "payload", "collection",
+                  "priority", "catch_up", "enabled"]
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the instance now holds the cleaned values
+        if "lambda_ref" not in self.cleaned_data:
+            return  # nothing to check the occurrences against; the form says why
+        try:
+            periodic.check_row(self.instance, now=timezone.now())
+        except InvalidTask as exc:
+            for name, messages in exc.errors.items():
+                field = self.RENAMED.get(name, name)
+                if field not in self.fields:
+                    self.add_error(None, [f"{name}: {message}" for message in messages])
+                elif field not in self.errors:  # the form's own error on it says it first
+                    self.add_error(field, messages)
