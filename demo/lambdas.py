@@ -83,3 +83,15 @@ def record(ctx: atf.TaskContext, payload: Any) -> dict:
             "pid": os.getpid(), "host": socket.gethostname()}
     _redis().rpush(key, json.dumps(line))
     return {"recorded": key}
+
+
+@atf.register("demo.hang", team=settings.ATF_DEMO_TEAM)
+def hang(ctx: atf.TaskContext, payload: Any) -> dict:
+    """Sleep `payload["seconds"]` in one call, never heartbeating: a lambda that hangs.
+
+    An interrupt reaches it only when the sleep returns, so a time limit shorter than the
+    sleep (`schedule(..., timeout=...)`) makes its worker process exit after the grace.
+    """
+    seconds = _seconds(payload)
+    time.sleep(seconds)
+    return {"slept": seconds}

@@ -67,6 +67,8 @@ class TaskSerializer(serializers.ModelSerializer):
     last_error = serializers.JSONField(read_only=True)
     parents = serializers.SerializerMethodField(help_text="Tasks this one runs after.")
     children = serializers.SerializerMethodField(help_text="Tasks that run after this one.")
+    timeout = serializers.FloatField(source="timeout_s", read_only=True, allow_null=True,
+                                     help_text="This task's own time limit in seconds, if any.")
 
     class Meta:
         model = TaskEntity
@@ -74,7 +76,7 @@ class TaskSerializer(serializers.ModelSerializer):
             "id", "lambda_name", "collection", "priority", "status", "payload", "attempts",
             "max_attempts", "run_at", "created_at", "enqueued_at", "started_at", "finished_at",
             "heartbeat_at", "result", "last_error", "idempotency_key", "worker", "parents",
-            "children",
+            "children", "timeout",
         ]
         read_only_fields = fields
 
@@ -136,6 +138,10 @@ class ScheduleTaskSerializer(StrictSerializer):
                                             max_length=limits.idempotency_key_chars())
     max_attempts = serializers.IntegerField(required=False, min_value=1,
                                             max_value=limits.MAX_ATTEMPTS)
+    timeout = serializers.FloatField(required=False, min_value=0.001,
+                                     max_value=limits.MAX_DELAY_S,
+                                     help_text="Seconds one attempt may run before it ends "
+                                               "`timeout`; default: the lambda's time limit.")
     after = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
                                   max_length=limits.MAX_PARENTS,
                                   help_text="Parent task ids: runs once all of them succeeded.")

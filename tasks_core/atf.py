@@ -14,21 +14,22 @@ from typing import Any
 from django.utils import timezone
 
 from tasks_core import scheduling
-from tasks_core.context import Fatal, Retry, TaskContext
+from tasks_core.context import Fatal, Retry, TaskContext, TimeLimitExceeded
 from tasks_core.models import TaskEntity
 from tasks_core.periodic import every
 from tasks_core.registry import register
 from tasks_core.scheduling import Call
 
 __all__ = [
-    "Call", "Fatal", "Retry", "TaskContext", "call", "cancel", "chain", "every", "register",
-    "schedule", "schedule_many",
+    "Call", "Fatal", "Retry", "TaskContext", "TimeLimitExceeded", "call", "cancel", "chain",
+    "every", "register", "schedule", "schedule_many",
 ]
 
 
 def schedule(lambda_name: str, payload: Any = None, **options: Any) -> TaskEntity:
     """Schedule a task of `lambda_name`; options: collection, priority, run_at or delay,
-    idempotency_key, max_attempts, after (parent task ids)."""
+    idempotency_key, max_attempts, timeout (seconds an attempt may run), after (parent task
+    ids)."""
     task, _created = scheduling.schedule(lambda_name, payload, **options)
     return task
 

@@ -18,6 +18,14 @@ class Fatal(Exception):  # noqa: N818 - an outcome, not an error
     """Raised by a lambda: the task failed for good; do not retry."""
 
 
+class TimeLimitExceeded(BaseException):  # noqa: N818 - named for what happened
+    """Raised in a lambda's thread when its attempt ran past its time limit.
+
+    A BaseException, like KeyboardInterrupt, so that a lambda's `except Exception` does not
+    swallow it; a lambda may catch it to clean up, but the attempt has already ended `timeout`.
+    """
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskContext:
     """What a running lambda knows about its task."""

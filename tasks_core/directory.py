@@ -31,6 +31,7 @@ class LambdaInfo:
     backoff_base_s: float
     backoff_cap_s: float
     quota_per_s: float | None
+    timeout_s: float | None  #: seconds one attempt may run; None: no limit
 
 
 _lock = threading.Lock()
@@ -44,7 +45,8 @@ def _rows() -> QuerySet[Lambda]:
 
 
 def _info(row: Lambda) -> LambdaInfo:
-    return LambdaInfo(id=row.pk, name=row.name, team_id=row.team_id, **overrides.effective(row))
+    return LambdaInfo(id=row.pk, name=row.name, team_id=row.team_id, timeout_s=row.timeout_s,
+                      **overrides.effective(row))
 
 
 def _remember(info: LambdaInfo) -> LambdaInfo:

@@ -55,6 +55,8 @@ class Lambda(GatedModel):
     backoff_cap_s = models.FloatField(default=600.0)
     #: Tasks per second the consumer may enqueue; null means no limit.
     quota_per_s = models.FloatField(null=True, blank=True)
+    #: Seconds one attempt may run (a task's own timeout wins); null means no limit.
+    timeout_s = models.FloatField(null=True, blank=True)
     #: False once the code no longer registers it (its tasks are kept).
     in_code = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -119,6 +121,8 @@ class TaskEntity(models.Model):
     max_attempts = models.PositiveIntegerField()
     run_at = models.DateTimeField()
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    #: Seconds one attempt of this task may run; null: its lambda's time limit.
+    timeout_s = models.FloatField(null=True, blank=True)
     #: Fencing token: bumped on every enqueue and claim; a stale holder's writes are refused.
     lease = models.BigIntegerField(default=0)
     worker = models.CharField(max_length=200, blank=True, default="")
@@ -214,6 +218,7 @@ class TaskAttempt(models.Model):
         RETRY = "retry"
         DEAD = "dead"
         LOST = "lost"  #: its executor vanished (killed, cut off); found by the consumer
+        TIMEOUT = "timeout"  #: it ran past its time limit
 
     task = models.ForeignKey(TaskEntity, on_delete=models.CASCADE, related_name="attempt_history")
     number = models.PositiveIntegerField()

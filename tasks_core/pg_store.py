@@ -59,16 +59,16 @@ WITH rows AS (
                 %(payloads)s::jsonb[], %(statuses)s::varchar[], %(max_attempts)s::int[],
                 %(run_ats)s::timestamptz[], %(keys)s::varchar[], %(finished_ats)s::timestamptz[],
                 %(last_errors)s::jsonb[], %(assoc_statuses)s::varchar[],
-                %(triggers)s::timestamptz[])
+                %(triggers)s::timestamptz[], %(timeouts)s::float8[])
         WITH ORDINALITY AS r(lambda_ref_id, collection, priority, payload, status, max_attempts,
                              run_at, idempotency_key, finished_at, last_error, assoc_status,
-                             next_trigger_at, ord)
+                             next_trigger_at, timeout_s, ord)
 ), entities AS (
     INSERT INTO {entity} (id, lambda_ref_id, collection, priority, payload, status, attempts,
                           max_attempts, run_at, idempotency_key, lease, worker, created_at,
-                          finished_at, last_error)
+                          finished_at, last_error, timeout_s)
     SELECT id, lambda_ref_id, collection, priority, payload, status, 0, max_attempts, run_at,
-           idempotency_key, 0, '', %(created_at)s, finished_at, last_error FROM rows
+           idempotency_key, 0, '', %(created_at)s, finished_at, last_error, timeout_s FROM rows
 ), assocs AS (
     INSERT INTO {assoc} (task_id, lambda_ref_id, collection, priority, status, next_trigger_at,
                          shard)
@@ -82,7 +82,8 @@ SELECT id FROM rows ORDER BY ord
 def insert(*, lambda_ids: list[int], collections: list[str], priorities: list[str],
            payloads: list[Any], statuses: list[str], max_attempts: list[int],
            run_ats: list[datetime], idempotency_keys: list[str | None],
-           finished_ats: list[datetime | None], last_errors: list[Any],
+           timeouts: list[float | None], finished_ats: list[datetime | None],
+           last_errors: list[Any],
            assoc_statuses: list[str], triggers: list[datetime | None],
            created_at: datetime) -> list[int]:
     """Insert tasks (one per position of the lists) with their assoc rows; their new ids."""
@@ -90,6 +91,7 @@ def insert(*, lambda_ids: list[int], collections: list[str], priorities: list[st
         "lambda_ids": lambda_ids, "collections": collections, "priorities": priorities,
         "payloads": [json.dumps(p) for p in payloads], "statuses": statuses,
         "max_attempts": max_attempts, "run_ats": run_ats, "keys": idempotency_keys,
+        "timeouts": timeouts,
         "finished_ats": finished_ats, "last_errors": [_json(e) for e in last_errors],
         "assoc_statuses": assoc_statuses, "triggers": triggers, "created_at": created_at,
     })
@@ -168,7 +170,7 @@ WITH wanted AS (
                           claimed_at = %(now)s
     FROM locked WHERE t.id = locked.id
     RETURNING t.id, t.lease, t.lambda_ref_id, t.collection, t.priority, t.payload::text,
-              t.attempts, t.max_attempts
+              t.attempts, t.max_attempts, t.timeout_s
 ), assoc AS (
     UPDATE {assoc} a SET status = %(assoc_status)s, next_trigger_at = %(trigger)s
     FROM claimed WHERE a.task_id = claimed.id
@@ -181,7 +183,7 @@ def claim(wanted: Mapping[int, int], *, lambda_ids: Sequence[int], worker: str,
           now: datetime, assoc: Mapping[str, Any]) -> list[tuple]:
     """enqueued -> claimed for the tasks whose lease matches, their assoc rows set to `assoc`;
     their rows, lease already bumped:
-    (id, lease, lambda id, collection, priority, payload, attempts, max attempts)."""
+    (id, lease, lambda id, collection, priority, payload, attempts, max attempts, timeout)."""
     ids = sorted(wanted)  # the lock order
     rows = _execute(_CLAIM, {
         "ids": ids, "leases": [wanted[pk] for pk in ids], "lambda_ids": list(lambda_ids),

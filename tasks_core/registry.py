@@ -30,6 +30,7 @@ class LambdaOptions:
     backoff_base_s: float
     backoff_cap_s: float
     quota_per_s: float | None
+    timeout_s: float | None  #: seconds one attempt may run; None: no limit
 
 
 class RegisteredLambda:
@@ -59,6 +60,12 @@ _lock = threading.Lock()
 _lambdas: dict[str, RegisteredLambda] = {}
 
 
+def _default_timeout_s() -> float | None:
+    """ATF_TASK_TIMEOUT_S as seconds (from the environment it may come as text)."""
+    value = settings.ATF_TASK_TIMEOUT_S
+    return None if value in (None, "") else float(value)
+
+
 def register(
     name: str,
     *,
@@ -68,10 +75,13 @@ def register(
     backoff_base: float | None = None,
     backoff_cap: float | None = None,
     quota: float | None = None,
+    timeout: float | None = None,
     schedule: str | float | timedelta | None = None,
 ) -> Callable[[LambdaFunction], RegisteredLambda]:
     """Decorator: register `func(ctx, payload)` as the lambda `name` with these options.
 
+    `timeout` is the seconds one attempt may run (default ATF_TASK_TIMEOUT_S; neither: no
+    limit); an attempt past it ends with outcome `timeout` and is retried like a failure.
     `schedule` also runs it periodically with an empty payload: a cron expression such as
     "*/5 * * * *", or an interval in seconds (see `tasks_core.periodic`).
     """
@@ -82,7 +92,10 @@ def register(
         backoff_base_s=settings.ATF_BACKOFF_BASE_S if backoff_base is None else backoff_base,
         backoff_cap_s=backoff_cap or settings.ATF_BACKOFF_CAP_S,
         quota_per_s=quota,
+        timeout_s=_default_timeout_s() if timeout is None else timeout,
     )
+    if options.timeout_s is not None and not options.timeout_s > 0:
+        raise ValueError(f"lambda {name!r}: timeout must be a number of seconds above 0")
 
     def decorate(func: LambdaFunction) -> RegisteredLambda:
         registered = RegisteredLambda(name, func, options)
@@ -140,6 +153,7 @@ def sync_to_store() -> None:
                 "backoff_base_s": lam.options.backoff_base_s,
                 "backoff_cap_s": lam.options.backoff_cap_s,
                 "quota_per_s": lam.options.quota_per_s,
+                "timeout_s": lam.options.timeout_s,
                 "in_code": True,
             },
         )

@@ -25,7 +25,8 @@ from tasks_core.models import Collection, Lambda, TaskEntity
 logger = logging.getLogger(__name__)
 
 #: The options schedule() takes besides the lambda and its payload.
-OPTIONS = ("collection", "priority", "run_at", "delay", "idempotency_key", "max_attempts", "after")
+OPTIONS = ("collection", "priority", "run_at", "delay", "idempotency_key", "max_attempts",
+           "timeout", "after")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +86,7 @@ def _payload_errors(payload: Any) -> list[str]:
 
 def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
              priority: Any = None, run_at: Any = None, delay: Any = None,
-             idempotency_key: Any = None, max_attempts: Any = None,
+             idempotency_key: Any = None, max_attempts: Any = None, timeout: Any = None,
              after: Sequence[int] | None = None, now: datetime) -> store.NewTask:
     """Check one task's fields; return the task to insert, or raise InvalidTask with every error."""
     errors: dict[str, list[str]] = {}
@@ -135,6 +136,9 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
         errors["max_attempts"] = [
             f"max_attempts must be a whole number from 1 to {limits.MAX_ATTEMPTS}."
         ]
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                or not 0 < timeout <= limits.MAX_DELAY_S):
+        errors["timeout"] = ["timeout must be a number of seconds, more than 0."]
     parents = tuple(after or ())
     if len(parents) > limits.MAX_PARENTS:
         errors["after"] = [f"A task waits for at most {limits.MAX_PARENTS} parents."]
@@ -152,6 +156,7 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
         run_at=run_at or now,
         max_attempts=max_attempts or info.max_attempts,
         idempotency_key=idempotency_key,
+        timeout_s=timeout,
         parents=parents,
     )
 

@@ -50,6 +50,7 @@ class NewTask:
     run_at: datetime
     max_attempts: int
     idempotency_key: str | None = None
+    timeout_s: float | None = None  #: None: the lambda's time limit
     parents: tuple[int, ...] = ()
 
 
@@ -65,6 +66,7 @@ class ClaimedTask:
     payload: Any
     attempt: int  #: the attempt about to start, counting from 1
     max_attempts: int
+    timeout_s: float | None = None  #: seconds the attempt may run (task's, else lambda's)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +166,7 @@ def _insert_postgres(entities: list[TaskEntity], assocs: list[dict[str, Any]]) -
         payloads=[e.payload for e in entities], statuses=[e.status for e in entities],
         max_attempts=[e.max_attempts for e in entities], run_ats=[e.run_at for e in entities],
         idempotency_keys=[e.idempotency_key for e in entities],
+        timeouts=[e.timeout_s for e in entities],
         finished_ats=[e.finished_at for e in entities],
         last_errors=[e.last_error for e in entities],
         assoc_statuses=[a["status"] for a in assocs],
@@ -185,6 +188,7 @@ def _new_entity(task: NewTask, parent_status: Mapping[int, str], now: datetime) 
         max_attempts=task.max_attempts,
         run_at=task.run_at,
         idempotency_key=task.idempotency_key,
+        timeout_s=task.timeout_s,
         created_at=now,
     )
     unsuccessful = states.FINAL - {TaskStatus.SUCCESS}
@@ -399,8 +403,11 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
     return [
         ClaimedTask(task_id=pk, lease=lease, lambda_name=directory.by_id(lambda_id).name,
                     collection=collection, priority=priority, payload=payload,
-                    attempt=attempts + 1, max_attempts=max_attempts)
-        for pk, lease, lambda_id, collection, priority, payload, attempts, max_attempts in rows
+                    attempt=attempts + 1, max_attempts=max_attempts,
+                    timeout_s=directory.by_id(lambda_id).timeout_s if timeout_s is None
+                    else timeout_s)
+        for pk, lease, lambda_id, collection, priority, payload, attempts, max_attempts,
+        timeout_s in rows
     ]
 
 
@@ -411,7 +418,7 @@ def _claim_orm(wanted: Mapping[int, int], *, lambda_ids: list[int], worker: str,
         .filter(pk__in=list(wanted), status=TaskStatus.ENQUEUED, lambda_ref_id__in=lambda_ids)
         .order_by("pk")
         .values_list("pk", "lease", "lambda_ref_id", "collection", "priority", "payload",
-                     "attempts", "max_attempts")
+                     "attempts", "max_attempts", "timeout_s")
         if wanted[row[0]] == row[1]
     ]
     ids = [row[0] for row in rows]
@@ -509,6 +516,10 @@ def _ending(task: ClaimedTask, result: Result, now: datetime) -> pg_store.Ending
             info = directory.by_id(lambda_id)
             delay_s = backoff.delay_s(task.attempt, base_s=info.backoff_base_s,
                                       cap_s=info.backoff_cap_s)
+        if result.outcome is Outcome.TIMEOUT:
+            # The timed-out lambda may run on for the worker's grace, after which its process
+            # exits: no retry before then (workers/time_limits.py).
+            delay_s = max(delay_s, 2 * settings.ATF_TIMEOUT_GRACE_S)
     states.check_transition(TaskStatus.PROCESSING, target)
     assoc = _assoc_changes(target, lambda_id, now, delay_s=delay_s)
     return pg_store.Ending(

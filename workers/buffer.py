@@ -9,17 +9,34 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.utils import timezone
 
 from tasks_core.store import ClaimedTask
+from workers import interrupts
 
 
 @dataclass(kw_only=True)
 class Running:
     task: ClaimedTask
+    thread_id: int  #: the executor thread running it
+    started_s: float  #: monotonic
+    started_at: datetime
     lost: bool = False  #: a heartbeat found the lease gone: the result must not be recorded
     finishing: bool = False  #: its result is being written; heartbeats leave it alone
-    started_s: float = field(default=0.0)
+    timed_out_s: float | None = None  #: when it ran past its time limit (monotonic)
+
+    @property
+    def deadline_s(self) -> float | None:
+        timeout_s = self.task.timeout_s
+        return None if timeout_s is None else self.started_s + timeout_s
+
+    @property
+    def discard(self) -> bool:
+        """Whether nothing of the lambda's own outcome may be recorded."""
+        return self.lost or self.timed_out_s is not None
 
 
 class WorkBuffer:
@@ -73,19 +90,28 @@ class WorkBuffer:
                     return queue.popleft()
             return None
 
-    def begin(self, task: ClaimedTask, started_s: float) -> Running:
+    def begin(self, task: ClaimedTask, started_s: float, thread_id: int) -> Running:
         with self._lock:
-            running = self._running[task.task_id] = Running(task=task, started_s=started_s)
+            running = self._running[task.task_id] = Running(
+                task=task, thread_id=thread_id, started_s=started_s, started_at=timezone.now()
+            )
             return running
 
-    def finishing(self, task: ClaimedTask) -> bool:
-        """The lambda returned: stop heartbeating the task; whether its lease was lost."""
+    def finishing(self, task: ClaimedTask) -> Running:
+        """The lambda returned: stop heartbeating the task, and withdraw a time-limit interrupt
+        not raised yet. Its `discard` tells whether its outcome must go unrecorded. Calling it
+        again (an interrupt raised on the way here) changes nothing more."""
         with self._lock:
             running = self._running[task.task_id]
-            running.finishing = True
-            self._held -= 1
-            self._slot_free.notify()
-            return running.lost
+            if running.timed_out_s is not None:
+                # First: after this no interrupt can arrive (time_out() holds this lock and
+                # interrupts a task once), so the changes below cannot be cut in half.
+                interrupts.cancel(running.thread_id)
+            if not running.finishing:
+                running.finishing = True
+                self._held -= 1
+                self._slot_free.notify()
+            return running
 
     def end(self, task: ClaimedTask) -> None:
         """The executor is done with `task` (finished, or it never started)."""
@@ -100,12 +126,13 @@ class WorkBuffer:
     def leases(self) -> dict[int, int]:
         with self._lock:
             return {pk: running.task.lease for pk, running in self._running.items()
-                    if not running.finishing}
+                    if not running.finishing and running.timed_out_s is None}
 
     def mark_lost(self, task_ids: set[int]) -> list[ClaimedTask]:
         with self._lock:
             lost = [self._running[pk] for pk in task_ids
-                    if pk in self._running and not self._running[pk].finishing]
+                    if pk in self._running and not self._running[pk].discard
+                    and not self._running[pk].finishing]
             for running in lost:
                 running.lost = True
             return [running.task for running in lost]
@@ -113,6 +140,28 @@ class WorkBuffer:
     def running_count(self) -> int:
         with self._lock:
             return len(self._running)
+
+    # --- the time limits' side -------------------------------------------------------------
+
+    def time_out(self, now_s: float) -> list[Running]:
+        """Tasks whose lambda is still running past their deadline: from now on they are not
+        heartbeated and their lambda's outcome is discarded, and their executor thread is
+        interrupted (under the lock, so never once the lambda has returned)."""
+        with self._lock:
+            overdue = [running for running in self._running.values()
+                       if not running.finishing and running.timed_out_s is None
+                       and running.deadline_s is not None and running.deadline_s <= now_s]
+            for running in overdue:
+                running.timed_out_s = now_s
+                interrupts.interrupt(running.thread_id)
+            return overdue
+
+    def hung(self, now_s: float, grace_s: float) -> list[Running]:
+        """Timed-out tasks whose lambda has not returned `grace_s` after its interrupt."""
+        with self._lock:
+            return [running for running in self._running.values()
+                    if not running.finishing and running.timed_out_s is not None
+                    and now_s - running.timed_out_s >= grace_s]
 
     # --- shutdown --------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import time
 from django.utils import timezone
 
 from tasks_core import registry, store
-from tasks_core.context import Fatal, Retry, TaskContext
+from tasks_core.context import Fatal, Retry, TaskContext, TimeLimitExceeded
 from tasks_core.states import TaskStatus
 from workers import db
 from workers.batching import BatchWriterThread
@@ -40,7 +40,10 @@ def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> sto
         return failed(Outcome.FATAL, exc)
     except Retry as exc:
         return failed(Outcome.RETRY, exc, exc.delay)
-    except Exception as exc:  # noqa: BLE001 - any other exception is a retriable failure
+    except TimeLimitExceeded as exc:
+        return failed(Outcome.TIMEOUT, exc)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt... included:
+        # whatever a lambda raises fails its attempt (retriable), never its executor thread
         return failed(Outcome.RETRY, exc)
     try:
         json.dumps(value, allow_nan=False)
@@ -76,6 +79,7 @@ class ExecutorThread(threading.Thread):
         self.tally = tally
 
     def run(self) -> None:
+        """Run tasks until the worker closes the buffer; nothing else ends the thread."""
         while True:
             task = self.buffer.take(timeout_s=0.5)
             if task is None:
@@ -84,7 +88,7 @@ class ExecutorThread(threading.Thread):
                 continue
             try:
                 self.execute(task)
-            except Exception:
+            except BaseException:  # noqa: BLE001 - the executor outlives anything
                 logger.exception("executor failed around task %d", task.task_id,
                                  extra={"action": "executor_restart", "task_id": task.task_id})
                 db.reset_connection()
@@ -97,17 +101,8 @@ class ExecutorThread(threading.Thread):
             if not self.starts.submit(task).result():
                 logger.debug("task %d moved on before it started; skipped", task.task_id)
                 return
-            self.buffer.begin(task, time.monotonic())
-            ctx = TaskContext(task_id=task.task_id, attempt=task.attempt,
-                              collection=task.collection, priority=task.priority,
-                              lambda_name=task.lambda_name,
-                              _heartbeat=lambda: self.heartbeat.beat_one(task))
-            result = run_lambda(task, ctx, worker=self.worker_id)
-            # Out of the heartbeat's set before the result is written, so a heartbeat racing
-            # the write does not mistake the finished task for a lost one.
-            if self.buffer.finishing(task):
-                logger.error("task %d finished after losing its lease; result discarded",
-                             task.task_id, extra={"action": "result_discarded"})
+            result = self.attempt(task)
+            if result is None:
                 return
             # Wait until the result is durable before taking another task: a process that
             # dies later then loses only the tasks it was running, never finished ones.
@@ -115,3 +110,33 @@ class ExecutorThread(threading.Thread):
         finally:
             self.buffer.end(task)
         log_outcome(task, result, status, self.tally)
+
+    def attempt(self, task: store.ClaimedTask) -> store.Result | None:
+        """Run the lambda of a started task; its outcome, or None when that must not be
+        recorded (the lease was lost, or the time limit ended the attempt and recorded it)."""
+        ctx = TaskContext(task_id=task.task_id, attempt=task.attempt, collection=task.collection,
+                          priority=task.priority, lambda_name=task.lambda_name,
+                          _heartbeat=lambda: self.heartbeat.beat_one(task))
+        result = None
+        try:
+            self.buffer.begin(task, time.monotonic(), threading.get_ident())
+            result = run_lambda(task, ctx, worker=self.worker_id)
+        except TimeLimitExceeded:
+            pass  # the interrupt came just after the lambda returned: the limit still holds
+        while True:
+            # Out of the heartbeat's set before the result is written, so a heartbeat racing
+            # the write does not mistake the finished task for a lost one.
+            try:
+                running = self.buffer.finishing(task)
+                break
+            except TimeLimitExceeded:
+                continue  # raised on the way there; finishing() withdraws any later one
+        if running.timed_out_s is not None:
+            logger.info("task %d: its lambda stopped after its time limit", task.task_id,
+                        extra={"action": "timeout_stopped", "task_id": task.task_id})
+            return None
+        if running.lost:
+            logger.error("task %d finished after losing its lease; result discarded",
+                         task.task_id, extra={"action": "result_discarded"})
+            return None
+        return result

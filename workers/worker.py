@@ -1,7 +1,10 @@
 """One worker process: a controller, executor threads and a heartbeat, around one buffer.
 
-The main thread waits for a stop request and watches the heartbeat: three intervals without
-a successful one and the process terminates itself (the heartbeat thread may be the one stuck).
+The main thread waits for a stop request and watches: three heartbeat intervals without a
+successful heartbeat and the process terminates itself (the heartbeat thread may be the one
+stuck); tasks past their time limit are timed out; a lambda that does not stop within the
+grace after that, or an executor thread that died, makes the process exit non-zero so that
+its supervisor (`runworker --processes N`, systemd, Kubernetes) starts a fresh one.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -24,14 +28,21 @@ from workers.controller import ControllerThread
 from workers.executor import ExecutorThread, result_writer, start_writer
 from workers.heartbeat import HeartbeatThread, cut_off
 from workers.results import Tally
+from workers.time_limits import TimeLimits
 from workers.transport import Transport, WorkerInfo
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between two summary lines at INFO.
 SUMMARY_INTERVAL_S = 10.0
-#: How often the main thread checks the heartbeat and the stop request.
+#: How often the main thread checks the heartbeat, the time limits and the stop request.
 WATCH_INTERVAL_S = 0.1
+#: Exit status of a worker process whose lambda did not stop after its time limit.
+EXIT_HUNG = 76
+#: Exit status of a worker process that has fewer live executor threads than it was started with.
+EXIT_EXECUTOR_LOST = 77
+#: Seconds an abandoning process gives its result writer to record finished attempts.
+ABANDON_FLUSH_S = 1.0
 
 
 def check_heartbeat_timeouts(timeouts_s: Mapping[str, float], interval_s: float) -> None:
@@ -66,10 +77,14 @@ class WorkerProcess:
                            results=self.results, tally=self.tally)
             for i in range(threads)
         ]
+        self.time_limits = TimeLimits(buffer=self.buffer, results=self.results,
+                                      worker_id=self.worker_id, tally=self.tally,
+                                      grace_s=settings.ATF_TIMEOUT_GRACE_S)
+        self.exit_code = 0
         self._stop = threading.Event()
 
-    def run(self) -> None:
-        """Work until stop() is called, then shut down gracefully."""
+    def run(self) -> int:
+        """Work until stop() is called, then shut down gracefully; the exit status."""
         self.transport.register(WorkerInfo(
             worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
             lambdas=tuple(self.lambda_names), threads=len(self.executors),
@@ -86,12 +101,45 @@ class WorkerProcess:
                 self._summarise(time.monotonic() - summarised_s)
                 summarised_s = time.monotonic()
         self.shutdown()
+        return self.exit_code
 
     def watch(self) -> None:
-        """Terminate the process if the heartbeat has been silent for three intervals."""
+        """Terminate the process if the heartbeat has been silent for three intervals; end
+        attempts past their time limit, and leave if a lambda hangs or an executor died."""
         silent_s = self.heartbeat.silent_for_s()
         if silent_s > MAX_FAILED_HEARTBEATS * self.interval_s:
             cut_off(f"no successful heartbeat for {silent_s:.1f}s")
+        if hung := self.time_limits.enforce(time.monotonic()):
+            self.abandon(f"the lambda of task(s) {', '.join(str(r.task.task_id) for r in hung)} "
+                         f"did not stop within {self.time_limits.grace_s:g}s of its time limit")
+        alive = sum(thread.is_alive() for thread in self.executors)
+        if alive < len(self.executors) and not self._stop.is_set():
+            logger.critical("%d of %d executor threads died; stopping so that a fresh process "
+                            "takes over", len(self.executors) - alive, len(self.executors),
+                            extra={"action": "worker_executor_lost"})
+            self.exit_code = EXIT_EXECUTOR_LOST
+            self.stop()
+
+    def abandon(self, reason: str) -> None:
+        """Hand back the buffered tasks and exit at once with EXIT_HUNG: a thread that ignores
+        its interrupt can be stopped only with its process, before its task's retry is due.
+        Finished attempts get a moment to be recorded; tasks still running elsewhere in this
+        process are retried after their heartbeat timeout."""
+        logger.critical("%s: handing back buffered tasks and exiting for a restart", reason,
+                        extra={"action": "worker_hung"})
+        self.controller.stop()
+        released = self._hand_back(self.buffer.close())
+        self.results.stop()
+        self.results.join(ABANDON_FLUSH_S)
+        try:
+            self.transport.deregister()
+        except AtfError as exc:
+            logger.warning("could not mark the worker stopped: %s", exc)
+        logger.critical("handed back %d buffered task(s); exiting with %d", released, EXIT_HUNG)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.stdout.flush()
+        os._exit(EXIT_HUNG)
 
     def _summarise(self, elapsed_s: float) -> None:
         counts = self.tally.take()

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 CONTRACT_FIELDS = [
     "id", "lambda", "collection", "priority", "status", "payload", "attempts", "max_attempts",
     "run_at", "created_at", "enqueued_at", "started_at", "finished_at", "heartbeat_at", "result",
-    "last_error", "idempotency_key", "worker", "parents", "children",
+    "last_error", "idempotency_key", "worker", "parents", "children", "timeout",
 ]
 
 
@@ -44,6 +44,22 @@ def test_schedule_answers_201_with_the_task(alice: Member) -> None:
     created_at = datetime.fromisoformat(body["created_at"])
     assert timedelta(seconds=299) < run_at - created_at < timedelta(seconds=301)
     assert TaskEntity.objects.filter(pk=body["id"]).exists()
+
+
+def test_schedule_with_a_time_limit(alice: Member) -> None:
+    # When a task is scheduled with its own time limit, Then it is stored and shown
+    response = schedule(alice, timeout=2.5)
+    assert response.status_code == 201, response.json()
+    assert response.json()["timeout"] == 2.5
+    assert TaskEntity.objects.get(pk=response.json()["id"]).timeout_s == 2.5
+    # ...without one it has none of its own
+    assert schedule(alice).json()["timeout"] is None
+    # ...and a time limit that is not a positive number is a field error, nothing created
+    for bad in (0, -1, "soon"):
+        response = schedule(alice, timeout=bad)
+        assert response.status_code == 400
+        assert "timeout" in response.json()
+    assert TaskEntity.objects.count() == 2
 
 
 def test_schedule_with_defaults(alice: Member) -> None:

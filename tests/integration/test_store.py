@@ -342,6 +342,14 @@ def test_schedule_validates_every_field_at_once() -> None:
     assert TaskEntity.objects.count() == 0
 
 
+def test_a_time_limit_is_a_positive_number_of_seconds() -> None:
+    assert TaskEntity.objects.get(pk=atf.schedule("demo.noop", timeout=2.5).pk).timeout_s == 2.5
+    for bad in (0, -1, True, "5", float("inf")):
+        with pytest.raises(InvalidTask) as caught:
+            atf.schedule("demo.noop", timeout=bad)
+        assert set(caught.value.errors) == {"timeout"}
+
+
 def test_payload_size_limit(settings: object) -> None:
     settings.ATF_MAX_PAYLOAD_BYTES = 100
     atf.schedule("demo.noop", {"s": "x" * 80})

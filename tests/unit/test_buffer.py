@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
+from tasks_core.context import TimeLimitExceeded
 from tasks_core.store import ClaimedTask
 from workers.buffer import WorkBuffer
 
 PRIORITIES = ["high", "default", "low"]
 
 
-def task(task_id: int, priority: str = "default") -> ClaimedTask:
+def task(task_id: int, priority: str = "default", timeout_s: float | None = None) -> ClaimedTask:
     return ClaimedTask(task_id=task_id, lease=1, lambda_name="demo.noop", collection="default",
-                       priority=priority, payload={}, attempt=1, max_attempts=3)
+                       priority=priority, payload={}, attempt=1, max_attempts=3,
+                       timeout_s=timeout_s)
 
 
 def test_the_controller_claims_only_for_executors_with_nothing_to_run_next() -> None:
@@ -20,11 +25,11 @@ def test_the_controller_claims_only_for_executors_with_nothing_to_run_next() -> 
     assert buffer.free_slots() == 0  # buffered tasks fill the slots
     first, second = buffer.take(timeout_s=0), buffer.take(timeout_s=0)
     assert buffer.free_slots() == 0  # an executor waiting for its start still holds a slot
-    buffer.begin(first, 0.0)
-    buffer.begin(second, 0.0)
+    buffer.begin(first, 0.0, thread_id=0)
+    buffer.begin(second, 0.0, thread_id=0)
     assert buffer.free_slots() == 0
     # The first lambda returns: while its result is written, its executor counts as free
-    assert buffer.finishing(first) is False
+    assert buffer.finishing(first).discard is False
     assert buffer.free_slots() == 1
     buffer.put([task(3)])
     assert buffer.free_slots() == 0
@@ -48,3 +53,43 @@ def test_executors_take_the_highest_priority_first_and_a_closed_buffer_hands_bac
     assert buffer.take(timeout_s=0).task_id == 3
     assert [t.task_id for t in buffer.close()] == [2, 1]
     assert buffer.take(timeout_s=1) is None
+
+
+def test_a_task_past_its_time_limit_is_interrupted_once_and_no_longer_heartbeated() -> None:
+    # Given a task with a time limit of 1 s, run by a thread busy in Python code
+    buffer = WorkBuffer(priorities=PRIORITIES, executors=1)
+    buffer.put([task(1, timeout_s=1.0)])
+    limited = buffer.take(timeout_s=0)
+    raised = threading.Event()
+    started = threading.Event()
+
+    def lambda_thread() -> None:
+        buffer.begin(limited, 0.0, thread_id=threading.get_ident())
+        started.set()
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                pass
+        except TimeLimitExceeded:
+            raised.set()
+            time.sleep(0.5)  # a lambda slow to return after its interrupt
+
+    thread = threading.Thread(target=lambda_thread)
+    thread.start()
+    started.wait(5)
+    # Before its deadline nothing happens
+    assert buffer.time_out(now_s=0.5) == []
+    assert buffer.leases() == {1: 1}
+    # At its deadline it is timed out once: interrupted, out of the heartbeat's leases
+    (timed_out,) = buffer.time_out(now_s=1.0)
+    assert timed_out.task.task_id == 1
+    assert buffer.time_out(now_s=2.0) == []
+    assert raised.wait(5)
+    assert buffer.leases() == {}
+    # It counts as hung once the grace has passed without its lambda returning
+    assert buffer.hung(now_s=1.5, grace_s=1.0) == []
+    assert [r.task.task_id for r in buffer.hung(now_s=2.0, grace_s=1.0)] == [1]
+    thread.join(5)
+    # Its lambda's own outcome is discarded; once it returned it is not hung
+    assert buffer.finishing(limited).discard is True
+    assert buffer.hung(now_s=9.0, grace_s=1.0) == []

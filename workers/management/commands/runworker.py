@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from argparse import ArgumentParser
 from typing import Any
 
@@ -57,4 +58,5 @@ class Command(checks.LongRunningCommand):
         except AtfError as exc:
             raise CommandError(str(exc)) from exc
         signals.on_stop(worker.stop)
-        worker.run()
+        if exit_code := worker.run():
+            sys.exit(exit_code)

@@ -1,0 +1,86 @@
+"""Time limits on real workers: an attempt past its limit ends `timeout` and is retried; an
+executor survives its lambda; a lambda that ignores its interrupt costs its process, which
+its supervisor restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tasks_core import atf
+from tasks_core.models import TaskAttempt, TaskEntity
+from tests.acceptance.test_workers import FAST
+from tests.conftest import Processes, subprocess_env, wait_for
+from workers.worker import EXIT_HUNG
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def env() -> dict[str, str]:
+    return subprocess_env(**FAST, ATF_TIMEOUT_GRACE_S="1")
+
+
+def status(task: TaskEntity) -> str:
+    return TaskEntity.objects.get(pk=task.pk).status
+
+
+def attempts(task: TaskEntity) -> list[TaskAttempt]:
+    return list(TaskAttempt.objects.filter(task_id=task.pk).order_by("number"))
+
+
+def test_an_attempt_past_its_time_limit_ends_timeout_and_its_executor_goes_on(
+        processes: Processes, env: dict[str, str]) -> None:
+    # Given a task that would sleep 30 s (heartbeating), with a time limit of 1 s, 2 attempts
+    slow = atf.schedule("demo.sleep", {"seconds": 30}, timeout=1, max_attempts=2)
+    # When a consumer and a single-threaded worker run it
+    processes.start("runconsumer", env=env)
+    worker = processes.start("runworker", "demo.sleep", "demo.noop", "--threads", "1", env=env)
+    wait_for(lambda: status(slow) == "dead", timeout_s=60, message="the task dead")
+    # Then each attempt ended `timeout` about a second after it began
+    first, second = attempts(slow)
+    assert [a.outcome for a in (first, second)] == ["timeout", "timeout"]
+    assert {a.error["type"] for a in (first, second)} == {"TimeLimitExceeded"}
+    assert all((a.ended_at - a.started_at).total_seconds() < 2.5 for a in (first, second))
+    assert TaskEntity.objects.get(pk=slow.pk).last_error["type"] == "TimeLimitExceeded"
+    # ...the retry waited at least twice the grace, so the interrupted lambda had stopped
+    assert (second.started_at - first.ended_at).total_seconds() >= 2
+    # ...and the one executor was freed: it runs the next task, in the same process
+    after = atf.schedule("demo.noop")
+    wait_for(lambda: status(after) == "success", message="the next task")
+    assert worker.poll() is None
+
+
+def test_the_lambdas_time_limit_applies_when_the_task_has_none(
+        processes: Processes, env: dict[str, str]) -> None:
+    # Given a default time limit of 1 s for every lambda, and a task without its own
+    env = {**env, "ATF_TASK_TIMEOUT_S": "1"}
+    slow = atf.schedule("demo.sleep", {"seconds": 30}, max_attempts=1)
+    processes.start("runconsumer", env=env)
+    processes.start("runworker", "demo.sleep", "--threads", "1", env=env)
+    # Then its attempt ends `timeout`, and with no attempt left the task is dead
+    wait_for(lambda: status(slow) == "dead", timeout_s=30, message="the task dead")
+    assert [a.outcome for a in attempts(slow)] == ["timeout"]
+
+
+def test_a_lambda_that_ignores_its_interrupt_makes_its_process_exit_for_a_restart(
+        processes: Processes, env: dict[str, str]) -> None:
+    # Given a task that hangs in one long sleep, with a time limit of 1 s and 2 attempts
+    hung = atf.schedule("demo.hang", {"seconds": 3600}, timeout=1, max_attempts=2)
+    # When a consumer and a supervisor of two single-threaded worker processes run it
+    processes.start("runconsumer", env=env)
+    supervisor = processes.start("runworker", "demo.hang", "demo.noop", "--processes", "2",
+                                 "--threads", "1", env=env)
+    wait_for(lambda: status(hung) == "dead", timeout_s=90, message="the task dead")
+    # Then both attempts ended `timeout`
+    assert [a.outcome for a in attempts(hung)] == ["timeout", "timeout"]
+    # ...and each time the process that ran it exited with EXIT_HUNG and was restarted
+    log = Path(supervisor.log_path).read_text()  # type: ignore[attr-defined]
+    wait_for(lambda: Path(supervisor.log_path).read_text().count(  # type: ignore[attr-defined]
+        f"exited with {EXIT_HUNG}; restarting") == 2, message="two restarts")
+    assert "did not stop within 1s of its time limit" in log
+    # ...while the workers went on serving
+    after = atf.schedule("demo.noop")
+    wait_for(lambda: status(after) == "success", message="the next task")
+    assert supervisor.poll() is None

@@ -1,0 +1,30 @@
+"""Asynchronous exceptions into executor threads: how a timed-out lambda is stopped.
+
+CPython raises an exception set with PyThreadState_SetAsyncExc the next time the target
+thread runs Python bytecode. A lambda blocked in one long C call (time.sleep, a socket read
+without a timeout) sees it only when that call returns; the worker's grace period covers that.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from tasks_core.context import TimeLimitExceeded
+
+# Two pointers to the one function, typed differently: one raises, one (with NULL) clears.
+_raise = ctypes.pythonapi["PyThreadState_SetAsyncExc"]
+_raise.argtypes = (ctypes.c_ulong, ctypes.py_object)
+_raise.restype = ctypes.c_int
+_clear = ctypes.pythonapi["PyThreadState_SetAsyncExc"]
+_clear.argtypes = (ctypes.c_ulong, ctypes.c_void_p)
+_clear.restype = ctypes.c_int
+
+
+def interrupt(thread_id: int) -> bool:
+    """Raise TimeLimitExceeded in the thread `thread_id`; whether such a thread exists."""
+    return _raise(thread_id, TimeLimitExceeded) == 1
+
+
+def cancel(thread_id: int) -> None:
+    """Withdraw an interrupt of `thread_id` that has not been raised yet."""
+    _clear(thread_id, None)
