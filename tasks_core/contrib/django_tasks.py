@@ -3,25 +3,48 @@
     TASKS = {"default": {"BACKEND": "tasks_core.contrib.django_tasks.ATFBackend"}}
 
 `@task` functions are enqueued as tasks of one ATF lambda, `django_tasks.run`, whose payload
-names the function by its import path; ATF workers run them like any other task. priority
-(-100..100) maps to ATF's priority names, run_after to run_at, queue_name to the collection,
-and the result id is the ATF task id. OPTIONS: {"MAX_ATTEMPTS": n} (default 1: an exception
-fails the task, as with django-tasks' own backends; more gives ATF's retries with backoff).
+names the function by its import path; ATF workers run them like any other task. run_after
+maps to run_at, queue_name to the collection, and the result id is the ATF task id.
+
+A worker runs only functions it knows as tasks: those enqueued from its own process, and
+the `@task` objects of the `tasks` modules of installed apps and of the modules listed in
+OPTIONS["MODULES"], imported once at its first task. A payload's import path is only looked up
+in that registry, never imported, so no payload can make a worker import a module.
+
+Priorities: django-tasks' -100..100 map onto ATF's priority names, which order tasks strictly
+(high before default before low), first due first within a name. 0 is ATF_DEFAULT_PRIORITY;
+1..100 are spread evenly over the names above it, -1..-100 over those below it (with the
+default names: 1..100 -> high, -1..-100 -> low). Within a name, numeric order is not kept:
+ATF keeps one queue per <lambda, priority name>, which gives strict priority between names at
+no cost, whereas an order by number would need a sorted queue per name instead of a list.
+Deployments that need finer steps add names to ATF_PRIORITIES.
+
+Outcomes: an exception the function raises -- SystemExit, KeyboardInterrupt and other
+BaseExceptions included -- fails the attempt with that exception's class and traceback.
+`task_finished` is sent once per task, when it has finished for good: SUCCESSFUL with its
+return value, or FAILED with all its attempts' errors; an attempt that will be retried sends
+no signal. OPTIONS: {"MAX_ATTEMPTS": n} (default 1: an exception fails the task, as with
+django-tasks' own backends; more gives ATF's retries with backoff).
 """
 
 from __future__ import annotations
 
 import builtins
+import importlib
 import logging
 import re
+import sys
+import threading
+import traceback
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
-from django.utils.module_loading import import_string
+from django.utils.module_loading import autodiscover_modules
 from django_tasks import TaskContext, task_backends
 from django_tasks.backends.base import BaseTaskBackend
 from django_tasks.base import TASK_MAX_PRIORITY, Task, TaskError, TaskResult, TaskResultStatus
@@ -59,10 +82,6 @@ STATUSES: dict[TaskStatus, TaskResultStatus] = {
 }
 
 
-class TaskExited(Exception):  # noqa: N818 - named for what the task did
-    """The task function raised SystemExit; reported as a failure instead of ending the worker."""
-
-
 def priority_name(priority: int) -> str:
     """The ATF priority of a django-tasks priority: 0 is the default priority, higher numbers
     the names above it in ATF_PRIORITIES (split evenly over 1..100), lower ones those below."""
@@ -90,11 +109,55 @@ def _class_path(error: dict[str, Any]) -> str:
     return "tasks_core.exceptions.AtfError"  # ATF's own outcomes: WorkerLost, Cancelled, ...
 
 
+_known_lock = threading.Lock()
+_known: dict[str, Task] = {}  #: module_path -> the @task, for the tasks this process knows
+_discovered = False
+
+
+def remember(task: Task) -> None:
+    """Know `task` by its module path (enqueue does it; so does discovery)."""
+    with _known_lock:
+        _known.setdefault(task.module_path, task)
+
+
+_discovery_lock = threading.Lock()
+
+
+def _discover() -> None:
+    """Import the `tasks` modules of installed apps and the backends' OPTIONS["MODULES"] (from
+    settings, never from a payload) once, and know every @task they hold."""
+    global _discovered
+    with _discovery_lock:
+        if _discovered:
+            return
+        autodiscover_modules("tasks")
+        names = [f"{config.name}.tasks" for config in apps.get_app_configs()]
+        modules = [sys.modules[name] for name in names if name in sys.modules]
+        for alias in settings.TASKS:
+            backend = task_backends[alias]
+            if isinstance(backend, ATFBackend):
+                modules += [importlib.import_module(name) for name in backend.modules]
+        for module in modules:
+            for value in vars(module).values():
+                if isinstance(value, Task):
+                    remember(value)
+        _discovered = True
+
+
 def _task_of(payload: dict[str, Any]) -> Task:
-    """The @task a payload names, with the options it was enqueued with."""
-    task = import_string(payload["task"])
-    if not isinstance(task, Task):
-        raise InvalidTaskError(f"{payload['task']} is not a django-tasks Task")
+    """The @task a payload names, with the options it was enqueued with.
+
+    Raises InvalidTaskError for a path this process does not know as a task.
+    """
+    path = payload["task"]
+    if not isinstance(path, str):
+        raise InvalidTaskError(f"{path!r} is not a task's path")
+    if path not in _known:
+        _discover()
+    task = _known.get(path)
+    if task is None:
+        raise InvalidTaskError(f"{path} is not a known django-tasks task (one this process "
+                               "enqueued, or one of a tasks module or OPTIONS['MODULES'])")
     run_after = payload.get("run_after")
     return task.using(priority=payload["priority"], queue_name=payload["queue_name"],
                       run_after=datetime.fromisoformat(run_after) if run_after else None,
@@ -112,11 +175,14 @@ class ATFBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict) -> None:
         super().__init__(alias, params)
         self.max_attempts = int(self.options.get("MAX_ATTEMPTS", 1))
+        #: Modules whose @task functions a worker may run, besides apps' `tasks` modules.
+        self.modules = [str(name) for name in self.options.get("MODULES", [])]
 
     def enqueue(self, task: Task[P, T], args: P.args,  # type: ignore[valid-type]
                 kwargs: P.kwargs) -> TaskResult[T]:  # type: ignore[valid-type]
-        """Schedule the task in ATF (inside the caller's transaction, if any)."""
+        """Schedule the task in ATF (inside the caller's transaction, if any): one INSERT."""
         self.validate_task(task)
+        remember(task)
         payload = {
             "task": task.module_path,
             "args": normalize_json(args),
@@ -134,7 +200,7 @@ class ATFBackend(BaseTaskBackend):
             )
         except InvalidTask as exc:  # e.g. arguments over ATF_MAX_PAYLOAD_BYTES
             raise InvalidTaskError(str(exc)) from exc
-        result = self._result(entity, task)
+        result = self._result(entity, task, attempts=[])  # a new task has no attempts yet
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -147,12 +213,18 @@ class ATFBackend(BaseTaskBackend):
         entity = TaskEntity.objects.filter(pk=pk, lambda_ref__name=LAMBDA_NAME).first()
         if entity is None:
             raise TaskResultDoesNotExist(result_id)
-        return self._result(entity, _task_of(entity.payload))
+        try:
+            task = _task_of(entity.payload)
+        except (KeyError, TypeError, InvalidTaskError) as exc:
+            raise TaskResultDoesNotExist(f"{result_id}: {exc}") from exc
+        return self._result(entity, task)
 
-    def _result(self, entity: TaskEntity, task: Task) -> TaskResult:
+    def _result(self, entity: TaskEntity, task: Task,
+                attempts: list[tuple[str, datetime, Any]] | None = None) -> TaskResult:
         status = TaskStatus(entity.status)
-        attempts = list(TaskAttempt.objects.filter(task_id=entity.pk).order_by("number")
-                        .values_list("worker", "started_at", "error"))
+        if attempts is None:
+            attempts = list(TaskAttempt.objects.filter(task_id=entity.pk).order_by("number")
+                            .values_list("worker", "started_at", "error"))
         worker_ids = [worker for worker, _started, _error in attempts]
         starts = [started for _worker, started, _error in attempts]
         errors = [error for _worker, _started, error in attempts if error]
@@ -183,10 +255,18 @@ class ATFBackend(BaseTaskBackend):
         return result
 
 
-def _finished(result: TaskResult, status: TaskResultStatus, value: Any = None) -> TaskResult:
-    done = replace(result, status=status, finished_at=timezone.now())
+def _finished(result: TaskResult, status: TaskResultStatus, value: Any = None,
+              errors: list[TaskError] | None = None) -> TaskResult:
+    done = replace(result, status=status, finished_at=timezone.now(),
+                   errors=result.errors if errors is None else errors)
     object.__setattr__(done, "_return_value", value)
     return done
+
+
+def _error(exc: BaseException) -> TaskError:
+    cls = type(exc)
+    return TaskError(exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
+                     traceback="".join(traceback.format_exception(exc)))
 
 
 @atf.register(LAMBDA_NAME, max_attempts=1)
@@ -195,11 +275,12 @@ def run(ctx: atf.TaskContext, payload: Any) -> Any:
     try:
         backend = task_backends[payload["backend"]]
         task = _task_of(payload)
-    except (KeyError, TypeError, ImportError, InvalidTaskError, ImproperlyConfigured) as exc:
+    except (KeyError, TypeError, InvalidTaskError, ImproperlyConfigured) as exc:
         raise atf.Fatal(f"not a runnable django-tasks payload: {exc}") from exc
     if not isinstance(backend, ATFBackend):
         raise atf.Fatal(f"backend {payload['backend']!r} is not an ATFBackend")
-    result = backend.get_result(str(ctx.task_id))
+    entity = TaskEntity.objects.get(pk=ctx.task_id)
+    result = backend._result(entity, task)
     task_started.send(type(backend), task_result=result)
     try:
         if task.takes_context:
@@ -208,11 +289,11 @@ def run(ctx: atf.TaskContext, payload: Any) -> Any:
         else:
             value = task.call(*payload["args"], **payload["kwargs"])
         value = normalize_json(value)
-    except SystemExit as exc:
-        task_finished.send(type(backend), task_result=_finished(result, TaskResultStatus.FAILED))
-        raise TaskExited(f"the task raised SystemExit({exc.code!r})") from exc
-    except Exception:
-        task_finished.send(type(backend), task_result=_finished(result, TaskResultStatus.FAILED))
+    except BaseException as exc:
+        # Only the last attempt's failure is the task's: a retried one sends nothing.
+        if ctx.attempt >= entity.max_attempts:
+            task_finished.send(type(backend), task_result=_finished(
+                result, TaskResultStatus.FAILED, errors=[*result.errors, _error(exc)]))
         raise
     task_finished.send(type(backend),
                        task_result=_finished(result, TaskResultStatus.SUCCESSFUL, value))

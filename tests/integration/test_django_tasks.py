@@ -7,17 +7,25 @@ Tasks run as a worker runs them: the store enqueues, claims and starts them, and
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import sys
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 import redis
 from asgiref.sync import async_to_sync
+from django.conf import settings as django_settings
 from django.db import transaction
 from django.utils import timezone
 from django_tasks import TaskContext, TaskResultStatus, default_task_backend, task, task_backends
+from django_tasks.base import TaskResult
 from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist, TaskResultMismatch
+from django_tasks.signals import task_finished
 
 from tasks_core import atf, store
 from tasks_core.context import TaskContext as AtfContext
@@ -26,7 +34,7 @@ from tasks_core.contrib.django_tasks import ATFBackend, priority_name
 from tasks_core.gating import Decision
 from tasks_core.models import Lambda, TaskEntity
 from tasks_core.states import TaskStatus
-from tests.conftest import Processes, wait_for
+from tests.conftest import Processes, subprocess_env, wait_for
 from workers.executor import run_lambda
 
 pytestmark = [pytest.mark.django_db]
@@ -74,6 +82,11 @@ def failing_task_system_exit() -> None:
 
 
 @task()
+def failing_task_keyboard_interrupt() -> None:
+    raise KeyboardInterrupt("This task failed due to KeyboardInterrupt")
+
+
+@task()
 def returns_a_set() -> object:
     return {1, 2}
 
@@ -81,6 +94,34 @@ def returns_a_set() -> object:
 @task(takes_context=True)
 def get_task_id(context: TaskContext) -> dict[str, Any]:
     return {"id": context.task_result.id, "attempt": context.attempt}
+
+
+#: A worker started with this variable set records each task_finished signal in that Redis list.
+SIGNALS_KEY = "ATF_TEST_SIGNALS_KEY"
+
+
+def _record_finished(sender: type, task_result: TaskResult, **kwargs: Any) -> None:
+    if key := os.environ.get(SIGNALS_KEY):
+        line = {"id": task_result.id, "status": str(task_result.status),
+                "errors": [error.exception_class_path for error in task_result.errors]}
+        redis.Redis.from_url(django_settings.REDIS_URL).rpush(key, json.dumps(line))
+
+
+task_finished.connect(_record_finished, dispatch_uid="tests.record_finished")
+
+
+@pytest.fixture
+def finished_signals() -> Iterator[list[tuple[str, str, list[str]]]]:
+    """The task_finished signals sent in this process: (id, status, error class paths)."""
+    sent: list[tuple[str, str, list[str]]] = []
+
+    def receive(sender: type, task_result: TaskResult, **kwargs: Any) -> None:
+        sent.append((task_result.id, str(task_result.status),
+                     [error.exception_class_path for error in task_result.errors]))
+
+    task_finished.connect(receive, dispatch_uid="tests.finished_signals")
+    yield sent
+    task_finished.disconnect(dispatch_uid="tests.finished_signals")
 
 
 @pytest.fixture(autouse=True)
@@ -277,12 +318,60 @@ def test_an_exception_fails_the_task_with_its_class_and_traceback(
     assert result.attempts == 1
 
 
-def test_system_exit_fails_the_task_instead_of_the_worker() -> None:
-    result = failing_task_system_exit.enqueue()
+@pytest.mark.parametrize(("func", "exception"), [
+    (failing_task_system_exit, SystemExit),
+    (failing_task_keyboard_interrupt, KeyboardInterrupt),
+])
+def test_a_base_exception_fails_the_task_with_its_own_class(
+        func: Any, exception: type[BaseException]) -> None:
+    result = func.enqueue()
     assert run_due() == ["dead"]
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
-    assert "SystemExit" in result.errors[0].traceback
+    assert result.errors[0].exception_class is exception
+    assert result.errors[0].traceback.endswith(
+        f"{exception.__name__}: This task failed due to {exception.__name__}\n")
+
+
+def test_a_payload_naming_a_module_imports_nothing() -> None:
+    # Given a task of the bridge's lambda whose payload names a module that exits on import
+    module = "tests.integration.django_tasks_exits_on_import"
+    payload = {"task": f"{module}.job", "args": [], "kwargs": {}, "priority": 0,
+               "queue_name": "default", "run_after": None, "backend": "default"}
+    bad = atf.schedule(backend_module.LAMBDA_NAME, payload)
+    # When a worker runs it, Then it fails for good and the module was never imported
+    assert run_due() == ["fatal_failure"]
+    assert module not in sys.modules
+    assert "not a known django-tasks task" in TaskEntity.objects.get(pk=bad.pk).last_error[
+        "message"]
+
+
+def test_task_finished_is_sent_once_per_final_outcome_with_its_errors(
+        settings: Any, finished_signals: list) -> None:
+    # Given a backend that gives tasks two attempts, a task that fails and one that succeeds
+    settings.TASKS = {"default": {"BACKEND": BACKEND, "OPTIONS": {"MAX_ATTEMPTS": 2}}}
+    failing = failing_task_value_error.enqueue()
+    good = calculate_meaning_of_life.enqueue()
+    # When the failing one's first attempt fails, Then only the success is signalled
+    assert sorted(run_due()) == ["retrying", "success"]
+    assert finished_signals == [(good.id, "SUCCESSFUL", [])]
+    # When its second attempt fails too, Then FAILED is sent once, with both attempts' errors
+    assert run_due(now=timezone.now() + timedelta(hours=1)) == ["dead"]
+    assert finished_signals[1:] == [(failing.id, "FAILED", ["builtins.ValueError"] * 2)]
+
+
+def test_enqueue_is_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+    noop_task.enqueue()  # the first one of a process also makes sure the collection exists
+    statements: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(cursor: psycopg.Cursor, query: Any, *args: Any, **kwargs: Any) -> Any:
+        statements.append(str(query))
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    noop_task.enqueue()
+    assert len(statements) == 1, statements
 
 
 def test_a_return_value_that_is_not_json_fails_the_task() -> None:
@@ -346,9 +435,9 @@ def test_tasks_run_on_a_real_worker(processes: Processes, redis_client: redis.Re
     # Given @task functions enqueued through the project's own settings
     good = add.using(priority=50).enqueue(40, b=2)
     bad = failing_task_own_error.enqueue()
-    # When a consumer and a worker run (the worker registers django_tasks.run at start-up)
+    # When a consumer and a worker that knows this module's tasks run
     processes.start("runconsumer", "--poll-interval", "0.2")
-    processes.start("runworker", "django_tasks.run", "--threads", "2")
+    processes.start("runworker", "django_tasks.run", "--threads", "2", env=WORKER_ENV())
 
     def finished() -> bool:
         for result in (good, bad):
@@ -362,3 +451,55 @@ def test_tasks_run_on_a_real_worker(processes: Processes, redis_client: redis.Re
     assert bad.status == TaskResultStatus.FAILED
     assert bad.errors[0].exception_class is TaskBroke
     assert good.worker_ids[0] != "w1"
+
+
+def WORKER_ENV(**more: str) -> dict[str, str]:  # noqa: N802 - reads like the constant it was
+    """A worker's environment: it may run this module's @task functions."""
+    return subprocess_env(ATF_DJANGO_TASKS_MODULES=__name__, **more)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_failures_due_order_and_signals_on_a_real_worker(
+        processes: Processes, redis_client: redis.Redis) -> None:
+    # Given two overdue tasks enqueued in the opposite order of their due times
+    now = timezone.now()
+    due_2h_ago = noop_task.using(run_after=now - timedelta(hours=2)).enqueue()
+    due_10h_ago = noop_task.using(run_after=now - timedelta(hours=10)).enqueue()
+    # ...and tasks that raise SystemExit, KeyboardInterrupt and an ordinary exception
+    raising = {exception: func.enqueue() for func, exception in (
+        (failing_task_system_exit, "builtins.SystemExit"),
+        (failing_task_keyboard_interrupt, "builtins.KeyboardInterrupt"),
+        (failing_task_value_error, "builtins.ValueError"),
+    )}
+    after = add.enqueue(1, b=1)
+    # When a consumer and a single-threaded worker run them all
+    processes.start("runconsumer", "--poll-interval", "0.2")
+    processes.start("runworker", "django_tasks.run", "--threads", "1",
+                    env=WORKER_ENV(**{SIGNALS_KEY: "signals"}))
+    everything = [due_2h_ago, due_10h_ago, *raising.values(), after]
+
+    def finished() -> bool:
+        for result in everything:
+            result.refresh()
+        return all(result.is_finished for result in everything)
+
+    wait_for(finished, timeout_s=60, message="every result")
+    # Then the longest overdue ran first
+    assert due_10h_ago.started_at < due_2h_ago.started_at
+    # ...each failure has the class its task raised, with its traceback
+    for exception, result in raising.items():
+        assert result.status == TaskResultStatus.FAILED
+        assert result.errors[0].exception_class_path == exception
+        assert result.errors[0].traceback.rstrip().endswith(exception.rsplit(".")[-1] + ": "
+                                                             "This task failed due to "
+                                                             + exception.rsplit(".")[-1])
+    # ...the one executor outlived them all
+    assert (after.status, after.return_value) == (TaskResultStatus.SUCCESSFUL, {"sum": 2})
+    # ...and task_finished was sent once per task, a failure's with its error
+    signals = {line["id"]: line for line in map(json.loads, redis_client.lrange("signals", 0, -1))}
+    assert len(redis_client.lrange("signals", 0, -1)) == len(everything)
+    for exception, result in raising.items():
+        assert (signals[result.id]["status"], signals[result.id]["errors"]) == ("FAILED",
+                                                                               [exception])
+    assert signals[after.id]["status"] == "SUCCESSFUL"
