@@ -528,7 +528,9 @@ def _ending(task: ClaimedTask, result: Result, now: datetime) -> pg_store.Ending
         finished_at=now if target in states.FINAL else None,
         assoc_status=assoc["status"], next_trigger_at=assoc["next_trigger_at"],
         attempt=task.attempt, worker=result.worker, started_at=result.started_at or now,
-        outcome=Outcome.DEAD if target is TaskStatus.DEAD else result.outcome,
+        # A last failed attempt is marked `dead`; a timed-out one keeps saying why it ended.
+        outcome=(Outcome.DEAD if target is TaskStatus.DEAD and result.outcome is Outcome.RETRY
+                 else result.outcome),
     )
 
 

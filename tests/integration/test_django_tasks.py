@@ -360,6 +360,7 @@ def test_task_finished_is_sent_once_per_final_outcome_with_its_errors(
     assert finished_signals[1:] == [(failing.id, "FAILED", ["builtins.ValueError"] * 2)]
 
 
+@pytest.mark.django_db(transaction=True)  # committed, as in an app: the collection is known
 def test_enqueue_is_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
     noop_task.enqueue()  # the first one of a process also makes sure the collection exists
     statements: list[str] = []
