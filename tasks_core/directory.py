@@ -45,8 +45,7 @@ def _rows() -> QuerySet[Lambda]:
 
 
 def _info(row: Lambda) -> LambdaInfo:
-    return LambdaInfo(id=row.pk, name=row.name, team_id=row.team_id, timeout_s=row.timeout_s,
-                      **overrides.effective(row))
+    return LambdaInfo(id=row.pk, name=row.name, team_id=row.team_id, **overrides.effective(row))
 
 
 def _remember(info: LambdaInfo) -> LambdaInfo:

@@ -22,7 +22,7 @@ def patch(who: Member, body: object, name: str | None = None) -> object:
 
 def test_a_patch_sets_overrides_and_answers_each_option_with_its_source(alice: Member) -> None:
     # When the team sets a quota and max_attempts
-    response = patch(alice, {"quota": 20, "max_attempts": 9})
+    response = patch(alice, {"quota": 20, "max_attempts": 9, "timeout": 45})
     # Then the lambda comes back with each option's value and where it comes from
     assert response.status_code == 200, response.json()
     body = response.json()
@@ -30,6 +30,7 @@ def test_a_patch_sets_overrides_and_answers_each_option_with_its_source(alice: M
     assert (body["quota"]["source"], body["quota"]["code_value"]) == ("operator", None)
     assert body["quota"]["changed_by"] == "alpha-user" and body["quota"]["changed_at"]
     assert body["max_attempts"]["value"] == 9
+    assert (body["timeout"]["value"], body["timeout"]["code_value"]) == (45.0, None)
     assert body["heartbeat_timeout"] == {"value": 30.0, "source": "code", "code_value": 30.0}
     # And reads show the same, and the workers' directory holds the operator's values
     assert alice.client.get(f"/api/v1/lambdas/{alice.lam.name}/").json()["quota"] == \
@@ -67,6 +68,7 @@ def test_an_override_survives_a_code_sync(alice: Member) -> None:
     ({"heartbeat_timeout": 1}, "heartbeat_timeout"),
     ({"backoff_base": -1}, "backoff_base"),
     ({"backoff_cap": 0}, "backoff_cap"),
+    ({"timeout": 0}, "timeout"),
     ({"speed": 1}, "speed"),
 ])
 def test_a_bad_value_is_a_400_naming_the_field_and_changes_nothing(alice: Member, body: dict,

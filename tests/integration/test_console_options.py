@@ -21,7 +21,8 @@ def options_url(lam: Lambda) -> str:
 def form(**values: str) -> dict[str, str]:
     """The form as posted: every option's field, empty unless given."""
     return {name: values.get(name, "") for name in
-            ("quota", "max_attempts", "heartbeat_timeout", "backoff_base", "backoff_cap")}
+            ("quota", "max_attempts", "heartbeat_timeout", "backoff_base", "backoff_cap",
+             "timeout")}
 
 
 def test_set_an_override_then_clear_it(admin_client: Client) -> None:

@@ -49,6 +49,13 @@ def test_options_set_overrides_that_the_workers_read(mailer: Lambda) -> None:
             directory.by_name("tests.mailer").max_attempts) == (20.0, 9)
 
 
+def test_timeout_overrides_the_codes_time_limit(mailer: Lambda) -> None:
+    out = run("tests.mailer", "--timeout", "90")
+    assert line(out, "timeout")[:4] == ["timeout", "90", "operator", "none"]
+    directory.clear()
+    assert directory.by_name("tests.mailer").timeout_s == 90.0
+
+
 def test_code_clears_one_override_and_reset_clears_all(mailer: Lambda) -> None:
     run("tests.mailer", "--quota", "20", "--max-attempts", "9", "--backoff-cap", "60")
     out = run("tests.mailer", "--quota", "code")
@@ -64,6 +71,7 @@ def test_code_clears_one_override_and_reset_clears_all(mailer: Lambda) -> None:
     (("--max-attempts", "two"), "--max-attempts two: Give a number"),
     (("--max-attempts", "1.5"), "--max-attempts 1.5: Give a whole number"),
     (("--heartbeat-timeout", "3"), "--heartbeat-timeout 3: Give more than 15"),
+    (("--timeout", "0"), "--timeout 0: Give a number above 0"),
 ])
 def test_a_bad_value_is_a_clear_error_and_changes_nothing(mailer: Lambda, args: tuple[str, ...],
                                                           message: str) -> None:

@@ -22,9 +22,9 @@ pytestmark = [pytest.mark.django_db]
 NAME = "tests.overridden"
 #: The code's options of NAME, and an operator's value for each.
 CODE = {"max_attempts": 4, "heartbeat_timeout": 40.0, "backoff_base": 2.0, "backoff_cap": 90.0,
-        "quota": 10.0}
+        "quota": 10.0, "timeout": 60.0}
 OPERATOR = {"max_attempts": 9, "heartbeat_timeout": 120.0, "backoff_base": 0.5,
-            "backoff_cap": 30.0, "quota": 20.0}
+            "backoff_cap": 30.0, "quota": 20.0, "timeout": 300.0}
 
 
 def _register(**options: Any) -> None:
@@ -63,7 +63,8 @@ def test_overrides_survive_a_restart_migrate_and_new_code(lam: Lambda) -> None:
     # When the code syncs at start, `migrate` runs, and new code changes every option
     registry.sync_to_store()
     call_command("migrate", verbosity=0)
-    _register(max_attempts=2, heartbeat_timeout=50, backoff_base=3, backoff_cap=70, quota=5)
+    _register(max_attempts=2, heartbeat_timeout=50, backoff_base=3, backoff_cap=70, quota=5,
+              timeout=10)
     # Then the operator's values still apply, while the code's values are the new code's
     assert _in_effect() == OPERATOR
     row = Lambda.objects.get(pk=lam.pk)
@@ -93,6 +94,8 @@ def test_clearing_an_override_returns_to_the_codes_current_value(lam: Lambda) ->
     ({"backoff_base": -1}, "backoff_base"),
     ({"backoff_cap": 0}, "backoff_cap"),
     ({"backoff_cap": 1e12}, "backoff_cap"),
+    ({"timeout": 0}, "timeout"),
+    ({"timeout": -5}, "timeout"),
     ({"speed": 3}, "speed"),
 ])
 def test_a_bad_value_names_its_option_and_changes_nothing(lam: Lambda, changes: dict,
