@@ -109,7 +109,7 @@ class StoreCollector(Collector):
             f"started_at - run_at of first attempts started in the last {window_s:g} s.",
             buckets=buckets, gsum_value=histogram.sum_s)
         yield GaugeMetricFamily("atf_workers", "Live worker processes.",
-                                value=stats.live_workers(now=now))
+                                value=stats.live_workers(now=now, lambda_ids=self.lambda_ids))
 
     def _queue_depths(self) -> Iterator[Metric]:
         lambdas = Lambda.objects.order_by("name")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncMinute
@@ -88,6 +89,14 @@ def _tasks(lambda_ids: Collection[int] | None) -> QuerySet[TaskEntity]:
     return tasks
 
 
+def compiled(queryset: QuerySet) -> tuple[str, tuple] | None:
+    """The SQL and parameters of `queryset`; None when it can match no row (`__in=[]`)."""
+    try:
+        return queryset.query.sql_with_params()
+    except EmptyResultSet:  # e.g. a team without lambdas
+        return None
+
+
 def started_since(since: datetime, lambda_ids: Collection[int] | None = None,
                   ) -> QuerySet[TaskEntity]:
     """First attempts that started at or after `since` (index-friendly, see module docstring)."""
@@ -149,7 +158,10 @@ def delivery_latency(*, since: datetime, lambda_ids: Collection[int] | None = No
         return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
     started = started_since(since, lambda_ids)
     if connection.vendor == "postgresql":
-        sql, params = started.annotate(latency=LATENCY).values("latency").query.sql_with_params()
+        query = compiled(started.annotate(latency=LATENCY).values("latency"))
+        if query is None:
+            return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
+        sql, params = query
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*), percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP "
@@ -206,9 +218,19 @@ def failures_by_lambda(*, since: datetime, lambda_ids: Collection[int] | None = 
     return dict(rows)
 
 
-def live_workers(*, now: datetime) -> int:
-    """Worker processes live by their heartbeat (see tasks_core.liveness)."""
-    return liveness.live_workers(now=now).count()
+def live_workers(*, now: datetime, lambda_ids: Collection[int] | None = None) -> int:
+    """Worker processes live by their heartbeat (see tasks_core.liveness); with `lambda_ids`,
+    only those that serve one of these lambdas (a worker of no listed lambda serves all)."""
+    workers = liveness.live_workers(now=now)
+    if lambda_ids is None:
+        return workers.count()
+    if not lambda_ids:
+        return 0
+    names = set(Lambda.objects.filter(pk__in=list(lambda_ids)).values_list("name", flat=True))
+    # One row per worker process: the JSON lists are compared here, as SQLite has no
+    # JSON containment lookup.
+    return sum(1 for served in workers.values_list("lambdas", flat=True)
+               if not served or names.intersection(served))
 
 
 def snapshot(*, now: datetime, window_s: float = 900.0,
@@ -233,5 +255,5 @@ def snapshot(*, now: datetime, window_s: float = 900.0,
         throughput=throughput(since=since, lambda_ids=lambda_ids),
         latency=delivery_latency(since=since, lambda_ids=lambda_ids),
         failures_by_lambda=failures_by_lambda(since=since, lambda_ids=lambda_ids),
-        live_workers=live_workers(now=now),
+        live_workers=live_workers(now=now, lambda_ids=lambda_ids),
     )
