@@ -123,6 +123,14 @@ class TaskDetailSerializer(TaskSerializer):
         read_only_fields = fields
 
 
+class TaskSummarySerializer(TaskSerializer):
+    """A task in a list: without its payload, unless the list asks for it (`?fields=payload`)."""
+
+    class Meta(TaskSerializer.Meta):
+        fields = [name for name in TaskSerializer.Meta.fields if name != "payload"]
+        read_only_fields = fields
+
+
 class ScheduleTaskSerializer(StrictSerializer):
     """One task to schedule. Scheduling itself checks the lambda, priority, size and key."""
 
@@ -156,7 +164,9 @@ class ScheduleTaskSerializer(StrictSerializer):
             if not isinstance(data, Mapping) or not isinstance(exc.detail, Mapping):
                 raise
             # Tell every problem at once: add what scheduling says about the fields that parsed.
-            more = self._scheduling_errors(data, skip=set(exc.detail))
+            # Not about "after": scheduling sees every team's tasks, so its answer would tell
+            # another team's task ids from unknown ones (the view checks parents per team).
+            more = self._scheduling_errors(data, skip={*exc.detail, "after"})
             raise serializers.ValidationError({**more, **exc.detail}) from exc
 
     def _scheduling_errors(self, data: Mapping[str, Any], *, skip: set[str],
@@ -227,18 +237,27 @@ def _flatten(detail: Any) -> Any:
     return flat
 
 
-class TaskFilterSerializer(StrictSerializer):
+class ListQuerySerializer(StrictSerializer):
+    """What every task list takes: its page, and `fields=payload` to show payloads."""
+
+    cursor = serializers.CharField(required=False)
+    page_size = serializers.CharField(required=False)
+    # Declared under another name: a serializer's `fields` attribute is taken.
+    extra_fields = serializers.ChoiceField(
+        required=False, choices=["payload"],
+        help_text="payload: show each task's payload (lists leave it out).")
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return _renamed(super().get_fields(), lambda_name="lambda", extra_fields="fields")
+
+
+class TaskFilterSerializer(ListQuerySerializer):
     """The query of a task list."""
 
     lambda_name = serializers.CharField(required=False, max_length=limits.LAMBDA_NAME_CHARS)
     collection = serializers.CharField(required=False, max_length=limits.COLLECTION_CHARS)
     status = serializers.ChoiceField(required=False, choices=[s.value for s in TaskStatus])
     priority = serializers.CharField(required=False, max_length=limits.PRIORITY_CHARS)
-    cursor = serializers.CharField(required=False)
-    page_size = serializers.CharField(required=False)
-
-    def get_fields(self) -> dict[str, serializers.Field]:
-        return _renamed(super().get_fields(), lambda_name="lambda")
 
     def filters(self) -> dict[str, str]:
         """The ORM filters of the validated query."""
@@ -415,14 +434,9 @@ class PeriodicTaskWriteSerializer(StrictSerializer):
 # --- dead letters ------------------------------------------------------------------------------
 
 
-class DeadLetterFilterSerializer(StrictSerializer):
+class DeadLetterFilterSerializer(ListQuerySerializer):
     lambda_name = serializers.CharField(required=False, max_length=limits.LAMBDA_NAME_CHARS)
     collection = serializers.CharField(required=False, max_length=limits.COLLECTION_CHARS)
-    cursor = serializers.CharField(required=False)
-    page_size = serializers.CharField(required=False)
-
-    def get_fields(self) -> dict[str, serializers.Field]:
-        return _renamed(super().get_fields(), lambda_name="lambda")
 
 
 class DeadLetterSelectSerializer(DeadLetterFilterSerializer):
@@ -436,6 +450,7 @@ class DeadLetterSelectSerializer(DeadLetterFilterSerializer):
         required=False, allow_empty=False, max_length=limits.MAX_IDS)
     cursor = None
     page_size = None
+    extra_fields = None
 
 
 class CountSerializer(serializers.Serializer):

@@ -59,11 +59,24 @@ def _query(serializer_class: type[serializers.StrictSerializer],
     return form
 
 
+class PayloadOnRequest:
+    """Lists leave payloads out (a page of big payloads is huge) unless `?fields=payload`."""
+
+    action: str | None
+    request: Request
+
+    def get_serializer_class(self) -> type[serializers.TaskSerializer]:
+        if self.action == "list" and self.request.query_params.get("fields") != "payload":
+            return serializers.TaskSummarySerializer
+        return serializers.TaskSerializer
+
+
 # --- tasks -----------------------------------------------------------------------------------
 
 
 @extend_schema(tags=["tasks"])
-class TaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
+                  mixins.RetrieveModelMixin,
                   viewsets.GenericViewSet):
     """Schedule tasks and follow them. A caller sees only its teams' tasks."""
 
@@ -78,7 +91,7 @@ class TaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def get_serializer_class(self) -> type[serializers.TaskSerializer]:
         if self.action == "retrieve":
             return serializers.TaskDetailSerializer
-        return serializers.TaskSerializer
+        return super().get_serializer_class()
 
     def filter_queryset(self, queryset: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
         if self.action != "list":
@@ -86,7 +99,7 @@ class TaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
         return queryset.filter(**_query(serializers.TaskFilterSerializer, self.request).filters())
 
     @extend_schema(parameters=[serializers.TaskFilterSerializer], responses={
-        200: serializers.TaskSerializer(many=True), **_errors(400, 404)})
+        200: serializers.TaskSummarySerializer(many=True), **_errors(400, 404)})
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().list(request, *args, **kwargs)
 
@@ -312,7 +325,8 @@ class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModel
 
 
 @extend_schema(tags=["dead letters"])
-class DeadLetterViewSet(ApiPolicy, mixins.ListModelMixin, viewsets.GenericViewSet):
+class DeadLetterViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
+                        viewsets.GenericViewSet):
     """Tasks whose attempts ran out: list them, requeue them (back to new) or discard them."""
 
     serializer_class = serializers.TaskSerializer
@@ -335,7 +349,7 @@ class DeadLetterViewSet(ApiPolicy, mixins.ListModelMixin, viewsets.GenericViewSe
                                        collection=selection.get("collection"))
 
     @extend_schema(parameters=[serializers.DeadLetterFilterSerializer], responses={
-        200: serializers.TaskSerializer(many=True), **_errors(400, 404)})
+        200: serializers.TaskSummarySerializer(many=True), **_errors(400, 404)})
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().list(request, *args, **kwargs)
 

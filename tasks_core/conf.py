@@ -45,6 +45,8 @@ ATF_MAX_PAYLOAD_BYTES = 256 * 1024
 ATF_MAX_PAYLOAD_DEPTH = 100
 #: Most tasks in one schedule_many call or batch request.
 ATF_MAX_BATCH_SIZE = 1000
+#: Most collections one batch may create (names no task used before); 400 above it.
+ATF_MAX_NEW_COLLECTIONS = 20
 #: Longest idempotency key accepted.
 ATF_MAX_IDEMPOTENCY_KEY_LENGTH = 200
 #: Team that owns a lambda registered without `team=`.
@@ -104,6 +106,13 @@ ATF_API_PAGE_SIZE = 100
 ATF_METRICS_PUBLIC = False
 #: Seconds of recent history behind the delivery-latency histogram of /metrics.
 ATF_METRICS_WINDOW_S = 300.0
+
+# --- Console --------------------------------------------------------------------------
+
+#: Failed console logins for one user name from one address before that pair is locked out.
+ATF_LOGIN_MAX_FAILURES = 5
+#: Seconds a locked-out user name and address wait (counted from their first failure).
+ATF_LOGIN_LOCKOUT_S = 300
 
 
 def defaults() -> dict[str, Any]:

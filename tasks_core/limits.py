@@ -7,6 +7,9 @@ from this module so that the OpenAPI schema tells the same limits that schedulin
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from django.conf import settings
 
 from tasks_core.exceptions import InvalidTask
@@ -15,6 +18,9 @@ from tasks_core.exceptions import InvalidTask
 LAMBDA_NAME_CHARS = 200
 #: Characters of a collection name.
 COLLECTION_CHARS = 100
+#: What a collection may be called: ASCII letters, digits and . _ : -, starting with a letter or
+#: digit (no spaces, slashes, control or bidirectional characters).
+COLLECTION_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:-]{{0,{COLLECTION_CHARS - 1}}}")
 #: Characters of a priority name.
 PRIORITY_CHARS = 32
 #: Characters of an idempotency key the column holds; ATF_MAX_IDEMPOTENCY_KEY_LENGTH may lower it.
@@ -55,3 +61,11 @@ def check_batch_size(count: int) -> None:
         raise InvalidTask(
             {"tasks": [f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch; got {count}."]}
         )
+
+
+def collection_name_error(name: Any) -> str | None:
+    """Why `name` cannot name a collection, or None when it can (COLLECTION_NAME)."""
+    if not isinstance(name, str) or not COLLECTION_NAME.fullmatch(name):
+        return (f"Collection names are 1 to {COLLECTION_CHARS} characters: ASCII letters, digits "
+                "and . _ : -, starting with a letter or digit.")
+    return None

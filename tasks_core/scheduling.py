@@ -100,10 +100,8 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
     if problems := _payload_errors(payload):
         errors["payload"] = problems
     collection = "default" if collection in (None, "") else collection
-    if not isinstance(collection, str) or len(collection) > limits.COLLECTION_CHARS:
-        errors["collection"] = [
-            f"Collection must be a string of at most {limits.COLLECTION_CHARS} characters."
-        ]
+    if problem := limits.collection_name_error(collection):
+        errors["collection"] = [problem]
     priority = priority or settings.ATF_DEFAULT_PRIORITY
     if priority not in settings.ATF_PRIORITIES:
         errors["priority"] = [
@@ -142,6 +140,8 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
     parents = tuple(after or ())
     if len(parents) > limits.MAX_PARENTS:
         errors["after"] = [f"A task waits for at most {limits.MAX_PARENTS} parents."]
+    elif len(set(parents)) < len(parents):
+        errors["after"] = ["Each parent task may be named only once."]
     elif parents:
         known = set(TaskEntity.objects.filter(pk__in=parents).values_list("pk", flat=True))
         if missing := sorted(set(parents) - known):
@@ -220,6 +220,7 @@ def schedule_many(calls: Sequence[Mapping[str, Any]], *,
             errors.update({f"tasks[{index}].{name}": msgs for name, msgs in exc.errors.items()})
     if errors:
         raise InvalidTask(errors)
+    _check_new_collections({(t.lambda_id, t.collection) for t in tasks})
     with transaction.atomic():
         for lambda_id, collection in {(t.lambda_id, t.collection) for t in tasks}:
             directory.ensure_collection(lambda_id, collection)
@@ -229,6 +230,19 @@ def schedule_many(calls: Sequence[Mapping[str, Any]], *,
         entities = [found or next(created) for found in results]
         _wake_on_commit(entities, now)
     return entities
+
+
+def _check_new_collections(pairs: set[tuple[int, str]]) -> None:
+    """InvalidTask when a batch would create more than ATF_MAX_NEW_COLLECTIONS collections."""
+    limit = settings.ATF_MAX_NEW_COLLECTIONS
+    if len(pairs) <= limit:
+        return
+    lambda_ids = {lambda_id for lambda_id, _name in pairs}
+    known = set(Collection.objects.filter(lambda_ref_id__in=lambda_ids)
+                .values_list("lambda_ref_id", "name"))
+    if len(pairs - known) > limit:
+        raise InvalidTask({"tasks": [f"At most {limit} new collections per batch; this one "
+                                     f"names {len(pairs - known)}."]})
 
 
 def chain(*calls: Call, now: datetime | None = None) -> list[TaskEntity]:
@@ -264,6 +278,8 @@ def set_gate(lambda_name: str, state: str, *, collection: str | None = None,
         errors["state"] = [f"Unknown gate state {state!r}; use open, paused or dropped."]
     if until is not None and state == GateState.OPEN:
         errors["until"] = ["until goes with a paused or dropped gate."]
+    if collection is not None and (problem := limits.collection_name_error(collection)):
+        errors["collection"] = [problem]
     if errors:
         raise InvalidTask(errors)
     info = directory.by_name(lambda_name)

@@ -125,6 +125,8 @@ def create(tasks: Sequence[NewTask], *, now: datetime) -> list[TaskEntity]:
     PostgreSQL, tasks without parents are one INSERT statement, which needs no transaction of
     its own (saving a BEGIN and a COMMIT round trip on every single schedule()).
     """
+    if not tasks:  # e.g. a batch re-sent: every task already existed
+        return []
     parent_status = dict(
         TaskEntity.objects.filter(pk__in={p for task in tasks for p in task.parents})
         .values_list("pk", "status")
