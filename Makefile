@@ -52,11 +52,11 @@ test: venv
 
 demo: venv
 	@$(PYTHON) scripts/ensure_services.py $(DEMO_SERVICES)
-	@$(PYTHON) manage.py atf_demo --port $(ATF_DEMO_PORT) $(DEMO_ARGS)
+	@ATF_DEMO=1 $(PYTHON) manage.py atf_demo --port $(ATF_DEMO_PORT) $(DEMO_ARGS)
 
 chaos: venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres
-	@$(PYTHON) -m tests.chaos long $(CHAOS_ARGS)
+	@ATF_DEMO=1 $(PYTHON) -m tests.chaos long $(CHAOS_ARGS)
 
 bench: venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres

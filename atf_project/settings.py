@@ -57,12 +57,44 @@ def env_like(name: str, default: Any) -> Any:
 
 # --- Django ---------------------------------------------------------------------------
 
-#: Secret key; the default is only fit for development.
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", "!!!SET DJANGO_SECRET_KEY!!!-dev-only")
 #: Debug pages; off unless asked for.
 DEBUG = env_bool("DJANGO_DEBUG", False)
+#: Install the demo app and its `demo.*` lambdas (`make demo`, the tests and the benchmarks set
+#: it). Never in production: `demo.fail` kills its worker on request.
+ATF_DEMO = env_bool("ATF_DEMO", False)
+#: Secret key (sessions, CSRF, password resets). Required unless DJANGO_DEBUG or ATF_DEMO is
+#: on, which fall back to a public development key.
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not (DEBUG or ATF_DEMO):
+        raise SystemExit("DJANGO_SECRET_KEY is not set: give it a long random value "
+                         "(or set DJANGO_DEBUG=1 for development)")
+    SECRET_KEY = "!!!SET DJANGO_SECRET_KEY!!!-dev-only"
 #: Host names this site answers to, comma separated.
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+#: Origins (scheme://host) trusted for CSRF-checked POSTs, e.g. the console's public https URL.
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+
+# HTTPS. Each switch is off by default (the demo serves plain HTTP); the production
+# configuration in docs/ turns them on, and `manage.py check --deploy` is then clean.
+
+#: Send the session and CSRF cookies over HTTPS only.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
+#: Redirect plain HTTP requests to HTTPS.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SSL_REDIRECT", False)
+#: Seconds browsers must use HTTPS only (Strict-Transport-Security); 0 sends no header.
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0)
+#: HSTS for subdomains too.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
+#: Ask browsers to preload HSTS for this domain.
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
+#: `Header=value` a TLS-terminating proxy sets on HTTPS requests, e.g. `X-Forwarded-Proto=https`
+#: (only behind a proxy that always sets or strips that header); empty trusts no header.
+_proxy_header, _sep, _proxy_value = env_str("DJANGO_SECURE_PROXY_SSL_HEADER", "").partition("=")
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_header.strip().upper().replace("-", "_"), _proxy_value.strip())
+    if _proxy_header.strip() else None
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -80,7 +112,7 @@ INSTALLED_APPS = [
     "tasks_api",
     "tasks_console",
     "workers",
-    "demo",
+    *(["demo"] if ATF_DEMO else []),
 ]
 
 MIDDLEWARE = [

@@ -14,6 +14,9 @@ from django.conf import settings
 
 from tasks_core import atf
 
+#: demo.record appends only to Redis keys that start with this.
+RECORD_PREFIX = "demo:"
+
 _local = threading.local()
 
 
@@ -73,10 +76,11 @@ def fail(ctx: atf.TaskContext, payload: Any) -> dict:
 
 @atf.register("demo.record", team=settings.ATF_DEMO_TEAM)
 def record(ctx: atf.TaskContext, payload: Any) -> dict:
-    """Sleep `seconds`, then append {task_id, attempt, start, end, pid, host} to list `key`."""
+    """Sleep `seconds`, then append {task_id, attempt, start, end, pid, host} to list `key`,
+    which must start with RECORD_PREFIX (a payload must not name any other Redis key)."""
     key = payload.get("key") if isinstance(payload, dict) else None
-    if not isinstance(key, str) or not key:
-        raise atf.Fatal("payload needs a string 'key'")
+    if not isinstance(key, str) or not key.startswith(RECORD_PREFIX) or len(key) > 200:
+        raise atf.Fatal(f"payload needs a string 'key' that starts with {RECORD_PREFIX!r}")
     start = time.time()
     _sleep(ctx, _seconds(payload))
     line = {"task_id": ctx.task_id, "attempt": ctx.attempt, "start": start, "end": time.time(),

@@ -10,6 +10,8 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("ATF_QUEUE_PREFIX", "atftest")
 os.environ.setdefault("ATF_LOG_LEVEL", "WARNING")
+# The demo lambdas are the tests' workload (manage.py children inherit it too).
+os.environ.setdefault("ATF_DEMO", "1")
 
 from atf_project.settings import *  # noqa: E402,F403
 

@@ -22,6 +22,8 @@ SCHEMA = ("tasks_core_taskentity", "tasks_core_taskassoc", "tasks_core_taskattem
 MANAGE = str(ROOT / "manage.py")
 #: The team that owns the demo lambdas; the REST benchmark's token belongs to it.
 TEAM = "demo"
+#: demo.record writes only to keys that start with this.
+RECORD_PREFIX = "demo:"
 
 
 def variables(env: Env) -> dict[str, str]:
@@ -29,7 +31,7 @@ def variables(env: Env) -> dict[str, str]:
     return {**env.variables(), "DATABASE_URL": env.pg_dsn.replace("postgresql://", "postgres://"),
             "REDIS_URL": env.redis_url, "ATF_QUEUE_PREFIX": "atfbench",
             "DJANGO_SETTINGS_MODULE": "atf_project.settings", "ATF_LOG_LEVEL": "WARNING",
-            "ATF_DEMO_TEAM": TEAM}
+            "ATF_DEMO_TEAM": TEAM, "ATF_DEMO": "1"}
 
 
 def _manage(env: Env, role: str, *args: str) -> Command:
@@ -67,7 +69,7 @@ def records(client: redis.Redis, key: str) -> list[tuple[float, float, float]]:
     """demo.record lines joined with the due times the producer stored in `<key>:due`."""
     dues = {int(task_id): float(due) for task_id, due in client.hgetall(f"{key}:due").items()}
     rows = []
-    for line in client.lrange(key, 0, -1):
+    for line in client.lrange(f"{RECORD_PREFIX}{key}", 0, -1):
         item = json.loads(line)
         rows.append((dues.get(item["task_id"], 0.0), item["start"], item["end"]))
     return rows
@@ -91,7 +93,7 @@ class Client:
     def _call(self, task: str, key: str) -> tuple[str, dict]:
         if task == "noop":
             return "demo.noop", {}
-        return "demo.record", {"key": key, "seconds": 0}
+        return "demo.record", {"key": f"{RECORD_PREFIX}{key}", "seconds": 0}
 
     def send(self, task: str, key: str, due: float, eta: float | None) -> None:
         import datetime as dt

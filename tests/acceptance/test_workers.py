@@ -49,7 +49,7 @@ def env() -> dict[str, str]:
 
 @pytest.fixture
 def records(redis_client: redis.Redis) -> Iterator[callable]:
-    def read(key: str = "records") -> list[dict]:
+    def read(key: str = "demo:records") -> list[dict]:
         return [json.loads(line) for line in redis_client.lrange(key, 0, -1)]
 
     yield read
@@ -112,9 +112,9 @@ def test_at_least_once_and_never_concurrently_while_workers_are_killed(
     # Given 2,000 tasks and two worker processes
     count = 2000
     scheduling.schedule_many([{"lambda": "demo.record",
-                               "payload": {"key": "records", "seconds": 0.02}}] * 1000)
+                               "payload": {"key": "demo:records", "seconds": 0.02}}] * 1000)
     scheduling.schedule_many([{"lambda": "demo.record",
-                               "payload": {"key": "records", "seconds": 0.02}}] * 1000)
+                               "payload": {"key": "demo:records", "seconds": 0.02}}] * 1000)
     processes.start("runconsumer", env=env)
     workers = [processes.start("runworker", "demo.record", "--threads", "4", env=env)
                for _ in range(2)]
@@ -151,7 +151,7 @@ def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere(
     try:
         processes.start("runconsumer", env=env)
         cut_off = processes.start("runworker", "demo.record", "--threads", "1", env=cut_env)
-        task = atf.schedule("demo.record", {"key": "records", "seconds": 8})
+        task = atf.schedule("demo.record", {"key": "demo:records", "seconds": 8})
         wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="processing").exists(),
                  message="the task running on the proxied worker")
         # When its store connection is cut for longer than three heartbeats
@@ -179,7 +179,7 @@ def test_a_single_threaded_worker_takes_high_before_default_before_low(
     # Given a backlog of each priority, already in the queues
     for priority in ("low", "default", "high"):
         scheduling.schedule_many([{"lambda": "demo.record", "priority": priority,
-                                   "payload": {"key": "records"}}] * 10)
+                                   "payload": {"key": "demo:records"}}] * 10)
     processes.start("runconsumer", env=env)
     wait_for(lambda: statuses()["enqueued"] == 30, message="30 enqueued tasks")
     # When one single-threaded worker drains it
@@ -199,7 +199,7 @@ def test_a_worker_runs_only_its_lambdas_and_a_backlog_does_not_slow_another(
     processes.start("runworker", "demo.sleep", "--threads", "1", env=env)
     processes.start("runworker", "demo.record", "--threads", "2", env=env)
     # When demo.record tasks arrive
-    recorded = [atf.schedule("demo.record", {"key": "records"}) for _ in range(20)]
+    recorded = [atf.schedule("demo.record", {"key": "demo:records"}) for _ in range(20)]
     # Then they are all done while demo.sleep's backlog is still there
     wait_for(lambda: TaskEntity.objects.filter(pk__in=[t.pk for t in recorded],
                                                status="success").count() == 20,
@@ -216,7 +216,7 @@ def test_sigterm_loses_nothing_and_hands_back_buffered_tasks_at_once(
         processes: Processes, env: dict[str, str], records: callable) -> None:
     # Given a worker in the middle of a batch
     scheduling.schedule_many([{"lambda": "demo.record",
-                               "payload": {"key": "records", "seconds": 0.3}}] * 200)
+                               "payload": {"key": "demo:records", "seconds": 0.3}}] * 200)
     processes.start("runconsumer", env=env)
     worker = processes.start("runworker", "demo.record", "--threads", "4", env=env)
     wait_for(lambda: statuses()["success"] >= 20, timeout_s=60, message="20 successes")
@@ -299,7 +299,7 @@ def test_a_worker_serving_two_lambdas_lets_neither_starve_the_other(
     processes.start("runworker", "demo.sleep", "demo.record", "--threads", "1", env=env)
     wait_for(lambda: statuses()["success"] >= 5, message="the backlog to start draining")
     # When the other lambda's tasks arrive
-    recorded = [atf.schedule("demo.record", {"key": "records"}) for _ in range(10)]
+    recorded = [atf.schedule("demo.record", {"key": "demo:records"}) for _ in range(10)]
     # Then they run while the backlog is still there
     wait_for(lambda: TaskEntity.objects.filter(pk__in=[t.pk for t in recorded],
                                                status="success").count() == 10,

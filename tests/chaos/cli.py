@@ -22,6 +22,7 @@ from tests.chaos.services import ChaosDatabase, PrivateRedis, free_port, say
 #: Timeouts of every process of the run: short, so that recovery takes seconds, not minutes.
 #: The heartbeat timeout exceeds three heartbeat intervals, as the workers check at start.
 CHILD_SETTINGS = {
+    "ATF_DEMO": "1",
     "ATF_HEARTBEAT_INTERVAL_S": "0.5",
     "ATF_HEARTBEAT_TIMEOUT_S": "2.5",
     "ATF_ENQUEUE_TIMEOUT_S": "3",

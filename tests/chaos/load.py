@@ -25,7 +25,7 @@ from workers import db
 logger = logging.getLogger(__name__)
 
 #: The Redis list demo.record appends to.
-RECORDS_KEY = "chaos:records"
+RECORDS_KEY = "demo:chaos:records"
 #: Attempts every chaos task may take: the faults, not the attempt limit, are under test.
 MAX_ATTEMPTS = 20
 #: Collections of ordinary demo.record tasks.

@@ -1,0 +1,61 @@
+"""The demo app is installed only with ATF_DEMO=1, and demo.record writes only to `demo:` keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import redis
+
+from demo.lambdas import record
+from tasks_core import atf
+from tasks_core.context import TaskContext
+from tests.conftest import ROOT, subprocess_env
+
+CTX = TaskContext(task_id=1, attempt=1, collection="default", priority="default",
+                  lambda_name="demo.record")
+
+
+def manage(*args: str, demo: str | None) -> subprocess.CompletedProcess[str]:
+    """Run manage.py with ATF_DEMO set to `demo` (None: unset)."""
+    env = {**subprocess_env(), "DJANGO_DEBUG": "1"}  # no secret key needed
+    env.pop("ATF_DEMO", None)
+    if demo is not None:
+        env["ATF_DEMO"] = demo
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("demo", "installed"), [(None, False), ("0", False), ("1", True)])
+def test_the_demo_app_is_installed_only_when_asked(demo: str | None, installed: bool) -> None:
+    result = manage("shell", "-c", "from django.apps import apps; "
+                    "from tasks_core import registry; "
+                    "print(apps.is_installed('demo'), 'demo.fail' in registry.names())", demo=demo)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].split() == [str(installed), str(installed)]
+
+
+def test_make_demo_and_the_benchmarks_set_atf_demo() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "ATF_DEMO=1 $(PYTHON) manage.py atf_demo" in makefile
+    assert '"ATF_DEMO": "1"' in (ROOT / "bench" / "drivers" / "atf.py").read_text()
+    assert os.environ["ATF_DEMO"] == "1"  # the test settings
+
+
+@pytest.mark.parametrize("key", ["records", "atf:queue:demo.noop:high", "", "demo", 7,
+                                 "demo:" + "x" * 300])
+def test_demo_record_refuses_keys_outside_its_prefix(redis_client: redis.Redis,
+                                                      key: object) -> None:
+    with pytest.raises(atf.Fatal, match="demo:"):
+        record(CTX, {"key": key})
+    assert redis_client.keys("*") == []
+
+
+def test_demo_record_appends_to_a_demo_key(redis_client: redis.Redis) -> None:
+    assert record(CTX, {"key": "demo:records"}) == {"recorded": "demo:records"}
+    (line,) = redis_client.lrange("demo:records", 0, -1)
+    assert json.loads(line)["task_id"] == 1
