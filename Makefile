@@ -23,7 +23,7 @@ BENCH_ARGS ?=
 # PostgreSQL for the demo only when DATABASE_URL asks for it; the default is SQLite.
 DEMO_SERVICES := redis $(if $(filter postgres%,$(DATABASE_URL)),postgres)
 
-.PHONY: help venv test demo chaos lint clean bench docs
+.PHONY: help venv test demo chaos lint clean bench docs fuzz
 
 help:
 	@echo "make test    create .venv, start Redis/PostgreSQL if needed, run the whole test suite"
@@ -33,6 +33,8 @@ help:
 	@echo "             (python -m tests.chaos long \$$CHAOS_ARGS; see docs/chaos.md)"
 	@echo "make bench   install the peers into bench/.venv-peers, then the side-by-side benchmark"
 	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; see docs/benchmarks.md)"
+	@echo "make fuzz    stateful fuzzing of the REST API by two teams: ATF_FUZZ_CASES (10,000)"
+	@echo "             requests; prints cases, 5xx and cross-team observations"
 	@echo "make lint    ruff check"
 	@echo "make docs    build the documentation site into var/site (mkdocs build --strict)"
 	@echo "make clean   remove caches and collected static files (rm atf.sqlite3 resets the demo)"
@@ -68,6 +70,11 @@ bench: venv
 docs: venv
 	@echo "==> the documentation site (mkdocs build --strict into var/site)"
 	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+fuzz: venv
+	@$(PYTHON) scripts/ensure_services.py redis postgres
+	@ATF_FUZZ_CASES=$${ATF_FUZZ_CASES:-10000} $(VENV)/bin/pytest tests/integration/test_api_fuzz.py \
+	  -q -s -p no:logging -o timeout=0 $(PYTEST_ARGS)
 
 lint: venv
 	@$(VENV)/bin/ruff check .
