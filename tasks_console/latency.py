@@ -27,10 +27,7 @@ def per_minute(*, since: datetime, lambda_ids: Collection[int] | None = None,
                .annotate(latency=stats.LATENCY, minute=TruncMinute("started_at")))
     if connection.vendor != "postgresql":
         return _in_python(started.values_list("minute", "latency"))
-    query = stats.compiled(started.values("minute", "latency"))
-    if query is None:
-        return {}
-    sql, params = query
+    sql, params = started.values("minute", "latency").query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT sub.minute, percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP "

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncMinute
@@ -89,14 +88,6 @@ def _tasks(lambda_ids: Collection[int] | None) -> QuerySet[TaskEntity]:
     return tasks
 
 
-def compiled(queryset: QuerySet) -> tuple[str, tuple] | None:
-    """The SQL and parameters of `queryset`; None when it can match no row (`__in=[]`)."""
-    try:
-        return queryset.query.sql_with_params()
-    except EmptyResultSet:  # e.g. a team without lambdas
-        return None
-
-
 def started_since(since: datetime, lambda_ids: Collection[int] | None = None,
                   ) -> QuerySet[TaskEntity]:
     """First attempts that started at or after `since` (index-friendly, see module docstring)."""
@@ -158,10 +149,7 @@ def delivery_latency(*, since: datetime, lambda_ids: Collection[int] | None = No
         return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
     started = started_since(since, lambda_ids)
     if connection.vendor == "postgresql":
-        query = compiled(started.annotate(latency=LATENCY).values("latency"))
-        if query is None:
-            return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
-        sql, params = query
+        sql, params = started.annotate(latency=LATENCY).values("latency").query.sql_with_params()
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*), percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP "
