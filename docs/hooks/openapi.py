@@ -10,6 +10,7 @@ generated fails the build.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,9 +33,11 @@ _schema: dict[str, Any] = {}
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     """Generate the schema once per build and publish it as a file of the site."""
     root = Path(config.config_file_path).parent
+    # Development settings: writing the schema needs no secret key.
     result = subprocess.run(
         [sys.executable, "manage.py", "spectacular", "--format", "openapi-json"],
         cwd=root, capture_output=True, text=True, check=False,
+        env={**os.environ, "DJANGO_DEBUG": "1"},
     )
     if result.returncode != 0:
         raise PluginError(f"manage.py spectacular failed:\n{result.stderr.strip()}")

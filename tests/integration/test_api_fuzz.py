@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 from collections import Counter
@@ -206,9 +207,17 @@ def keeping_the_connection() -> Iterator[None]:
 
 
 @pytest.fixture
-def world() -> World:
-    with keeping_the_connection():
-        return World()
+def world() -> Iterator[World]:
+    # Thousands of 4xx answers each log a warning; the figures say what matters.
+    quiet = logging.getLogger("django.request")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with keeping_the_connection():
+            made = World()
+        yield made
+    finally:
+        quiet.setLevel(level)
 
 
 def machine(world: World) -> type[RuleBasedStateMachine]:
