@@ -76,8 +76,7 @@ class PayloadOnRequest:
 
 @extend_schema(tags=["tasks"])
 class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
-                  mixins.RetrieveModelMixin,
-                  viewsets.GenericViewSet):
+                  mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Schedule tasks and follow them. A caller sees only its teams' tasks."""
 
     serializer_class = serializers.TaskSerializer
