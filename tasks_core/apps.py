@@ -8,9 +8,9 @@ from tasks_core import conf
 
 
 def _sync_lambdas(sender: AppConfig, **kwargs: object) -> None:
-    from tasks_core import periodic, registry
+    from tasks_core import lambda_sync, periodic
 
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
     periodic.sync_code_schedules()
 
 
@@ -25,8 +25,18 @@ class TasksCoreConfig(AppConfig):
         conf.install_defaults()
 
     def ready(self) -> None:
-        from tasks_core import checks  # noqa: F401  (registers the system checks)
+        from tasks_core import (
+            atf,
+            checks,  # noqa: F401  (registers the system checks)
+            directory,
+            lambda_sync,
+            registry,
+        )
 
+        # The registry holds code and the directory reads the store; neither imports what
+        # schedules or syncs, so both are wired here, above them.
+        registry.use_scheduler(atf.schedule)
+        directory.on_unknown(lambda_sync.sync_if_registered)
         # Lambdas live in `lambdas.py` modules of installed apps, found like `admin.py`.
         autodiscover_modules("lambdas")
         post_migrate.connect(_sync_lambdas, sender=self)

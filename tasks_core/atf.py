@@ -8,22 +8,48 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.utils import timezone
 
-from tasks_core import scheduling
+from tasks_core import periodic, registry, scheduling
 from tasks_core.context import Fatal, Retry, TaskContext, TimeLimitExceeded
+from tasks_core.exceptions import ConfigurationError
 from tasks_core.models import TaskEntity
 from tasks_core.periodic import every
-from tasks_core.registry import register
+from tasks_core.registry import LambdaFunction, RegisteredLambda
 from tasks_core.scheduling import Call
 
 __all__ = [
     "Call", "Fatal", "Retry", "TaskContext", "TimeLimitExceeded", "call", "cancel", "chain",
     "every", "register", "schedule", "schedule_many",
 ]
+
+
+def register(name: str, *, schedule: periodic.ScheduleValue | None = None,
+             **options: Any) -> Callable[[LambdaFunction], RegisteredLambda]:
+    """Decorator: register `func(ctx, payload)` as the lambda `name`; options: team,
+    max_attempts, heartbeat_timeout, backoff_base, backoff_cap, quota, timeout.
+
+    `schedule` also runs it periodically with an empty payload: a cron expression such as
+    "*/5 * * * *", or an interval in seconds (see `tasks_core.periodic`).
+    """
+    decorate = registry.register(name, **options)
+
+    def decorate_and_schedule(func: LambdaFunction) -> RegisteredLambda:
+        if schedule is not None:
+            periodic.parse_schedule(schedule)  # a bad schedule registers nothing
+        registered = decorate(func)
+        if schedule is not None:
+            try:
+                periodic.every(schedule, name, name=name)
+            except ConfigurationError:
+                registry.unregister(name)
+                raise
+        return registered
+
+    return decorate_and_schedule
 
 
 def schedule(lambda_name: str, payload: Any = None, **options: Any) -> TaskEntity:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -40,6 +41,21 @@ _by_id: dict[int, tuple[float, LambdaInfo]] = {}
 _collections: set[tuple[int, str]] = set()
 
 
+def _unknown(name: str) -> bool:
+    return False
+
+
+#: Called with a name the store has no row for; True once it has made one (a lambda registered
+#: in code but not yet synced). tasks_core.apps sets it to lambda_sync.sync_if_registered.
+_on_unknown: Callable[[str], bool] = _unknown
+
+
+def on_unknown(handler: Callable[[str], bool]) -> None:
+    """Make `handler` the one by_name() asks about a name the store does not know."""
+    global _on_unknown
+    _on_unknown = handler
+
+
 def _rows() -> QuerySet[Lambda]:
     return Lambda.objects.prefetch_related("overrides")
 
@@ -69,11 +85,8 @@ def by_name(name: str) -> LambdaInfo:
     if info is None:
         row = _rows().filter(name=name).first()
         if row is None:
-            from tasks_core import registry  # a lambda registered in code but not yet synced
-
-            if name not in registry.names():
+            if not _on_unknown(name):
                 raise LambdaNotFound(f"unknown lambda {name!r}")
-            registry.sync_to_store()
             row = _rows().get(name=name)
         info = _remember(_info(row))
     return info

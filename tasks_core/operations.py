@@ -28,7 +28,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from tasks_core import limits, overrides, scheduling, states, store, wakeup
+from tasks_core import directory, limits, overrides, scheduling, states, store, wakeup
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidTask, InvalidTransition, LambdaNotFound, TaskNotFound
 from tasks_core.models import Collection, Lambda, TaskEntity
@@ -264,5 +264,6 @@ def set_options(scope: Scope, lambda_name: str, changes: Mapping[str, Any], *, b
         raise LambdaNotFound(f"unknown lambda {lambda_name!r}")
     if changes:
         overrides.apply(row, changes, by=by, now=now or timezone.now())
+        directory.clear()  # this process sees the new values at once
         row = lambdas.get(pk=row.pk)
     return row

@@ -181,10 +181,10 @@ def _number(raw: Any) -> float | None:
 def apply(row: Lambda, changes: Mapping[str, Any], *, by: str, now: datetime) -> None:
     """Set (a value) or clear (None) operator overrides of `row`, recording `by` and `now`.
 
-    Validates everything first: a bad value changes nothing (InvalidOverride).
+    Validates everything first: a bad value changes nothing (InvalidOverride). The directory
+    reads values through this module, so this does not import it: the caller clears its cache
+    (operations.set_options does), and other processes see the change within its TTL.
     """
-    from tasks_core import directory  # the directory reads values through this module
-
     cleaned = check(changes)
     with transaction.atomic():
         for name, value in cleaned.items():
@@ -198,7 +198,6 @@ def apply(row: Lambda, changes: Mapping[str, Any], *, by: str, now: datetime) ->
         logger.info("%s of %s %s by %s", name, row.name,
                     "cleared" if value is None else f"set to {value:g}", by,
                     extra={"action": "override_set", "lambda": row.name, "option": name})
-    directory.clear()
 
 
 def reset(row: Lambda, *, by: str, now: datetime) -> None:

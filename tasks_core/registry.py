@@ -1,23 +1,24 @@
-"""The lambda registry behind `atf.register`: name -> callable and options; no duplicates."""
+"""The lambda registry behind `atf.register`: name -> callable and options; no duplicates.
+
+It holds code only, and imports nothing that reads or writes the store: tasks_core.lambda_sync
+writes its lambdas to the store, `atf.register` adds their code schedules (tasks_core.periodic),
+and tasks_core.apps wires in the scheduler behind `RegisteredLambda.schedule`.
+"""
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from tasks_core.exceptions import DuplicateLambda, LambdaNotFound
+from tasks_core.exceptions import ConfigurationError, DuplicateLambda, LambdaNotFound
 
 if TYPE_CHECKING:
     from tasks_core.context import TaskContext
     from tasks_core.models import TaskEntity
-
-logger = logging.getLogger(__name__)
 
 LambdaFunction = Callable[["TaskContext", Any], Any]
 
@@ -47,17 +48,27 @@ class RegisteredLambda:
         return self.func(ctx, payload)
 
     def schedule(self, payload: Any = None, **options: Any) -> TaskEntity:
-        from tasks_core import scheduling
-
-        task, _created = scheduling.schedule(self.name, payload, **options)
-        return task
+        """Schedule a task of this lambda (as `atf.schedule(name, payload, **options)`)."""
+        if _scheduler is None:
+            raise ConfigurationError("no scheduler: the tasks_core app is not ready")
+        return _scheduler(self.name, payload, **options)
 
     def __repr__(self) -> str:
         return f"<lambda {self.name}>"
 
 
+#: Schedules a task of a lambda by name; tasks_core.apps sets it (to atf.schedule).
+Scheduler = Callable[..., "TaskEntity"]
+
 _lock = threading.Lock()
 _lambdas: dict[str, RegisteredLambda] = {}
+_scheduler: Scheduler | None = None
+
+
+def use_scheduler(scheduler: Scheduler) -> None:
+    """Make `scheduler` the one behind every `RegisteredLambda.schedule`."""
+    global _scheduler
+    _scheduler = scheduler
 
 
 def _default_timeout_s() -> float | None:
@@ -76,14 +87,11 @@ def register(
     backoff_cap: float | None = None,
     quota: float | None = None,
     timeout: float | None = None,
-    schedule: str | float | timedelta | None = None,
 ) -> Callable[[LambdaFunction], RegisteredLambda]:
     """Decorator: register `func(ctx, payload)` as the lambda `name` with these options.
 
     `timeout` is the seconds one attempt may run (default ATF_TASK_TIMEOUT_S; neither: no
     limit); an attempt past it ends with outcome `timeout` and is retried like a failure.
-    `schedule` also runs it periodically with an empty payload: a cron expression such as
-    "*/5 * * * *", or an interval in seconds (see `tasks_core.periodic`).
     """
     options = LambdaOptions(
         team=team or settings.ATF_DEFAULT_TEAM,
@@ -102,10 +110,6 @@ def register(
         with _lock:
             if name in _lambdas:
                 raise DuplicateLambda(f"lambda {name!r} is registered already")
-            if schedule is not None:
-                from tasks_core import periodic
-
-                periodic.every(schedule, name, name=name)
             _lambdas[name] = registered
         return registered
 
@@ -113,12 +117,9 @@ def register(
 
 
 def unregister(name: str) -> None:
-    """Forget a lambda and its code schedule (tests that register their own)."""
-    from tasks_core import periodic
-
+    """Forget a lambda (tests that register their own)."""
     with _lock:
         _lambdas.pop(name, None)
-    periodic.forget(name)
 
 
 def get(name: str) -> RegisteredLambda:
@@ -130,33 +131,3 @@ def get(name: str) -> RegisteredLambda:
 
 def names() -> list[str]:
     return sorted(_lambdas)
-
-
-def sync_to_store() -> None:
-    """Create or update a Lambda row per registered lambda; mark rows the code lost `in_code=False`.
-
-    The row's option columns hold the code's values and nothing else: operators' overrides
-    live in LambdaOverride rows and gates in their own columns, which this never writes.
-    """
-    from tasks_core import directory
-    from tasks_core.models import Lambda, Team
-
-    teams = {name: Team.objects.get_or_create(name=name)[0] for name in
-             {lam.options.team for lam in _lambdas.values()}}
-    for lam in _lambdas.values():
-        Lambda.objects.update_or_create(
-            name=lam.name,
-            defaults={
-                "team": teams[lam.options.team],
-                "max_attempts": lam.options.max_attempts,
-                "heartbeat_timeout_s": lam.options.heartbeat_timeout_s,
-                "backoff_base_s": lam.options.backoff_base_s,
-                "backoff_cap_s": lam.options.backoff_cap_s,
-                "quota_per_s": lam.options.quota_per_s,
-                "timeout_s": lam.options.timeout_s,
-                "in_code": True,
-            },
-        )
-    Lambda.objects.exclude(name__in=list(_lambdas)).update(in_code=False)
-    directory.clear()
-    logger.debug("synced %d lambdas to the store", len(_lambdas))

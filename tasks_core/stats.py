@@ -24,6 +24,7 @@ from tasks_core import liveness, queues
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Lambda, TaskEntity
 from tasks_core.states import FINAL, TaskStatus
+from tasks_core.store import backends
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def delivery_latency(*, since: datetime, lambda_ids: Collection[int] | None = No
     if lambda_ids is not None and not lambda_ids:  # the ORM cannot write SQL for "in ()"
         return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
     started = started_since(since, lambda_ids)
-    if connection.vendor == "postgresql":
+    if backends.current().supports_percentiles:
         sql, params = started.annotate(latency=LATENCY).values("latency").query.sql_with_params()
         with connection.cursor() as cursor:
             cursor.execute(

@@ -5,7 +5,7 @@ no longer heartbeated, its attempt is recorded at once as `timeout` (error
 `TimeLimitExceeded`; retried per the lambda's policy, `dead` when its attempts are used up),
 and its executor thread is interrupted. Whatever the lambda does afterwards is discarded, and
 the store would refuse it anyway: the task has left `processing`. The retry is not due before
-twice the grace (see store._ending), so a lambda that stops within the grace never runs at
+twice the grace (store.decisions.ending), so a lambda that stops within the grace never runs at
 the same time as its retry; one that does not stop makes its worker process exit at the end
 of the grace (see WorkerProcess.abandon), before the retry can start.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks_core import directory, registry
+from tasks_core import directory, lambda_sync
 from tasks_core.models import LambdaOverride
 from tests.integration.test_api_support import Member, member
 
@@ -52,7 +52,7 @@ def test_null_clears_an_override_and_the_codes_value_applies_again(alice: Member
 
 def test_an_override_survives_a_code_sync(alice: Member) -> None:
     patch(alice, {"max_attempts": 9})
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
     body = alice.client.get(f"/api/v1/lambdas/{alice.lam.name}/").json()
     assert (body["max_attempts"]["value"], body["max_attempts"]["source"]) == (9, "operator")
 

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from tasks_core import atf, directory, registry, store
+from tasks_core import atf, directory, lambda_sync, registry, store
 from tasks_core.claiming import Claimer
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import Decision
@@ -53,11 +53,11 @@ def odd_lambdas() -> Iterator[list[str]]:
             return value()
 
         registry.register(name, team=settings.ATF_DEMO_TEAM, max_attempts=3)(returns)
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
     yield list(NOT_JSON_RESULTS)
     for name in NOT_JSON_RESULTS:
         registry.unregister(name)
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
 
 
 @dataclass
@@ -101,7 +101,7 @@ class Pipeline:
 
 @pytest.fixture
 def pipeline(queue: QueueBackend) -> Iterator[Pipeline]:
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
     buffer = WorkBuffer(priorities=settings.ATF_PRIORITIES, executors=100)
     transport = DirectTransport(queue)
     heartbeat = HeartbeatThread(buffer=buffer, interval_s=1.0, transport=transport)
@@ -318,7 +318,7 @@ def test_a_lambda_the_code_no_longer_has_fails_retriably_with_its_name(pipeline:
     # Given a task of a lambda that was registered when scheduled but is gone from the code
     registry.register("tests.bad_input.vanishing", team=settings.ATF_DEMO_TEAM)(
         lambda ctx, payload: {})
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
     try:
         task = atf.schedule("tests.bad_input.vanishing")
         pipeline.watch("tests.bad_input.vanishing")

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from tasks_core import atf, directory, operations, overrides, queues, registry, store
+from tasks_core import atf, directory, lambda_sync, operations, overrides, queues, registry, store
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidOverride, LambdaNotFound
 from tasks_core.models import Lambda, LambdaOverride
@@ -31,7 +31,7 @@ def _register(**options: Any) -> None:
     registry.unregister(NAME)
     registry.register(NAME, team="billing", **{**CODE, **options})(
         lambda ctx, payload: None)
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_overrides_survive_a_restart_migrate_and_new_code(lam: Lambda) -> None:
     # Given overrides of every option
     overrides.apply(lam, OPERATOR, by="alice", now=timezone.now())
     # When the code syncs at start, `migrate` runs, and new code changes every option
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
     call_command("migrate", verbosity=0)
     _register(max_attempts=2, heartbeat_timeout=50, backoff_base=3, backoff_cap=70, quota=5,
               timeout=10)
@@ -129,7 +129,8 @@ def test_a_worker_reads_the_operators_heartbeat_timeout(lam: Lambda,
 
     transport = DirectTransport(queue)
     assert transport.heartbeat_timeouts_s([NAME]) == {NAME: 40.0}
-    overrides.apply(lam, {"heartbeat_timeout": 60}, by="alice", now=timezone.now())
+    operations.set_options(Scope(frozenset({lam.team_id})), NAME, {"heartbeat_timeout": 60},
+                           by="alice")
     assert transport.heartbeat_timeouts_s([NAME]) == {NAME: 60.0}
 
 

@@ -13,7 +13,7 @@ import redis
 from django.db import connections
 from django.utils import timezone
 
-from tasks_core import periodic, registry
+from tasks_core import lambda_sync, periodic, registry
 from tasks_core.exceptions import ConfigurationError
 from tasks_core.models import Lambda, PeriodicTask, TaskEntity
 from tests.conftest import Processes, subprocess_env, wait_for
@@ -324,7 +324,7 @@ def test_three_running_consumers_make_one_task_per_second_and_catch_up(
         transactional_db: None, processes: Processes, redis_client: redis.Redis) -> None:
     # Given three schedules every second: a new one, and two whose consumers were down for
     # 30 s, one catching up `once` and one `skip`
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
     noop = Lambda.objects.get(name="demo.noop")
     down_since = periodic.next_after(timezone.now() - seconds(31), cron="", interval_s=1.0,
                                      tz="UTC")

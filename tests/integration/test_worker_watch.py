@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tasks_core import queues, registry
+from tasks_core import lambda_sync, queues
 from workers.transport import DirectTransport
 from workers.worker import EXIT_EXECUTOR_LOST, WorkerProcess
 
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.django_db]
 def test_a_worker_whose_executor_died_stops_with_a_non_zero_status(
         queue: queues.QueueBackend) -> None:
     # Given a worker of two executors, one of which has died
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
     worker = WorkerProcess(["demo.noop"], threads=2, transport=DirectTransport(queue))
     dead = threading.Thread(target=lambda: None)
     dead.start()
@@ -36,7 +36,7 @@ def test_a_worker_whose_executor_died_stops_with_a_non_zero_status(
 
 
 def test_a_worker_with_all_its_executors_goes_on(queue: queues.QueueBackend) -> None:
-    registry.sync_to_store()
+    lambda_sync.sync_to_store()
     worker = WorkerProcess(["demo.noop"], threads=1, transport=DirectTransport(queue))
     alive = threading.Event()
     living = threading.Thread(target=alive.wait)

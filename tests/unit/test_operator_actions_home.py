@@ -13,7 +13,7 @@ FRONT_ENDS = [*sorted((ROOT / "tasks_api").rglob("*.py")),
               *sorted((ROOT / "tasks_console").rglob("*.py")),
               *sorted((ROOT / "tasks_core" / "management" / "commands").glob("atf_*.py"))]
 #: Modules whose state changes belong behind the operations module.
-FORBIDDEN_MODULES = {"store", "pg_store"}
+FORBIDDEN_MODULES = {"store"}
 #: scheduling's writers that an operator action must not call directly.
 FORBIDDEN_CALLS = {("scheduling", "cancel"), ("scheduling", "set_gate")}
 
@@ -24,11 +24,12 @@ def _violations(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
                 "tasks_core"):
-            names = {node.module.rsplit(".", 1)[-1], *(alias.name for alias in node.names)}
+            # tasks_core.store and every module of it (tasks_core.store.worker, ...)
+            names = {*node.module.split(".")[1:], *(alias.name for alias in node.names)}
             found += [f"imports {name}" for name in sorted(names & FORBIDDEN_MODULES)]
         elif isinstance(node, ast.Import):
             found += [f"imports {alias.name}" for alias in node.names
-                      if alias.name.rsplit(".", 1)[-1] in FORBIDDEN_MODULES]
+                      if FORBIDDEN_MODULES & set(alias.name.split(".")[1:])]
         elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
               and (node.value.id, node.attr) in FORBIDDEN_CALLS):
             found.append(f"uses {node.value.id}.{node.attr}")
@@ -43,5 +44,8 @@ def test_front_ends_act_only_through_the_operations_module(path: Path) -> None:
 def test_the_check_finds_a_direct_store_call(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from tasks_core import scheduling, store\n"
+                   "from tasks_core.store.operators import requeue\n"
+                   "import tasks_core.store.backends\n"
                    "store.requeue([1])\nscheduling.set_gate('a', 'open')\n")
-    assert _violations(bad) == ["imports store", "uses scheduling.set_gate"]
+    assert _violations(bad) == ["imports store", "imports store",
+                                "imports tasks_core.store.backends", "uses scheduling.set_gate"]

@@ -32,7 +32,7 @@ from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from tasks_core import atf, registry
+from tasks_core import atf, lambda_sync
 from tasks_core.exceptions import AtfError
 from workers import checks
 
@@ -175,7 +175,7 @@ class Command(BaseCommand):
         checks.require_store_and_queue().close()  # one clear line now, not crash-looping children
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
-        registry.sync_to_store()
+        lambda_sync.sync_to_store()
         user, _created = get_user_model().objects.get_or_create(
             username=username, defaults={"email": f"{username}@example.com"})
         user.is_staff = user.is_superuser = True

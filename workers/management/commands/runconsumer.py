@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 
-from tasks_core import periodic, registry
+from tasks_core import lambda_sync, periodic
 from workers import checks, signals
 from workers.consumer import Consumer
 
@@ -29,7 +29,7 @@ class Command(checks.LongRunningCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         queue = checks.require_store_and_queue()
-        registry.sync_to_store()
+        lambda_sync.sync_to_store()
         periodic.sync_code_schedules()
         consumer = Consumer(batch_size=options["batch_size"],
                             poll_interval_s=options["poll_interval"], queue=queue)

@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError
 
-from tasks_core import registry
+from tasks_core import lambda_sync, registry
 from tasks_core.exceptions import AtfError
 from workers import checks, signals
 from workers.supervisor import Supervisor
@@ -51,7 +51,7 @@ class Command(checks.LongRunningCommand):
             signals.on_stop(supervisor.stop, on_second=supervisor.kill)
             supervisor.run()
             return
-        registry.sync_to_store()
+        lambda_sync.sync_to_store()
         try:
             worker = WorkerProcess(names, threads=options["threads"],
                                    transport=DirectTransport(queue))

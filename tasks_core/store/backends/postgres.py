@@ -1,18 +1,16 @@
-"""The store's hot transitions on PostgreSQL: one statement, one round trip, per batch.
+"""The store's hot batch statements on PostgreSQL: one statement, one round trip, per batch.
 
-store.py decides what each transition writes and calls these on PostgreSQL; on other
-databases it does the same through the ORM. Each statement locks the rows it will change in
-id order (the lock order of store.py's docstring), changes only those whose status and lease
-still match (the compare-and-set), updates their assoc rows in the same statement, and
-returns what changed. Rows come in as arrays (`unnest`), so a batch of any size is one
-statement, and no model object is built on the way.
+Each statement locks the rows it will change in id order (the lock order of tasks_core.store),
+changes only those whose status and lease still match (the compare-and-set), updates their
+assoc rows in the same statement, and returns what changed. Rows come in as arrays (`unnest`),
+so a batch of any size is one statement, and no model object is built on the way. Everything
+else (heartbeat, release, operators' actions, chains) is the ORM backend's, which serves both.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +18,8 @@ from django.db import connection
 
 from tasks_core.models import SHARDS, TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
 from tasks_core.states import AssocStatus, TaskStatus
+from tasks_core.store.backends.orm import OrmBackend, due_row
+from tasks_core.store.values import AssocChange, ClaimRow, DueRow, Ending, Lease
 
 _TABLES = {
     "entity": TaskEntity._meta.db_table,
@@ -78,26 +78,6 @@ WITH rows AS (
 SELECT id FROM rows ORDER BY ord
 """.replace("{shards}", str(SHARDS)))
 
-
-def insert(*, lambda_ids: list[int], collections: list[str], priorities: list[str],
-           payloads: list[Any], statuses: list[str], max_attempts: list[int],
-           run_ats: list[datetime], idempotency_keys: list[str | None],
-           timeouts: list[float | None], finished_ats: list[datetime | None],
-           last_errors: list[Any],
-           assoc_statuses: list[str], triggers: list[datetime | None],
-           created_at: datetime) -> list[int]:
-    """Insert tasks (one per position of the lists) with their assoc rows; their new ids."""
-    rows = _execute(_INSERT, {
-        "lambda_ids": lambda_ids, "collections": collections, "priorities": priorities,
-        "payloads": [json.dumps(p) for p in payloads], "statuses": statuses,
-        "max_attempts": max_attempts, "run_ats": run_ats, "keys": idempotency_keys,
-        "timeouts": timeouts,
-        "finished_ats": finished_ats, "last_errors": [_json(e) for e in last_errors],
-        "assoc_statuses": assoc_statuses, "triggers": triggers, "created_at": created_at,
-    })
-    return [row[0] for row in rows]
-
-
 _DUE = _sql("""
 WITH due AS (
     -- Priority by priority, highest first, each earliest trigger first: one index probe of
@@ -123,17 +103,6 @@ SELECT id, status, lease, collection, priority, attempts, max_attempts, worker, 
 FROM locked ORDER BY rank, next_trigger_at, id
 """)
 
-
-def due(lambda_id: int, *, limit: int, now: datetime, skip_collections: list[str],
-        priorities: list[str]) -> list[tuple]:
-    """Lock up to `limit` due rows of a lambda that no other consumer holds, highest priority
-    first and, within a priority, earliest trigger first; in that order, their entities'
-    (id, status, lease, collection, priority, attempts, max attempts, worker, started_at)."""
-    return _execute(_DUE, {"lambda_id": lambda_id, "now": now, "limit": limit,
-                         "skip": skip_collections, "priorities": priorities,
-                         "completed": AssocStatus.COMPLETED.value})
-
-
 _MARK_ENQUEUED = _sql("""
 WITH bumped AS (
     UPDATE {entity} SET status = %(enqueued)s, lease = lease + 1, enqueued_at = %(now)s
@@ -144,17 +113,6 @@ WITH bumped AS (
 UPDATE {assoc} SET status = %(assoc_status)s, next_trigger_at = %(trigger)s
 WHERE task_id = ANY(%(bump)s::bigint[]) OR task_id = ANY(%(keep)s::bigint[])
 """)
-
-
-def mark_enqueued(*, bump: list[int], keep: list[int], now: datetime,
-                  assoc: Mapping[str, Any]) -> None:
-    """Rows the caller holds locked become `enqueued`: `bump` with a new lease, `keep` (expired
-    `enqueued` rows) with their lease as it is; their assoc rows are set to `assoc`."""
-    _execute(_MARK_ENQUEUED, {"bump": bump, "keep": keep, "now": now,
-                              "enqueued": TaskStatus.ENQUEUED.value,
-                              "assoc_status": assoc["status"],
-                              "trigger": assoc["next_trigger_at"]})
-
 
 _CLAIM = _sql("""
 WITH wanted AS (
@@ -178,22 +136,6 @@ WITH wanted AS (
 SELECT * FROM claimed ORDER BY id
 """)
 
-
-def claim(wanted: Mapping[int, int], *, lambda_ids: Sequence[int], worker: str,
-          now: datetime, assoc: Mapping[str, Any]) -> list[tuple]:
-    """enqueued -> claimed for the tasks whose lease matches, their assoc rows set to `assoc`;
-    their rows, lease already bumped:
-    (id, lease, lambda id, collection, priority, payload, attempts, max attempts, timeout)."""
-    ids = sorted(wanted)  # the lock order
-    rows = _execute(_CLAIM, {
-        "ids": ids, "leases": [wanted[pk] for pk in ids], "lambda_ids": list(lambda_ids),
-        "worker": worker, "now": now,
-        "trigger": assoc["next_trigger_at"], "assoc_status": assoc["status"],
-        "expected": TaskStatus.ENQUEUED.value, "target": TaskStatus.CLAIMED.value,
-    })
-    return [(*row[:5], json.loads(row[5]), *row[6:]) for row in rows]
-
-
 _START = _sql("""
 WITH wanted AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(assoc_statuses)s::varchar[],
@@ -215,39 +157,6 @@ WITH wanted AS (
 )
 SELECT id FROM started
 """)
-
-
-def start(leases: Mapping[int, int], assocs: Mapping[int, Mapping[str, Any]], *,
-          now: datetime) -> set[int]:
-    """claimed -> processing for the tasks whose lease matches, each assoc row set to its
-    entry of `assocs`; the ids that started."""
-    ids = sorted(leases)  # the lock order
-    rows = _execute(_START, {
-        "ids": ids, "leases": [leases[pk] for pk in ids],
-        "assoc_statuses": [assocs[pk]["status"] for pk in ids],
-        "triggers": [assocs[pk]["next_trigger_at"] for pk in ids], "now": now,
-        "expected": TaskStatus.CLAIMED.value, "target": TaskStatus.PROCESSING.value,
-    })
-    return {row[0] for row in rows}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Ending:
-    """One attempt's end as finishing writes it (`None` leaves a column as it is)."""
-
-    task_id: int
-    lease: int
-    status: TaskStatus
-    result: Any
-    error: dict[str, str] | None  #: the attempt's error; also the task's last_error when set
-    finished_at: datetime | None
-    assoc_status: str
-    next_trigger_at: datetime | None
-    attempt: int
-    worker: str
-    started_at: datetime
-    outcome: str  #: the attempt row's outcome
-
 
 _FINISH = _sql("""
 WITH ending AS (
@@ -282,19 +191,92 @@ FROM written
 """)
 
 
-def finish(endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
-    """processing -> the endings' statuses, with an attempt row each, for the tasks whose lease
-    matches; {id: whether the task has children} for those written."""
-    endings = sorted(endings, key=lambda e: e.task_id)  # the lock order
-    return dict(_execute(_FINISH, {
-        "ids": [e.task_id for e in endings], "leases": [e.lease for e in endings],
-        "statuses": [e.status for e in endings],
-        "results": [_json(e.result) for e in endings],
-        "errors": [_json(e.error) for e in endings],
-        "finished": [e.finished_at for e in endings],
-        "assoc_statuses": [e.assoc_status for e in endings],
-        "triggers": [e.next_trigger_at for e in endings],
-        "attempts": [e.attempt for e in endings], "workers": [e.worker for e in endings],
-        "started": [e.started_at for e in endings], "outcomes": [e.outcome for e in endings],
-        "expected": TaskStatus.PROCESSING.value, "now": now,
-    }))
+class PostgresBackend(OrmBackend):
+    """The ORM backend with its hot batch steps replaced by the statements above."""
+
+    insert_is_one_statement = True
+    supports_percentiles = True
+
+    def insert(self, entities: Sequence[TaskEntity], assocs: Sequence[AssocChange]) -> None:
+        """One statement, whatever the number of tasks: the ORM's bulk_create spends most of
+        its time preparing each field of each object, and needs a round trip per table."""
+        rows = _execute(_INSERT, {
+            "lambda_ids": [e.lambda_ref_id for e in entities],
+            "collections": [e.collection for e in entities],
+            "priorities": [e.priority for e in entities],
+            "payloads": [json.dumps(e.payload) for e in entities],
+            "statuses": [e.status for e in entities],
+            "max_attempts": [e.max_attempts for e in entities],
+            "run_ats": [e.run_at for e in entities],
+            "keys": [e.idempotency_key for e in entities],
+            "finished_ats": [e.finished_at for e in entities],
+            "last_errors": [_json(e.last_error) for e in entities],
+            "assoc_statuses": [a.status for a in assocs],
+            "triggers": [a.next_trigger_at for a in assocs],
+            "timeouts": [e.timeout_s for e in entities],
+            "created_at": entities[0].created_at,
+        })
+        for entity, (pk,) in zip(entities, rows, strict=True):
+            entity.pk = pk
+            entity._state.adding = False
+            entity._state.db = "default"
+
+    def due(self, lambda_id: int, *, limit: int, now: datetime, skip_collections: list[str],
+            priorities: list[str]) -> list[DueRow]:
+        rows = _execute(_DUE, {"lambda_id": lambda_id, "now": now, "limit": limit,
+                               "skip": skip_collections, "priorities": priorities,
+                               "completed": AssocStatus.COMPLETED.value})
+        return [due_row(*row) for row in rows]
+
+    def mark_enqueued(self, *, bump: list[int], keep: list[int], now: datetime,
+                      assoc: AssocChange) -> None:
+        _execute(_MARK_ENQUEUED, {"bump": bump, "keep": keep, "now": now,
+                                  "enqueued": TaskStatus.ENQUEUED.value,
+                                  "assoc_status": assoc.status,
+                                  "trigger": assoc.next_trigger_at})
+
+    def claim(self, leases: Sequence[Lease], *, lambda_ids: list[int], worker: str,
+              now: datetime, assoc: AssocChange) -> list[ClaimRow]:
+        leases = sorted(leases, key=lambda lease: lease.task_id)  # the lock order
+        rows = _execute(_CLAIM, {
+            "ids": [lease.task_id for lease in leases],
+            "leases": [lease.lease for lease in leases], "lambda_ids": lambda_ids,
+            "worker": worker, "now": now,
+            "trigger": assoc.next_trigger_at, "assoc_status": assoc.status,
+            "expected": TaskStatus.ENQUEUED.value, "target": TaskStatus.CLAIMED.value,
+        })
+        return [
+            ClaimRow(task_id=pk, lease=lease, lambda_id=lambda_id, collection=collection,
+                     priority=priority, payload=json.loads(payload), attempts=attempts,
+                     max_attempts=max_attempts, timeout_s=timeout_s)
+            for pk, lease, lambda_id, collection, priority, payload, attempts, max_attempts,
+            timeout_s in rows
+        ]
+
+    def start(self, leases: Sequence[Lease], assocs: Mapping[int, AssocChange], *,
+              now: datetime) -> set[int]:
+        leases = sorted(leases, key=lambda lease: lease.task_id)  # the lock order
+        rows = _execute(_START, {
+            "ids": [lease.task_id for lease in leases],
+            "leases": [lease.lease for lease in leases],
+            "assoc_statuses": [assocs[lease.task_id].status for lease in leases],
+            "triggers": [assocs[lease.task_id].next_trigger_at for lease in leases],
+            "now": now, "expected": TaskStatus.CLAIMED.value,
+            "target": TaskStatus.PROCESSING.value,
+        })
+        return {row[0] for row in rows}
+
+    def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
+        endings = sorted(endings, key=lambda e: e.task_id)  # the lock order
+        return dict(_execute(_FINISH, {
+            "ids": [e.task_id for e in endings], "leases": [e.lease for e in endings],
+            "statuses": [e.status for e in endings],
+            "results": [_json(e.result) for e in endings],
+            "errors": [_json(e.error) for e in endings],
+            "finished": [e.finished_at for e in endings],
+            "assoc_statuses": [e.assoc.status for e in endings],
+            "triggers": [e.assoc.next_trigger_at for e in endings],
+            "attempts": [e.attempt for e in endings], "workers": [e.worker for e in endings],
+            "started": [e.started_at for e in endings], "outcomes": [e.outcome for e in endings],
+            "expected": TaskStatus.PROCESSING.value, "now": now,
+        }))

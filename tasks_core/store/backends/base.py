@@ -1,0 +1,146 @@
+"""The store's one seam: every read and write the store makes, as one interface.
+
+tasks_core.store decides (tasks_core.store.decisions) and calls these inside the transaction it
+opens; a backend only carries a decision out. Every write that names a lease or an expected
+status is a compare-and-set: a row whose lease or status moved on is left alone and left out
+of what the method returns. Rows are locked in id order (the lock order of tasks_core.store).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from tasks_core.models import TaskEntity
+from tasks_core.states import TaskStatus
+from tasks_core.store.values import (
+    AssocChange,
+    ClaimRow,
+    DueRow,
+    Ending,
+    Lease,
+    LostAttempt,
+)
+
+
+class StoreBackend(ABC):
+    """The state changes of the task store on one kind of database."""
+
+    #: insert() is one statement: outside a transaction it needs none of its own.
+    insert_is_one_statement: bool = False
+    #: The database computes percentiles itself (percentile_cont), for tasks_core.stats.
+    supports_percentiles: bool = False
+
+    # --- create ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def statuses(self, task_ids: Collection[int]) -> dict[int, TaskStatus]:
+        """The status of each task of `task_ids` that exists."""
+
+    @abstractmethod
+    def insert(self, entities: Sequence[TaskEntity], assocs: Sequence[AssocChange]) -> None:
+        """Insert unsaved entities with their assoc rows; set each entity's primary key."""
+
+    @abstractmethod
+    def link(self, edges: Sequence[tuple[int, int]]) -> None:
+        """Record (parent, child) dependencies."""
+
+    # --- one guarded transition -----------------------------------------------------------
+
+    @abstractmethod
+    def lambda_and_run_at(self, task_id: int) -> tuple[int, datetime]:
+        """A task's lambda id and run_at."""
+
+    @abstractmethod
+    def transition(self, task_id: int, *, expected: TaskStatus, lease: int | None,
+                   target: TaskStatus, changes: Mapping[str, Any], assoc: AssocChange) -> bool:
+        """`expected` -> `target` with `changes` on the entity if its lease matches (`None`:
+        any lease), and `assoc` on its assoc row; whether it moved."""
+
+    # --- the consumer -----------------------------------------------------------------------
+
+    @abstractmethod
+    def due(self, lambda_id: int, *, limit: int, now: datetime, skip_collections: list[str],
+            priorities: list[str]) -> list[DueRow]:
+        """Lock up to `limit` due rows of a lambda that no other consumer holds (SKIP LOCKED),
+        outside `skip_collections`: highest priority first (the order of `priorities`) and,
+        within a priority, earliest trigger first; returned in that order."""
+
+    @abstractmethod
+    def mark_enqueued(self, *, bump: list[int], keep: list[int], now: datetime,
+                      assoc: AssocChange) -> None:
+        """Locked rows become `enqueued`: `bump` with a new lease, `keep` (expired `enqueued`
+        rows) with their lease as it is; their assoc rows get `assoc`."""
+
+    @abstractmethod
+    def record_lost(self, attempts: Sequence[LostAttempt], *, now: datetime,
+                    error: Mapping[str, str]) -> None:
+        """Attempt rows, outcome `lost`, for attempts whose worker stopped heartbeating."""
+
+    @abstractmethod
+    def end(self, task_ids: list[int], target: TaskStatus, *, now: datetime,
+            assoc: AssocChange, last_error: Mapping[str, str]) -> None:
+        """Locked rows end in `target` (dropped by a gate, dead after a lost last attempt)."""
+
+    @abstractmethod
+    def retrigger(self, leases: Sequence[Lease], *, at: datetime) -> int:
+        """Bring the trigger of `enqueued` tasks with a current lease forward to `at`."""
+
+    # --- the workers ------------------------------------------------------------------------
+
+    @abstractmethod
+    def claim(self, leases: Sequence[Lease], *, lambda_ids: list[int], worker: str,
+              now: datetime, assoc: AssocChange) -> list[ClaimRow]:
+        """enqueued -> claimed, with a new lease, for tasks of `lambda_ids` whose lease is
+        current; in id order."""
+
+    @abstractmethod
+    def start(self, leases: Sequence[Lease], assocs: Mapping[int, AssocChange], *,
+              now: datetime) -> set[int]:
+        """claimed -> processing (one attempt more) where the lease is current; those ids."""
+
+    @abstractmethod
+    def heartbeat(self, leases: Sequence[Lease], *, now: datetime,
+                  assoc_for: Callable[[int], AssocChange]) -> set[int]:
+        """Renew `processing` tasks whose lease is current (assoc from `assoc_for(lambda id)`);
+        those ids."""
+
+    @abstractmethod
+    def release(self, leases: Sequence[Lease], *, now: datetime) -> int:
+        """claimed -> new, due at once, where the lease is current; how many."""
+
+    @abstractmethod
+    def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
+        """processing -> each ending's status, with an attempt row, where the lease is current;
+        {id: whether the task has children} for those written."""
+
+    # --- users and operators ----------------------------------------------------------------
+
+    @abstractmethod
+    def requeue(self, task_ids: Collection[int], statuses: Collection[TaskStatus], *,
+                now: datetime) -> list[int]:
+        """Tasks in `statuses` go back to `new`, attempts reset, due now; their ids."""
+
+    @abstractmethod
+    def run_now(self, task_ids: Collection[int], *, now: datetime) -> int:
+        """`new` and `retrying` tasks become due now; how many."""
+
+    @abstractmethod
+    def discard(self, task_ids: Collection[int], statuses: Collection[TaskStatus]) -> int:
+        """Delete tasks in `statuses`; how many."""
+
+    # --- chains -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def children(self, parent_id: int) -> list[int]:
+        """The ids of a task's children."""
+
+    @abstractmethod
+    def parent_statuses(self, child_id: int) -> list[TaskStatus]:
+        """The statuses of all of a task's parents."""
+
+    @abstractmethod
+    def revive(self, child_id: int) -> bool:
+        """cancelled -> waiting, for a child its parent's failure cancelled; whether it did."""

@@ -1,0 +1,58 @@
+"""Inserting new tasks, with their assoc rows and parent links."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from django.db import transaction
+
+from tasks_core.models import TaskEntity
+from tasks_core.states import TaskStatus
+from tasks_core.store import backends, decisions, timeouts
+from tasks_core.store.values import NewTask
+
+
+def create(tasks: Sequence[NewTask], *, now: datetime) -> list[TaskEntity]:
+    """Insert tasks with their assoc rows (and parent links) in bulk; return the entities.
+
+    A task starts `new`; `waiting` while a parent has not yet succeeded; `cancelled` when a
+    parent has already failed. Inside the caller's transaction, this joins it; outside one, a
+    backend whose insert is one statement (PostgreSQL) inserts tasks without parents without a
+    transaction of its own (saving a BEGIN and a COMMIT round trip on every single schedule()).
+    """
+    if not tasks:  # e.g. a batch re-sent: every task already existed
+        return []
+    backend = backends.current()
+    parent_status = backend.statuses({p for task in tasks for p in task.parents})
+    entities = [_new_entity(task, parent_status, now) for task in tasks]
+    assocs = [timeouts.assoc(TaskStatus(e.status), e.lambda_ref_id, now, run_at=e.run_at)
+              for e in entities]
+    if backend.insert_is_one_statement and not any(task.parents for task in tasks):
+        backend.insert(entities, assocs)
+        return entities
+    with transaction.atomic(savepoint=False):
+        backend.insert(entities, assocs)
+        backend.link([(parent, entity.pk)
+                      for task, entity in zip(tasks, entities, strict=True)
+                      for parent in task.parents])
+    return entities
+
+
+def _new_entity(task: NewTask, parent_status: Mapping[int, TaskStatus],
+                now: datetime) -> TaskEntity:
+    start = decisions.initial(task.parents, parent_status)
+    return TaskEntity(
+        lambda_ref_id=task.lambda_id,
+        collection=task.collection,
+        priority=task.priority,
+        payload=task.payload,
+        status=start.status,
+        max_attempts=task.max_attempts,
+        run_at=task.run_at,
+        idempotency_key=task.idempotency_key,
+        timeout_s=task.timeout_s,
+        created_at=now,
+        finished_at=now if start.status is TaskStatus.CANCELLED else None,
+        last_error=start.last_error,
+    )

@@ -1,0 +1,76 @@
+"""One guarded transition, and what it sets off in a chain."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from tasks_core import states, wakeup
+from tasks_core.states import TaskStatus
+from tasks_core.store import backends, decisions, timeouts
+from tasks_core.store.decisions import ChildStep
+
+
+def transition(task_id: int, *, expected: TaskStatus, lease: int | None, target: TaskStatus,
+               now: datetime, delay_s: float | None = None, lambda_id: int | None = None,
+               **changes: Any) -> bool:
+    """Move a task from `expected` to `target` if its lease still matches; else return False.
+
+    `lease=None` skips the lease check (user actions such as cancel, which guard on status).
+    The entity's guarded UPDATE is the compare-and-set; the assoc row follows it in the same
+    transaction. Callers that know the task's lambda pass `lambda_id` and save a read.
+    """
+    states.check_transition(expected, target)
+    backend = backends.current()
+    run_at = changes.get("run_at")
+    if lambda_id is None or (target is TaskStatus.NEW and run_at is None):
+        stored_lambda, stored_run_at = backend.lambda_and_run_at(task_id)
+        lambda_id = stored_lambda if lambda_id is None else lambda_id
+        run_at = run_at or stored_run_at
+    assoc = timeouts.assoc(target, lambda_id, now, run_at=run_at, delay_s=delay_s)
+    with transaction.atomic(savepoint=False):
+        if not backend.transition(task_id, expected=expected, lease=lease, target=target,
+                                  changes=changes, assoc=assoc):
+            return False
+        after_final(task_id, target, now)
+    return True
+
+
+def after_final(task_id: int, status: TaskStatus, now: datetime) -> None:
+    """Wake a finished task's waiting children, or cancel them if it did not succeed."""
+    if status not in states.FINAL:
+        return
+    backend = backends.current()
+    child_ids = backend.children(task_id)
+    if not child_ids:
+        return
+    if decisions.child_step(status) is ChildStep.CANCEL:
+        error = decisions.parent_failed(task_id, status)
+        for child in child_ids:
+            transition(child, expected=TaskStatus.WAITING, lease=None,
+                       target=TaskStatus.CANCELLED, now=now, finished_at=now, last_error=error)
+        return
+    waiting = [pk for pk, child_status in backend.statuses(child_ids).items()
+               if child_status is TaskStatus.WAITING]
+    for child in waiting:
+        if decisions.child_step(status, backend.parent_statuses(child)) is ChildStep.WAKE:
+            run_at = max(now, backend.lambda_and_run_at(child)[1])
+            if transition(child, expected=TaskStatus.WAITING, lease=None, target=TaskStatus.NEW,
+                          now=now, run_at=run_at) and run_at <= now:
+                transaction.on_commit(wakeup.notify)  # due now: the consumer need not poll
+
+
+def after_requeue(task_id: int, now: datetime) -> None:
+    """A requeued parent revives the children its failure cancelled: they wait again.
+
+    A child with another parent that is still failed stays cancelled.
+    """
+    backend = backends.current()
+    for child in backend.children(task_id):
+        if not decisions.revives(backend.parent_statuses(child)):
+            continue
+        states.check_transition(TaskStatus.CANCELLED, TaskStatus.WAITING)
+        if backend.revive(child):
+            after_requeue(child, now)

@@ -1,0 +1,107 @@
+"""The workers' side of the store: claim, start, heartbeat, finish and release, by lease."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+
+from tasks_core import directory, states
+from tasks_core.queues.base import Message
+from tasks_core.states import TaskStatus
+from tasks_core.store import backends, decisions, guarded, timeouts
+from tasks_core.store.values import ClaimedTask, Ending, Lease, Result
+
+
+def _lease(task: ClaimedTask) -> Lease:
+    return Lease(task.task_id, task.lease)
+
+
+def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int],
+          now: datetime) -> list[ClaimedTask]:
+    """Claim the tasks of `messages` whose lease is current; stale messages are left out.
+
+    Each claimed task gets a new lease, which its executor presents on every later write.
+    """
+    leases = list({m.task_id: Lease(m.task_id, m.lease) for m in messages}.values())
+    lambda_ids = list(lambda_ids)
+    if not leases or not lambda_ids:
+        return []
+    # The claim timeout is the same for every lambda: one assoc change for the batch.
+    assoc = timeouts.assoc(TaskStatus.CLAIMED, lambda_ids[0], now)
+    with transaction.atomic():
+        rows = backends.current().claim(leases, lambda_ids=lambda_ids, worker=worker, now=now,
+                                        assoc=assoc)
+    return [
+        ClaimedTask(task_id=row.task_id, lease=row.lease,
+                    lambda_name=directory.by_id(row.lambda_id).name, collection=row.collection,
+                    priority=row.priority, payload=row.payload, attempt=row.attempts + 1,
+                    max_attempts=row.max_attempts,
+                    timeout_s=directory.by_id(row.lambda_id).timeout_s if row.timeout_s is None
+                    else row.timeout_s)
+        for row in rows
+    ]
+
+
+def start(task: ClaimedTask, *, now: datetime) -> bool:
+    """claimed -> processing: the executor begins the attempt; False if the lease moved on."""
+    return start_many([task], now=now)[0]
+
+
+def start_many(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
+    """claimed -> processing for many tasks in one transaction; per task whether it started
+    (False: its lease moved on, and it must not run)."""
+    states.check_transition(TaskStatus.CLAIMED, TaskStatus.PROCESSING)
+    leases = list({task.task_id: _lease(task) for task in tasks}.values())
+    assocs = {task.task_id: timeouts.assoc(TaskStatus.PROCESSING,
+                                           directory.by_name(task.lambda_name).id, now)
+              for task in tasks}
+    with transaction.atomic():
+        started = backends.current().start(leases, assocs, now=now)
+    return [task.task_id in started for task in tasks]
+
+
+def heartbeat(leases: Mapping[int, int], *, now: datetime) -> set[int]:
+    """Renew the leases of running tasks; return the ids whose lease was lost."""
+    if not leases:
+        return set()
+    with transaction.atomic():
+        alive = backends.current().heartbeat(
+            [Lease(pk, lease) for pk, lease in leases.items()], now=now,
+            assoc_for=lambda lambda_id: timeouts.assoc(TaskStatus.PROCESSING, lambda_id, now),
+        )
+    return set(leases) - alive
+
+
+def release(tasks: Sequence[ClaimedTask], *, now: datetime) -> int:
+    """Hand claimed but unstarted tasks back (a stopping worker): due again at once."""
+    with transaction.atomic():
+        return backends.current().release([_lease(task) for task in tasks], now=now)
+
+
+def _ending(task: ClaimedTask, result: Result, now: datetime) -> Ending:
+    info = directory.by_name(task.lambda_name)
+    return decisions.ending(task, result, now=now, timeouts=timeouts.of_lambda(info.id),
+                            backoff_base_s=info.backoff_base_s, backoff_cap_s=info.backoff_cap_s,
+                            timeout_grace_s=settings.ATF_TIMEOUT_GRACE_S)
+
+
+def finish(task: ClaimedTask, result: Result, *, now: datetime) -> TaskStatus | None:
+    """Record an attempt's end; return the task's new status, or None if the lease was lost."""
+    return finish_many([(task, result)], now=now)[0]
+
+
+def finish_many(done: Sequence[tuple[ClaimedTask, Result]], *,
+                now: datetime) -> list[TaskStatus | None]:
+    """Record many attempts' ends in one transaction: per task its new status, or None for a
+    task whose lease was lost (its result is refused, nothing of it is written)."""
+    endings = [_ending(task, result, now) for task, result in done]
+    with transaction.atomic():
+        written = backends.current().finish(endings, now=now)
+        for ending in endings:
+            if written.get(ending.task_id):  # a parent: its children wait on it
+                guarded.after_final(ending.task_id, ending.status, now)
+    statuses = {ending.task_id: ending.status for ending in endings if ending.task_id in written}
+    return [statuses.get(task.task_id) for task, _result in done]
