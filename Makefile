@@ -47,9 +47,9 @@ test: venv
 	@echo "==> running the test suite"
 	@$(VENV)/bin/pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "==> pytest collected no tests"; exit 0; fi; exit $$status
-	@echo "==> the store's tests again on SQLite, the demo's embedded store"
+	@echo "==> the store's contract suite and chains again on SQLite, the demo's embedded store"
 	@mkdir -p var && DATABASE_URL=sqlite:///$(CURDIR)/var/test-smoke.sqlite3 \
-	  $(VENV)/bin/pytest -m sqlite -q tests/integration/test_store.py
+	  $(VENV)/bin/pytest -m sqlite -q tests/integration/test_store.py tests/integration/test_chains.py
 	@$(MAKE) --no-print-directory docs
 
 demo: venv

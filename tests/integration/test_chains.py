@@ -74,6 +74,7 @@ def three_steps() -> list[TaskEntity]:
                      atf.call("demo.noop", {"step": 3}, priority="high"))
 
 
+@pytest.mark.sqlite
 def test_a_chain_runs_its_steps_one_after_another() -> None:
     # Given a chain of three steps
     first, second, third = three_steps()
@@ -88,6 +89,7 @@ def test_a_chain_runs_its_steps_one_after_another() -> None:
     assert TaskEntity.objects.get(pk=third.pk).priority == "high"
 
 
+@pytest.mark.sqlite
 def test_a_fatal_parent_cancels_its_children_naming_the_parent() -> None:
     # Given a chain of three steps
     first, second, third = three_steps()
@@ -103,6 +105,7 @@ def test_a_fatal_parent_cancels_its_children_naming_the_parent() -> None:
     assert work() == []
 
 
+@pytest.mark.sqlite
 def test_a_dead_parent_requeued_from_the_dead_letter_queue_revives_its_children() -> None:
     # Given a chain whose first step has one attempt, and that attempt fails: it is dead
     first, second, third = atf.chain(atf.call("demo.noop", max_attempts=1),
@@ -121,6 +124,7 @@ def test_a_dead_parent_requeued_from_the_dead_letter_queue_revives_its_children(
     assert [status(t) for t in (first, second, third)] == ["success"] * 3
 
 
+@pytest.mark.sqlite
 def test_schedule_after_several_parents_waits_for_all_of_them() -> None:
     # Given a task scheduled after two parents
     left = atf.schedule("demo.noop")
@@ -136,6 +140,7 @@ def test_schedule_after_several_parents_waits_for_all_of_them() -> None:
     assert reason(join) == f"parent task {right.pk} ended cancelled"
 
 
+@pytest.mark.sqlite
 def test_after_a_finished_parent_starts_at_once_or_cancelled() -> None:
     # Given one parent that succeeded and one that failed
     good = atf.schedule("demo.noop")
@@ -150,6 +155,7 @@ def test_after_a_finished_parent_starts_at_once_or_cancelled() -> None:
     assert reason(after_bad) == f"parent task {bad.pk} ended fatal_failure"
 
 
+@pytest.mark.sqlite
 def test_a_chain_is_scheduled_all_or_nothing() -> None:
     # Given a chain whose second step names an unknown lambda
     with pytest.raises(InvalidTask):
@@ -158,6 +164,7 @@ def test_a_chain_is_scheduled_all_or_nothing() -> None:
     assert not TaskEntity.objects.exists()
 
 
+@pytest.mark.sqlite
 def test_requeue_keeps_a_child_cancelled_while_another_parent_failed() -> None:
     # Given a child of two parents that both ended fatal
     left = atf.schedule("demo.noop")
@@ -172,6 +179,7 @@ def test_requeue_keeps_a_child_cancelled_while_another_parent_failed() -> None:
     assert status(join) == TaskStatus.CANCELLED
 
 
+@pytest.mark.sqlite
 def test_the_parents_and_children_relations_point_the_right_way() -> None:
     first, second, third = three_steps()
     assert list(second.parents.values_list("pk", flat=True)) == [first.pk]

@@ -1,15 +1,19 @@
-"""The task store's guarded transitions, against the real database.
+"""The task store's contract: every operation and its guards, against the real database.
 
-Tests marked `sqlite` also run in the SQLite smoke run (`make test` runs them on both stores).
+Every test runs against each store backend (tasks_core.store.backends): on PostgreSQL both its
+batch statements and the ORM backend, whose row locks PostgreSQL really takes; and the whole
+suite runs again in the SQLite smoke run of `make test` (marked `sqlite`), with the ORM backend.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -19,10 +23,29 @@ from tasks_core.gating import Decision
 from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity
 from tasks_core.queues import Message
 from tasks_core.states import AssocStatus, TaskStatus
+from tasks_core.store import backends
+from tasks_core.store.backends.base import StoreBackend
+from tasks_core.store.backends.orm import OrmBackend
 
-pytestmark = [pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
 Outcome = store.Outcome
+
+ON_POSTGRES = "postgresql" in settings.DATABASES["default"]["ENGINE"]
+
+
+@pytest.fixture(autouse=True, params=["postgres", "orm"] if ON_POSTGRES else ["orm"])
+def backend(request: pytest.FixtureRequest) -> Iterator[StoreBackend]:
+    """The store backend under test, for the whole test (threads included)."""
+    if request.param == "postgres":
+        from tasks_core.store.backends.postgres import PostgresBackend
+
+        chosen: StoreBackend = PostgresBackend()
+    else:
+        chosen = OrmBackend()
+    backends.use(chosen)
+    yield chosen
+    backends.use(None)
 
 
 @pytest.fixture
@@ -66,10 +89,16 @@ def failure(outcome: Outcome = Outcome.RETRY, delay_s: float | None = None) -> s
     return store.Result(outcome=outcome, error=error, delay_s=delay_s)
 
 
+def test_the_backend_is_chosen_from_the_database(backend: StoreBackend) -> None:
+    backends.use(None)
+    chosen = backends.current()
+    assert type(chosen).__name__ == ("PostgresBackend" if ON_POSTGRES else "OrmBackend")
+    assert backends.current() is chosen
+
+
 # --- the happy path, step by step -----------------------------------------------------------
 
 
-@pytest.mark.sqlite
 def test_a_task_walks_the_whole_lifecycle(now: datetime) -> None:
     # Given a task scheduled now
     task = atf.schedule("demo.noop", {"n": 1}, priority="high")
@@ -97,7 +126,6 @@ def test_a_task_walks_the_whole_lifecycle(now: datetime) -> None:
         (1, "success")]
 
 
-@pytest.mark.sqlite
 def test_a_delayed_task_is_not_enqueued_before_its_run_at(now: datetime) -> None:
     task = atf.schedule("demo.noop", delay=60)
     assert enqueue_due("demo.noop", now).messages == []
@@ -108,7 +136,6 @@ def test_a_delayed_task_is_not_enqueued_before_its_run_at(now: datetime) -> None
 # --- guards that refuse ---------------------------------------------------------------------
 
 
-@pytest.mark.sqlite
 def test_a_stale_lease_claims_nothing(now: datetime) -> None:
     # Given a task that was claimed, lost by its controller, and enqueued again
     task = atf.schedule("demo.noop")
@@ -124,7 +151,6 @@ def test_a_stale_lease_claims_nothing(now: datetime) -> None:
     assert [c.task_id for c in claim(second, later)] == [task.pk]
 
 
-@pytest.mark.sqlite
 def test_a_task_enqueued_again_is_claimed_by_whichever_copy_comes_first(now: datetime) -> None:
     # Given a task whose enqueue timeout fired while its first message waited in a long queue
     task = atf.schedule("demo.noop")
@@ -137,7 +163,6 @@ def test_a_task_enqueued_again_is_claimed_by_whichever_copy_comes_first(now: dat
     assert claim(second, now) == []
 
 
-@pytest.mark.sqlite
 def test_a_duplicate_claim_gets_nothing(now: datetime) -> None:
     atf.schedule("demo.noop")
     msgs = messages(enqueue_due("demo.noop", now))
@@ -146,7 +171,6 @@ def test_a_duplicate_claim_gets_nothing(now: datetime) -> None:
     assert TaskEntity.objects.get().worker == "w1"
 
 
-@pytest.mark.sqlite
 def test_a_worker_that_lost_its_lease_cannot_start_heartbeat_or_record(now: datetime) -> None:
     # Given a running task whose lease was lost: its trigger fired and it was enqueued again
     claimed = running(now)
@@ -163,7 +187,6 @@ def test_a_worker_that_lost_its_lease_cannot_start_heartbeat_or_record(now: date
     assert list(TaskAttempt.objects.values_list("outcome", flat=True)) == ["lost"]
 
 
-@pytest.mark.sqlite
 @pytest.mark.parametrize("status", [TaskStatus.CLAIMED, TaskStatus.PROCESSING,
                                     TaskStatus.SUCCESS, TaskStatus.DEAD])
 def test_cancel_is_refused_once_a_worker_holds_the_task_or_it_finished(
@@ -175,7 +198,6 @@ def test_cancel_is_refused_once_a_worker_holds_the_task_or_it_finished(
     assert entity(task.pk).status == status
 
 
-@pytest.mark.sqlite
 @pytest.mark.parametrize("status", sorted(states.CANCELLABLE))
 def test_cancel_from_each_cancellable_status(status: TaskStatus) -> None:
     task = atf.schedule("demo.noop")
@@ -205,7 +227,6 @@ def test_a_guard_that_fails_changes_nothing_and_says_so(now: datetime) -> None:
 # --- outcomes, retries and the dead-letter queue -------------------------------------------
 
 
-@pytest.mark.sqlite
 def test_outcomes_fatal_retry_with_delay_and_backoff(now: datetime) -> None:
     fatal = running(now)
     assert store.finish(fatal, failure(Outcome.FATAL), now=now) is TaskStatus.FATAL_FAILURE
@@ -223,7 +244,6 @@ def test_outcomes_fatal_retry_with_delay_and_backoff(now: datetime) -> None:
     assert now <= trigger <= now + timedelta(seconds=60)
 
 
-@pytest.mark.sqlite
 def test_a_retried_task_keeps_why_it_was_retried_after_it_succeeds(now: datetime) -> None:
     # Given a task whose first attempt fails
     task = atf.schedule("demo.noop")
@@ -246,7 +266,6 @@ def test_a_retried_task_keeps_why_it_was_retried_after_it_succeeds(now: datetime
                 .values_list("number", "outcome")) == [(1, "retry"), (2, "success")]
 
 
-@pytest.mark.sqlite
 def test_attempts_exhausted_goes_dead_and_requeue_brings_it_back(now: datetime) -> None:
     # Given a task allowed two attempts that fails twice
     task = atf.schedule("demo.noop", max_attempts=2)
@@ -290,7 +309,6 @@ def test_release_hands_claimed_tasks_back_due_at_once(now: datetime) -> None:
 # --- expiry: every non-final state comes back when its trigger fires ------------------------
 
 
-@pytest.mark.sqlite
 @pytest.mark.parametrize(
     ("stage", "timeout_s"),
     [("enqueued", 60), ("claimed", 30), ("processing", 30), ("retrying", 42)],
@@ -329,7 +347,6 @@ def test_a_lost_last_attempt_goes_dead_instead_of_looping(now: datetime) -> None
 # --- scheduling: validation, idempotency, transactions ----------------------------------------
 
 
-@pytest.mark.sqlite
 def test_schedule_validates_every_field_at_once() -> None:
     with pytest.raises(InvalidTask) as caught:
         atf.schedule("no.such", {"x": {1, 2}}, priority="urgent", delay=-1,
@@ -358,7 +375,6 @@ def test_payload_size_limit(settings: object) -> None:
     assert "limit is 100" in caught.value.errors["payload"][0]
 
 
-@pytest.mark.sqlite
 def test_an_idempotency_key_returns_the_first_task() -> None:
     first, created = scheduling.schedule("demo.noop", {"a": 1}, idempotency_key="order-7")
     again, created_again = scheduling.schedule("demo.noop", {"a": 2}, idempotency_key="order-7")
@@ -393,7 +409,6 @@ def test_twenty_concurrent_schedules_with_one_key_create_one_task() -> None:
     assert TaskEntity.objects.count() == 1
 
 
-@pytest.mark.sqlite
 @pytest.mark.django_db(transaction=True)
 def test_schedule_rolls_back_with_the_callers_transaction() -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
@@ -406,7 +421,6 @@ def test_schedule_rolls_back_with_the_callers_transaction() -> None:
     assert list(TaskEntity.objects.values_list("payload", flat=True)) == [{"order": 2}]
 
 
-@pytest.mark.sqlite
 def test_schedule_many_is_all_or_nothing(settings: object) -> None:
     with pytest.raises(InvalidTask) as caught:
         atf.schedule_many([{"lambda": "demo.noop"}, {"lambda": "demo.noop", "priority": "x"}])
@@ -453,7 +467,6 @@ def test_racing_claims_of_the_same_messages_have_exactly_one_winner() -> None:
     assert TaskEntity.objects.filter(status="claimed").count() == 200
 
 
-@pytest.mark.sqlite
 def test_a_batch_of_starts_starts_only_the_tasks_whose_lease_is_current(now: datetime) -> None:
     # Given two claimed tasks, one of them handed back and enqueued again since
     atf.schedule_many([{"lambda": "demo.noop"}, {"lambda": "demo.noop"}])
@@ -469,7 +482,6 @@ def test_a_batch_of_starts_starts_only_the_tasks_whose_lease_is_current(now: dat
     assert (entity(kept.task_id).status, entity(kept.task_id).attempts) == ("processing", 1)
 
 
-@pytest.mark.sqlite
 def test_a_batch_of_results_records_only_the_tasks_whose_lease_is_current(now: datetime) -> None:
     # Given two running tasks; only the second heartbeats, so the first one's lease expires
     lost, alive = running(now), running(now)
@@ -484,3 +496,123 @@ def test_a_batch_of_results_records_only_the_tasks_whose_lease_is_current(now: d
     assert (entity(alive.task_id).status, entity(alive.task_id).result) == ("success", {"ok": True})
     assert list(TaskAttempt.objects.filter(task_id=lost.task_id).values_list(
         "outcome", flat=True)) == ["lost"]
+
+
+def race(*steps: Callable[[], None]) -> None:
+    """Run each step in its own thread and connection, all let go at once; re-raise errors."""
+    barrier = threading.Barrier(len(steps))
+    errors: list[BaseException] = []
+
+    def run(step: Callable[[], None]) -> None:
+        try:
+            barrier.wait()
+            step()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(step,)) for step in steps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def running_many(count: int) -> list[store.ClaimedTask]:
+    """`count` demo.noop tasks taken to processing now."""
+    atf.schedule_many([{"lambda": "demo.noop"} for _ in range(count)])
+    now = timezone.now()
+    claimed = claim(messages(enqueue_due("demo.noop", now)), now)
+    assert len(claimed) == count
+    assert all(store.start_many(claimed, now=now))
+    return claimed
+
+
+def drain(now: datetime, pushed: list[Message]) -> None:
+    """The consumer's passes at `now`, ten rows at a time, until nothing is due."""
+    while batch := enqueue_due("demo.noop", now, limit=10):
+        if not batch.messages and not batch.dead:
+            return
+        pushed += messages(batch)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_racing_the_consumer_claims_every_task_once_and_keeps_its_claim(
+        ) -> None:
+    # Given 100 enqueued tasks whose enqueue timeout (60 s) has just expired
+    atf.schedule_many([{"lambda": "demo.noop"} for _ in range(100)])
+    start = timezone.now()
+    msgs = messages(enqueue_due("demo.noop", start))
+    assert len(msgs) == 100
+    late = start + timedelta(seconds=61)
+    claimed: list[store.ClaimedTask] = []
+    pushed: list[Message] = []
+
+    def controller() -> None:  # from the other end of the id range than the consumer
+        for i in range(len(msgs), 0, -5):
+            claimed.extend(claim(msgs[i - 5:i], late))
+
+    # When a controller claims their messages while the consumer enqueues them again
+    race(controller, lambda: drain(late, pushed))
+    # Then each is claimed exactly once (an expired enqueued task keeps its lease)...
+    assert sorted(c.task_id for c in claimed) == sorted(m.task_id for m in msgs)
+    # ...and every claim stands: claimed, with the claim timeout as its trigger
+    rows = TaskAssoc.objects.filter(task__status="claimed")
+    assert rows.count() == 100
+    assert set(rows.values_list("next_trigger_at", flat=True)) == {late + timedelta(seconds=30)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_results_racing_the_consumer_are_recorded_or_refused_never_both() -> None:
+    # Given 60 running tasks whose heartbeat timeout (30 s) has just expired
+    tasks = running_many(60)
+    start = timezone.now()
+    late = start + timedelta(seconds=31)
+    statuses: dict[int, TaskStatus | None] = {}
+    pushed: list[Message] = []
+
+    def executor() -> None:  # from the other end of the id range than the consumer
+        for i in range(len(tasks), 0, -5):
+            chunk = tasks[i - 5:i]
+            results = store.finish_many([(t, success()) for t in chunk], now=late)
+            statuses.update(zip((t.task_id for t in chunk), results, strict=True))
+
+    # When their executors report success while the consumer enqueues them again
+    race(executor, lambda: drain(late, pushed))
+    # Then each task either has its result, or was enqueued again with its attempt lost
+    recorded = {pk for pk, status in statuses.items() if status is TaskStatus.SUCCESS}
+    refused = {pk for pk, status in statuses.items() if status is None}
+    assert recorded | refused == {t.task_id for t in tasks}
+    assert refused == {m.task_id for m in pushed}
+    assert set(TaskEntity.objects.filter(status="success").values_list("pk", flat=True)) == (
+        recorded)
+    assert set(TaskEntity.objects.filter(status="enqueued").values_list("pk", flat=True)) == (
+        refused)
+    outcomes = dict(TaskAttempt.objects.values_list("task_id", "outcome"))
+    assert outcomes == {pk: "success" if pk in recorded else "lost" for pk in outcomes}
+    assert set(outcomes) == recorded | refused
+
+
+@pytest.mark.django_db(transaction=True)
+def test_heartbeats_racing_the_consumer_lose_exactly_the_tasks_enqueued_again() -> None:
+    # Given 60 running tasks whose heartbeat timeout (30 s) has just expired
+    tasks = running_many(60)
+    start = timezone.now()
+    late = start + timedelta(seconds=31)
+    lost: set[int] = set()
+    pushed: list[Message] = []
+
+    def heartbeats() -> None:  # from the other end of the id range than the consumer
+        for i in range(len(tasks), 0, -5):
+            lost.update(store.heartbeat({t.task_id: t.lease for t in tasks[i - 5:i]}, now=late))
+
+    # When their heartbeats come in while the consumer enqueues them again
+    race(heartbeats, lambda: drain(late, pushed))
+    # Then the heartbeat lost exactly the tasks the consumer took; the others run on, renewed
+    assert lost == {m.task_id for m in pushed}
+    alive = TaskEntity.objects.filter(status="processing").select_related("assoc")
+    assert {row.pk for row in alive} == {t.task_id for t in tasks} - lost
+    assert {row.assoc.next_trigger_at for row in alive} <= {late + timedelta(seconds=30)}
