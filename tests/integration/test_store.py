@@ -133,6 +133,22 @@ def test_a_delayed_task_is_not_enqueued_before_its_run_at(now: datetime) -> None
             ] == [task.pk]
 
 
+def test_due_rows_come_highest_priority_first_and_earliest_first_within_one(
+        now: datetime) -> None:
+    # Given tasks of each priority, due at different times, scheduled in a mixed order
+    low = atf.schedule("demo.noop", priority="low")
+    late_high = atf.schedule("demo.noop", priority="high")
+    default = atf.schedule("demo.noop", priority="default")
+    early_high = atf.schedule("demo.noop", priority="high")
+    TaskAssoc.objects.filter(task_id=early_high.pk).update(
+        next_trigger_at=now - timedelta(seconds=5))
+    # When the consumer takes three of them
+    batch = enqueue_due("demo.noop", now, limit=3)
+    # Then high comes first, earliest first, then default; low waits for the next pass
+    assert [m.task_id for m in messages(batch)] == [early_high.pk, late_high.pk, default.pk]
+    assert [m.task_id for m in messages(enqueue_due("demo.noop", now))] == [low.pk]
+
+
 # --- guards that refuse ---------------------------------------------------------------------
 
 
