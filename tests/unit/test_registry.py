@@ -4,9 +4,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tasks_core import atf, registry
+from tasks_core import atf, periodic, registry
 from tasks_core.context import TaskContext
-from tasks_core.exceptions import DuplicateLambda, LambdaNotFound
+from tasks_core.exceptions import ConfigurationError, DuplicateLambda, LambdaNotFound
 
 
 @pytest.fixture
@@ -44,3 +44,35 @@ def test_demo_lambdas_are_discovered_from_lambdas_py() -> None:
 def test_an_unknown_lambda_raises() -> None:
     with pytest.raises(LambdaNotFound):
         registry.get("no.such.lambda")
+
+
+def test_register_with_a_schedule_defines_its_code_schedule() -> None:
+    name = "tests.unit_scheduled"
+    try:
+        atf.register(name, schedule=300)(lambda ctx, payload: None)
+        assert name in registry.names()
+        assert [(s.lambda_name, s.interval_s) for s in periodic.specs() if s.name == name] == [
+            (name, 300.0)]
+    finally:
+        registry.unregister(name)
+        periodic.forget(name)
+
+
+@pytest.mark.parametrize("schedule", ["every tuesday", 0.5])
+def test_a_bad_schedule_registers_nothing(schedule: object) -> None:
+    name = "tests.unit_badly_scheduled"
+    with pytest.raises(ConfigurationError):
+        atf.register(name, schedule=schedule)(lambda ctx, payload: None)
+    assert name not in registry.names()
+    assert name not in {s.name for s in periodic.specs()}
+
+
+def test_a_schedule_whose_name_is_taken_registers_nothing() -> None:
+    name = "tests.unit_taken"
+    periodic.every(60, "demo.noop", name=name)
+    try:
+        with pytest.raises(ConfigurationError):
+            atf.register(name, schedule=30)(lambda ctx, payload: None)
+        assert name not in registry.names()
+    finally:
+        periodic.forget(name)

@@ -1,0 +1,57 @@
+"""The registry's lambdas reach the store: synced on first use, scheduled through their handle."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tasks_core import atf, directory, lambda_sync, registry
+from tasks_core.context import TaskContext
+from tasks_core.exceptions import LambdaNotFound
+from tasks_core.models import Lambda, TaskEntity
+
+pytestmark = [pytest.mark.django_db]
+
+NAME = "tests.lambda_sync.late"
+
+
+@pytest.fixture
+def late_lambda() -> Iterator[registry.RegisteredLambda]:
+    """A lambda registered after the store was synced, so it has no row yet."""
+
+    @atf.register(NAME, max_attempts=4)
+    def late(ctx: TaskContext, payload: object) -> None:
+        return None
+
+    yield late
+    registry.unregister(NAME)
+    lambda_sync.sync_to_store()
+
+
+def test_a_lambda_registered_but_not_yet_synced_is_synced_on_first_use(
+        late_lambda: registry.RegisteredLambda) -> None:
+    assert not Lambda.objects.filter(name=NAME).exists()
+    info = directory.by_name(NAME)
+    assert (info.name, info.max_attempts) == (NAME, 4)
+    assert Lambda.objects.get(name=NAME).in_code
+
+
+def test_an_unknown_lambda_is_not_synced_into_being() -> None:
+    with pytest.raises(LambdaNotFound):
+        directory.by_name("tests.lambda_sync.nowhere")
+    assert not Lambda.objects.filter(name="tests.lambda_sync.nowhere").exists()
+
+
+def test_the_handle_schedules_a_task_of_its_lambda(
+        late_lambda: registry.RegisteredLambda) -> None:
+    task = late_lambda.schedule({"n": 1}, priority="high")
+    assert isinstance(task, TaskEntity)
+    assert (task.lambda_ref.name, task.payload, task.priority) == (NAME, {"n": 1}, "high")
+
+
+def test_sync_marks_rows_the_code_lost(late_lambda: registry.RegisteredLambda) -> None:
+    lambda_sync.sync_to_store()
+    registry.unregister(NAME)
+    lambda_sync.sync_to_store()
+    assert Lambda.objects.get(name=NAME).in_code is False
