@@ -1,6 +1,6 @@
 """The task store: lambdas, collections, task entity + assoc rows, attempts, schedules, workers.
 
-Only `store.py` changes a task's status; everything else reads.
+Only `tasks_core.store` changes a task's status; everything else reads.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The task lifecycle as data: statuses, allowed transitions and each status's assoc row.
 
-Pure: no Django, no I/O. `store.py` is the only caller that acts on it.
+Pure: no Django, no I/O. `tasks_core.store` is the only caller that acts on it.
 """
 
 from __future__ import annotations
