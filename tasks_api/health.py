@@ -140,7 +140,7 @@ class MetricsPermission(BasePermission):
         return settings.ATF_METRICS_PUBLIC or IsAuthenticated().has_permission(request, view)
 
 
-class MetricsView(JsonErrorsMixin, ApiPolicy, APIView):
+class MetricsView(ApiPolicy, JsonErrorsMixin):
     permission_classes = [MetricsPermission]
     renderer_classes = [PrometheusRenderer]
     content_negotiation_class = FirstRenderer

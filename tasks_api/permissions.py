@@ -15,9 +15,11 @@ from tasks_core.exceptions import LambdaNotFound
 from tasks_core.models import Lambda, PeriodicTask, TaskEntity
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    # The checked settings (tests.settings) use auth.User as AUTH_USER_MODEL.
+    from django.contrib.auth.models import AnonymousUser
+    from django.contrib.auth.models import User as AuthUser
 
-    User = AbstractBaseUser | AnonymousUser
+    User = AuthUser | AnonymousUser
 
 logger = logging.getLogger(__name__)
 

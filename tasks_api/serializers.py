@@ -298,7 +298,10 @@ class OptionValueSerializer(serializers.Serializer):
     """One option of a lambda: the value in effect and where it comes from."""
 
     value = serializers.FloatField(allow_null=True, help_text="null: none (no limit)")
-    source = serializers.ChoiceField(choices=[overrides.CODE, overrides.OPERATOR])
+    # The serializer's metaclass moves declared fields out of the class body, so this field
+    # never shadows Field.source at run time; the stubs cannot see that.
+    source = serializers.ChoiceField(  # type: ignore[assignment]
+        choices=[overrides.CODE, overrides.OPERATOR])
     code_value = serializers.FloatField(allow_null=True,
                                         help_text="The code's value, which applies when the "
                                                   "override is cleared.")
@@ -320,7 +323,8 @@ class OptionField(serializers.Field):
                                  "code_value": item.code_value}
         if item.source == overrides.OPERATOR:
             shown["changed_by"] = item.changed_by
-            shown["changed_at"] = serializers.DateTimeField().to_representation(item.changed_at)
+            shown["changed_at"] = (None if item.changed_at is None else
+                                   serializers.DateTimeField().to_representation(item.changed_at))
         return shown
 
 
@@ -448,9 +452,10 @@ class DeadLetterSelectSerializer(DeadLetterFilterSerializer):
     ids = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=limits.MAX_TASK_ID),
         required=False, allow_empty=False, max_length=limits.MAX_IDS)
-    cursor = None
-    page_size = None
-    extra_fields = None
+    # None removes a field declared on the base serializer (DRF's way; the stubs cannot see it).
+    cursor = None  # type: ignore[assignment]
+    page_size = None  # type: ignore[assignment]
+    extra_fields = None  # type: ignore[assignment]
 
 
 class CountSerializer(serializers.Serializer):

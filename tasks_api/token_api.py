@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -20,12 +20,17 @@ from tasks_api.views import _errors
 from tasks_core.limits import bad_text
 from tasks_core.models import Team
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 class TokenSerializer(serializers.ModelSerializer):
     """A token as lists show it: its prefix, never the token itself."""
 
-    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True)
+    user: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True)
     active = serializers.SerializerMethodField()
 
     class Meta:
@@ -66,9 +71,14 @@ class CreateTokenSerializer(StrictSerializer):
         return value
 
 
+def _caller(request: Request) -> User:
+    """The signed-in user: IsAuthenticated (ApiPolicy) lets no anonymous request through."""
+    return cast("User", request.user)
+
+
 def _team_for(request: Request, name: str | None) -> Team:
     """The team a new token belongs to: one the caller is a member of."""
-    mine = Team.objects.filter(members=request.user).order_by("name")
+    mine = Team.objects.filter(members=_caller(request)).order_by("name")
     if name is None:
         teams = list(mine[:2])
         if len(teams) != 1:
@@ -107,7 +117,7 @@ class TokenViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
         form = CreateTokenSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         options = form.validated_data
-        issued = tokens.issue(user=request.user, team=_team_for(request, options.get("team")),
+        issued = tokens.issue(user=_caller(request), team=_team_for(request, options.get("team")),
                               name=options["name"], scope=Scope(options["scope"]),
                               expires_at=options.get("expires_at"))
         shown = NewTokenSerializer(issued.row).data

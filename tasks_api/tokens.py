@@ -20,7 +20,7 @@ from tasks_api.models import ApiToken, Scope
 from tasks_core.models import Team
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def issue(*, user: AbstractBaseUser, team: Team | None, name: str, scope: Scope = Scope.FULL,
+def issue(*, user: User, team: Team | None, name: str, scope: Scope = Scope.FULL,
           expires_at: datetime | None = None) -> Issued:
     """Create a token for `user` in `team` and return it with the clear text."""
     row = ApiToken(user=user, team=team, name=name, scope=scope, expires_at=expires_at)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -27,6 +27,9 @@ from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
+
+_Form = TypeVar("_Form", bound=serializers.StrictSerializer)
+_Row = TypeVar("_Row")
 
 _ERRORS = {
     400: OpenApiResponse(OpenApiTypes.OBJECT, description="Field errors or a bad request."),
@@ -52,18 +55,14 @@ def _clean_path_value(value: str, *, max_length: int = 200) -> str:
     return value
 
 
-def _query(serializer_class: type[serializers.StrictSerializer],
-           request: Request) -> serializers.StrictSerializer:
+def _query(serializer_class: type[_Form], request: Request) -> _Form:
     form = serializer_class(data=request.query_params.dict())
     form.is_valid(raise_exception=True)
     return form
 
 
-class PayloadOnRequest:
+class PayloadOnRequest(viewsets.GenericViewSet[TaskEntity]):
     """Lists leave payloads out (a page of big payloads is huge) unless `?fields=payload`."""
-
-    action: str | None
-    request: Request
 
     def get_serializer_class(self) -> type[serializers.TaskSerializer]:
         if self.action == "list" and self.request.query_params.get("fields") != "payload":
@@ -76,7 +75,7 @@ class PayloadOnRequest:
 
 @extend_schema(tags=["tasks"])
 class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
-                  mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+                  mixins.RetrieveModelMixin, viewsets.GenericViewSet[TaskEntity]):
     """Schedule tasks and follow them. A caller sees only its teams' tasks."""
 
     serializer_class = serializers.TaskSerializer
@@ -92,7 +91,7 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
             return serializers.TaskDetailSerializer
         return super().get_serializer_class()
 
-    def filter_queryset(self, queryset: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
+    def filter_queryset(self, queryset: QuerySet[TaskEntity, _Row]) -> QuerySet[TaskEntity, _Row]:
         if self.action != "list":
             return queryset
         return queryset.filter(**_query(serializers.TaskFilterSerializer, self.request).filters())
@@ -171,7 +170,9 @@ def _shown(tasks: Sequence[TaskEntity]) -> list[dict[str, Any]]:
     """Tasks as the API shows them, read back in one query."""
     fresh = {t.pk: t for t in TaskEntity.objects.prefetch_related("parents", "children")
              .filter(pk__in=[t.pk for t in tasks])}
-    return serializers.TaskSerializer([fresh[t.pk] for t in tasks], many=True).data
+    shown = serializers.TaskSerializer([fresh[t.pk] for t in tasks], many=True).data
+    # many=True makes a ListSerializer, whose data is a list (the stubs type every .data a dict).
+    return cast("list[dict[str, Any]]", shown)
 
 
 # --- lambdas and collections ------------------------------------------------------------------

@@ -17,9 +17,11 @@ from tasks_core.access import Scope
 from tasks_core.models import Lambda, Worker
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    # The checked settings (tests.settings) use auth.User as AUTH_USER_MODEL.
+    from django.contrib.auth.models import AnonymousUser
+    from django.contrib.auth.models import User as AuthUser
 
-    User = AbstractBaseUser | AnonymousUser
+    User = AuthUser | AnonymousUser
 
 _M = TypeVar("_M", bound=Model)
 

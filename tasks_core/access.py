@@ -17,9 +17,11 @@ from django.db.models import Model, QuerySet
 from tasks_core.models import Lambda, TaskEntity
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    # The checked settings (tests.settings) use auth.User as AUTH_USER_MODEL.
+    from django.contrib.auth.models import AnonymousUser
+    from django.contrib.auth.models import User as AuthUser
 
-    User = AbstractBaseUser | AnonymousUser
+    User = AuthUser | AnonymousUser
 
 #: The permission that lets a user see and act on every team's lambdas and tasks.
 VIEW_ALL_TEAMS = "tasks_core.view_all_teams"
