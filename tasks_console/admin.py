@@ -69,13 +69,14 @@ class PeriodicTaskAdmin(ConsoleAdmin):
         return scoping.is_console_user(request.user)
 
     def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return scoping.is_console_user(request.user) and not (obj and obj.in_code)
+        return scoping.is_console_user(request.user) and not (
+            isinstance(obj, PeriodicTask) and obj.in_code)
 
     def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return self.has_change_permission(request, obj)
 
     def formfield_for_foreignkey(self, db_field: ForeignKey, request: HttpRequest,
-                                 **kwargs: Any) -> ModelChoiceField:
+                                 **kwargs: Any) -> ModelChoiceField | None:
         if db_field.name == "lambda_ref":
             kwargs["queryset"] = scoping.visible_lambdas(request.user)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)

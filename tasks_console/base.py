@@ -10,7 +10,7 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from tasks_console import scoping
@@ -36,14 +36,16 @@ class ConsoleAdmin(admin.ModelAdmin):
         return scoping.is_console_user(request.user)
 
     def changelist_view(self, request: HttpRequest,
-                        extra_context: dict | None = None) -> HttpResponseBase:
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """A list whose filters hold text no row can (NUL, lone surrogates) drops those
         filters; one whose values do not parse is shown unfiltered. Both say so."""
         if dropped := sorted({key for key, values in request.GET.lists()
                               if bad_text(key) or any(bad_text(v) for v in values)}):
-            request.GET = request.GET.copy()
+            query = request.GET.copy()
             for key in dropped:
-                del request.GET[key]
+                del query[key]
+            # The stubs type request.GET as an immutable QueryDict; Django accepts any.
+            request.GET = query  # type: ignore[assignment]
             names = ", ".join(repr(key) for key in dropped if not bad_text(key)) or "some"
             messages.warning(request, f"Filter {names} not applied: its value is not valid "
                                       "(NUL characters or lone surrogates).")

@@ -43,7 +43,8 @@ class PeriodicTaskForm(forms.ModelForm):
                   "priority", "catch_up", "enabled"]
 
     def _post_clean(self) -> None:
-        super()._post_clean()  # the instance now holds the cleaned values
+        # _post_clean is Django's private hook after clean(), missing from the stubs.
+        super()._post_clean()  # type: ignore[misc]  # the instance now holds the cleaned values
         if "lambda_ref" not in self.cleaned_data:
             return  # nothing to check the occurrences against; the form says why
         try:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
+from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -49,7 +51,7 @@ class GatedAdmin(ConsoleAdmin):
         return gates.due_count(gates.GateTarget.of(row), now)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict | None = None) -> TemplateResponse:
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
         extra = {**(extra_context or {}), "object_actions": GATE_BUTTONS}
         return super().change_view(request, object_id, form_url, extra)
 
@@ -61,7 +63,7 @@ class GatedAdmin(ConsoleAdmin):
         return [gates.GateTarget.of(row) for row in rows]
 
     def _apply(self, request: HttpRequest, targets: list[gates.GateTarget], state: GateState,
-               until: object = None) -> None:
+               until: datetime | None = None) -> None:
         for target in targets:
             operations.gate(Scope.of(request.user), target.lambda_name, state,
                             collection=target.collection, until=until)
@@ -130,7 +132,7 @@ class LambdaAdmin(GatedAdmin):
                 *super().get_urls()]
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict | None = None) -> TemplateResponse:
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
         links = [(reverse("admin:tasks_core_lambda_options", args=[object_id]), "Options…")]
         extra = {**(extra_context or {}), "object_links": links}
         return super().change_view(request, object_id, form_url, extra)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.db import models
 
 from tasks_core.models import TaskEntity
@@ -16,7 +18,7 @@ class DeadLetterManager(models.Manager["DeadLetter"]):
 class DeadLetter(TaskEntity):
     """A task whose attempts are exhausted (status `dead`), waiting for requeue or discard."""
 
-    objects = DeadLetterManager()
+    objects: ClassVar[DeadLetterManager] = DeadLetterManager()
 
     class Meta:
         proxy = True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -16,6 +16,9 @@ from tasks_api.models import ApiToken
 from tasks_console import scoping
 from tasks_console.base import ConsoleAdmin, report
 from tasks_core.models import Team
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @admin.register(ApiToken)
@@ -49,7 +52,7 @@ class ApiTokenAdmin(ConsoleAdmin):
         return scoping.is_console_user(request.user)
 
     def formfield_for_foreignkey(self, db_field: ForeignKey, request: HttpRequest,
-                                 **kwargs: Any) -> ModelChoiceField:
+                                 **kwargs: Any) -> ModelChoiceField | None:
         if db_field.name == "team":
             kwargs["queryset"] = scoping.scope(Team.objects.all(), request.user, "pk")
             kwargs["required"] = True
@@ -58,9 +61,11 @@ class ApiTokenAdmin(ConsoleAdmin):
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         # Only an add reaches here (tokens cannot be changed); the team came from the
         # scoped choices above, checked again in case the form was forged.
-        if not scoping.scope(Team.objects.filter(pk=obj.team_id), request.user, "pk").exists():
+        if obj.team_id is None or not scoping.scope(
+                Team.objects.filter(pk=obj.team_id), request.user, "pk").exists():
             raise PermissionDenied("You may make tokens only for your teams.")
-        obj.user = request.user
+        # The admin site lets only signed-in staff in.
+        obj.user = cast("User", request.user)
         token = tokens.save_new(obj)
         messages.warning(request, f"Token {obj.name!r}: {token} — copy it now, it is not "
                                   "shown again.")

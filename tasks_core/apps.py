@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from types import ModuleType
+
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
@@ -19,7 +21,7 @@ class TasksCoreConfig(AppConfig):
     verbose_name = "ATF tasks"
     default_auto_field = "django.db.models.BigAutoField"
 
-    def __init__(self, app_name: str, app_module: object) -> None:
+    def __init__(self, app_name: str, app_module: ModuleType | None) -> None:
         super().__init__(app_name, app_module)
         # Before any app's models or lambdas are imported, some of which read settings.
         conf.install_defaults()

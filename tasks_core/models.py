@@ -5,6 +5,8 @@ Only `tasks_core.store` changes a task's status; everything else reads.
 
 from __future__ import annotations
 
+from enum import Enum
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -13,7 +15,7 @@ from tasks_core.gating import Gate, GateState
 from tasks_core.states import AssocStatus, TaskStatus
 
 
-def _choices(enum_type: type) -> list[tuple[str, str]]:
+def _choices(enum_type: type[Enum]) -> list[tuple[str, str]]:
     return [(member.value, member.value) for member in enum_type]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,6 +46,7 @@ def _shape_error(value: Any, depth_limit: int) -> str | None:
     """What makes a payload unstorable before it is even serialised: objects and arrays nested
     deeper than `depth_limit`, or text the database cannot hold. Found without recursion."""
     stack = [(value, 1)]
+    children: Iterable[Any]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):

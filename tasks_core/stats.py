@@ -171,6 +171,7 @@ def _latency_in_python(started: QuerySet[TaskEntity]) -> Latency:
     values = sorted(
         max((start - run_at).total_seconds(), 0.0)
         for start, run_at in started.values_list("started_at", "run_at")
+        if start is not None  # never: started_since() filters on started_at
     )
     if not values:
         return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)

@@ -8,6 +8,7 @@ the next trigger is due, a wake-up arrives, or the poll interval ends, whichever
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -176,7 +177,7 @@ class Consumer:
                 batch = store.enqueue_due(
                     lam.lambda_id, limit=limit, now=now,
                     skip_collections=lam.paused_collections(now),
-                    decide=lambda collection, lam=lam: lam.decide(collection, now),
+                    decide=functools.partial(lam.decide, now=now),
                 )
                 done = PassSummary(
                     enqueued=len(batch.messages) - sum(batch.reenqueued.values()),

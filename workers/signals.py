@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 def on_stop(stop: Callable[[], None], *, on_second: Callable[[], None] | None = None,
             hard_exit_code: int = 130) -> None:
     """Call `stop()` on the first SIGTERM or SIGINT; on the second, `on_second()` and exit."""
-    received = []
+    received: list[int] = []
 
     def handle(signum: int, _frame: FrameType | None) -> None:
         if received:

@@ -12,6 +12,7 @@ of the grace (see WorkerProcess.abandon), before the retry can start.
 
 from __future__ import annotations
 
+import functools
 import logging
 from concurrent.futures import Future
 
@@ -55,7 +56,7 @@ class TimeLimits:
                            extra={"action": "task_timeout", "task_id": task.task_id})
             result = timeout_result(running, worker=self.worker_id)
             self.results.submit((task, result)).add_done_callback(
-                lambda future, task=task, result=result: self._recorded(task, result, future)
+                functools.partial(self._recorded, task, result)
             )
         return self.buffer.hung(now_s, self.grace_s)
 

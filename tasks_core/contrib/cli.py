@@ -83,7 +83,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 class Progress:
     """A one-line progress bar on a terminal; silent when the stream is not one."""
 
-    def __init__(self, stream: TextIO, *, total: int, label: str, width: int = 30) -> None:
+    def __init__(self, stream: TextIO | OutputWrapper, *, total: int, label: str,
+                 width: int = 30) -> None:
         self.stream = stream
         self.total = max(total, 0)
         self.label = label

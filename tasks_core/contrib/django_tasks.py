@@ -226,14 +226,14 @@ class ATFBackend(BaseTaskBackend):
             attempts = list(TaskAttempt.objects.filter(task_id=entity.pk).order_by("number")
                             .values_list("worker", "started_at", "error"))
         worker_ids = [worker for worker, _started, _error in attempts]
-        starts = [started for _worker, started, _error in attempts]
+        starts: list[datetime | None] = [started for _worker, started, _error in attempts]
         errors = [error for _worker, _started, error in attempts if error]
         if status is TaskStatus.PROCESSING:  # the running attempt has no TaskAttempt row yet
             worker_ids.append(entity.worker)
             starts.append(entity.started_at)
         elif STATUSES[status] is TaskResultStatus.FAILED and not errors and entity.last_error:
             errors.append(entity.last_error)  # cancelled, dropped: no attempt to show
-        result = TaskResult(
+        result: TaskResult[Any] = TaskResult(
             task=task,
             id=str(entity.pk),
             status=STATUSES[status],

@@ -290,20 +290,21 @@ class Command(BaseCommand):
 
     def _stop(self, children: list[Child]) -> None:
         """SIGTERM each child, wait for them (the worker's grace period and a bit), then SIGKILL."""
-        running = [c for c in children if c.exit_code() is None]
-        for child in running:
-            child.process.terminate()
+        running = [(c, c.process) for c in children
+                   if c.process is not None and c.process.poll() is None]
+        for _child, process in running:
+            process.terminate()
         deadline = time.monotonic() + settings.ATF_SHUTDOWN_GRACE_S + 5
         signals_at_start = self.signals  # one more signal: kill at once
-        for child in running:
+        for child, process in running:
             while (child.exit_code() is None and time.monotonic() < deadline
                    and self.signals == signals_at_start):
                 time.sleep(0.1)
             if child.exit_code() is None:
                 logger.warning("%s did not stop in time: killing it", child.name)
             child.kill_group()
-            child.process.wait()
-            logger.info("%s stopped (%s)", child.name, _describe_exit(child.process.returncode))
+            process.wait()
+            logger.info("%s stopped (%s)", child.name, _describe_exit(process.returncode))
 
     def _write(self, text: str, style: Callable[[str], str] | None = None) -> None:
         with self.output_lock:
