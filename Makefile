@@ -35,7 +35,7 @@ help:
 	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; see docs/benchmarks.md)"
 	@echo "make fuzz    stateful fuzzing of the REST API by two teams: ATF_FUZZ_CASES (10,000)"
 	@echo "             requests; prints cases, 5xx and cross-team observations"
-	@echo "make lint    ruff check"
+	@echo "make lint    ruff check, then mypy over the packages and the project (mypy.ini)"
 	@echo "make docs    build the documentation site into var/site (mkdocs build --strict)"
 	@echo "make clean   remove caches and collected static files (rm atf.sqlite3 resets the demo)"
 
@@ -76,8 +76,12 @@ fuzz: venv
 	@ATF_FUZZ_CASES=$${ATF_FUZZ_CASES:-10000} $(VENV)/bin/pytest tests/integration/test_api_fuzz.py \
 	  -q -s -p no:logging -o timeout=0 $(PYTEST_ARGS)
 
+# mypy reads mypy.ini: which packages it checks, the Django/DRF plugins and the settings module.
 lint: venv
+	@echo "==> ruff check ."
 	@$(VENV)/bin/ruff check .
+	@echo "==> mypy (mypy.ini)"
+	@$(VENV)/bin/mypy
 
 clean:
 	rm -rf staticfiles .ruff_cache .pytest_cache
