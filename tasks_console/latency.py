@@ -7,8 +7,8 @@ needs one per minute, so this groups the same selection of first attempts by min
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection
-from datetime import UTC, datetime
+from collections.abc import Collection, Iterable
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 from django.db.models.functions import TruncMinute
@@ -45,9 +45,9 @@ def _aware(moment: datetime) -> datetime:
     return timezone.make_aware(moment, UTC) if timezone.is_naive(moment) else moment
 
 
-def _in_python(rows: object) -> dict[datetime, tuple[float, float]]:
+def _in_python(rows: Iterable[tuple[datetime, timedelta]]) -> dict[datetime, tuple[float, float]]:
     by_minute: dict[datetime, list[float]] = defaultdict(list)
-    for minute, latency in rows:  # type: ignore[attr-defined]
+    for minute, latency in rows:
         by_minute[minute].append(max(latency.total_seconds(), 0.0))
     return {minute: (_percentile(sorted(v), 0.5), _percentile(sorted(v), 0.95))
             for minute, v in by_minute.items()}
