@@ -155,7 +155,13 @@ ATF_TEST_DATABASE_NAME = env_str("ATF_TEST_DATABASE_NAME", "test_atf")
 #: for every request, which costs more than the request itself). Checked before reuse.
 ATF_DB_CONN_MAX_AGE = env_int("ATF_DB_CONN_MAX_AGE", 300)
 
-_database = dj_database_url.parse(DATABASE_URL, conn_max_age=ATF_DB_CONN_MAX_AGE,
+#: Connections a web process keeps in one pool that all its request threads share (0: no
+#: pool; each thread keeps its own connection). The API's gunicorn config sets it, so the
+#: hundreds of threads that hold remote workers' waiting claims share a few connections.
+ATF_DB_POOL_SIZE = env_int("ATF_DB_POOL_SIZE", 0)
+
+_pooled = ATF_DB_POOL_SIZE > 0 and DATABASE_URL.startswith(("postgres", "postgis"))
+_database = dj_database_url.parse(DATABASE_URL, conn_max_age=0 if _pooled else ATF_DB_CONN_MAX_AGE,
                                   conn_health_checks=True)
 if _database["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (API, consumer, workers) share one file in the demo: WAL lets readers
@@ -169,6 +175,9 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     _database["TEST"] = {"NAME": str(BASE_DIR / "var" / f"{ATF_TEST_DATABASE_NAME}.sqlite3")}
 else:
     _database["OPTIONS"] = {"connect_timeout": 5}
+    if _pooled:  # a request that finds the pool empty waits for a connection, then gets 503
+        _database["OPTIONS"]["pool"] = {"min_size": 1, "max_size": ATF_DB_POOL_SIZE,
+                                        "timeout": 10}
     _database["TEST"] = {"NAME": ATF_TEST_DATABASE_NAME}
 DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -45,6 +45,8 @@ class Plan:
     b_seconds: float
     #: Longest wait for a warm-up or for lambda B's tasks (a starved B ends there).
     wait_s: float
+    #: Idle worker processes whose PostgreSQL connections are counted, direct and remote.
+    connection_workers: int = 32
 
 
 @dataclass(kw_only=True)
@@ -147,6 +149,70 @@ def drain(target: Target, plan: Plan) -> dict[str, float]:
     return {"drain": len(rows) / (last_end - first_start), **_rss(fleet)}
 
 
+def _api(target: Target) -> tuple[Fleet, str, str]:
+    """The API for remote workers (not yet started), its URL, and a worker token."""
+    token = run_once(target.driver.worker_token_command(target.env)).strip().splitlines()[-1]
+    port = services.free_port()
+    return (Fleet(target.name, [target.driver.web_command(target.env, port)]),
+            f"http://127.0.0.1:{port}", token)
+
+
+def drain_remote(target: Target, plan: Plan) -> dict[str, float]:
+    """The drain again, its worker remote: the same process reaching ATF through the API."""
+    if not hasattr(target.driver, "remote_worker_commands"):
+        return {}
+    target.reset()
+    target.backlog("record", "drain", plan.drain_n)
+    api, url, token = _api(target)
+    with api:
+        services.wait_for_port(int(url.rsplit(":", 1)[1]), timeout_s=30)
+        commands = [target.driver.worker_commands(target.env)[0],  # the consumer
+                    *target.driver.remote_worker_commands(target.env, url, token)]
+        with Fleet(target.name, commands) as fleet:
+            rows = target.wait_records("drain", plan.drain_n, timeout_s=plan.drain_timeout_s,
+                                       fleet=fleet)
+    first_start = min(start for _due, start, _end in rows)
+    last_end = max(end for _due, _start, end in rows)
+    return {"drain_remote": len(rows) / (last_end - first_start)}
+
+
+def connections(target: Target, plan: Plan) -> dict[str, float]:
+    """PostgreSQL connections held by `connection_workers` idle worker processes, direct and
+    remote, once each has registered and heartbeated (ATF only)."""
+    if not hasattr(target.driver, "remote_worker_commands"):
+        return {}
+    n = plan.connection_workers
+    pg_port = int(services.port_of(target.env.pg_dsn))
+    target.reset()
+    direct = target.driver.direct_worker_commands(target.env, processes=n, threads=1,
+                                                  lambdas=("demo.noop",))
+    with Fleet(target.name, direct) as fleet:
+        _wait_registered(target, n, fleet)
+        held_direct = fleet.connections_to(pg_port)
+    api, url, token = _api(target)
+    with api:
+        services.wait_for_port(int(url.rsplit(":", 1)[1]), timeout_s=30)
+        remote = target.driver.remote_worker_commands(target.env, url, token, processes=n,
+                                                      threads=1, lambdas=("demo.noop",))
+        with Fleet(target.name, remote) as fleet:
+            _wait_registered(target, n, fleet)
+            held_remote = fleet.connections_to(pg_port)
+            held_api = api.connections_to(pg_port)
+    return {"pg_conns_direct": held_direct.get("worker", 0),
+            "pg_conns_remote": held_remote.get("worker", 0),
+            "pg_conns_api": held_api.get("api", 0)}
+
+
+def _wait_registered(target: Target, n: int, fleet: Fleet) -> None:
+    """Until the fleet's `n` workers run and each has heartbeated once since it registered."""
+    deadline = time.monotonic() + 180
+    while services.live_workers(target.env.pg_dsn, since=fleet.started_at) < n:
+        fleet.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{n} workers did not all start within 180 s")
+        time.sleep(0.5)
+
+
 def latency(target: Target, plan: Plan) -> dict[str, float]:
     """Immediate schedule -> start at a light rate, then delivery of delayed tasks."""
     target.reset()
@@ -247,5 +313,5 @@ def rest(target: Target, plan: Plan) -> dict[str, float]:
 
 
 #: Measurements in the order they run; each interleaves the systems within a repetition.
-MEASUREMENTS = (enqueue_single, enqueue_bulk, rest, drain, latency, isolation,
-                isolation_per_lambda)
+MEASUREMENTS = (enqueue_single, enqueue_bulk, rest, drain, drain_remote, connections, latency,
+                isolation, isolation_per_lambda)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,10 +51,12 @@ class Fleet:
         self.commands = commands
         self.popens: list[tuple[str, subprocess.Popen]] = []
         self.peak_rss: dict[str, int] = {}
+        self.started_at = datetime.now(UTC)  #: when the processes were (last) started
         self.sampling = False
         self.sampler = threading.Thread(target=self._sample_loop, name="RssSampler", daemon=True)
 
     def __enter__(self) -> Fleet:
+        self.started_at = datetime.now(UTC)
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         for index, command in enumerate(self.commands):
             log = open(LOG_DIR / f"{self.name}-{command.role}-{index}.log", "ab")  # noqa: SIM115
@@ -89,6 +92,19 @@ class Fleet:
             for role, rss in totals.items():
                 self.peak_rss[role] = max(self.peak_rss.get(role, 0), rss)
             time.sleep(SAMPLE_INTERVAL_S)
+
+    def connections_to(self, port: int) -> dict[str, int]:
+        """TCP connections each role's processes (their descendants included) hold to `port`."""
+        held: dict[str, int] = {}
+        for role, popen in self.popens:
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(popen.pid)
+                for member in (root, *root.children(recursive=True)):
+                    with contextlib.suppress(psutil.Error):
+                        held[role] = held.get(role, 0) + sum(
+                            1 for conn in member.net_connections(kind="tcp")
+                            if conn.raddr and conn.raddr.port == port)
+        return held
 
     def stop(self) -> None:
         """SIGTERM each process group we started, then SIGKILL what is left after a grace."""

@@ -46,6 +46,11 @@ def _beats_redis_rivals(value: float, summaries: Summaries) -> bool | None:
     return value >= max(rivals) if rivals else None
 
 
+def _half_of_direct(value: float, summaries: Summaries) -> bool | None:
+    direct = summaries.get("atf", {}).get("drain")
+    return value >= 0.5 * direct["median"] if direct else None
+
+
 METRICS = (
     Metric(key="enqueue_single", label="enqueue, one call per task", unit="tasks/s",
            higher_is_better=True, target="≥ 2,000/s", met=_at_least(2000)),
@@ -56,6 +61,15 @@ METRICS = (
     Metric(key="rest_batch", label="REST, batch endpoint", unit="tasks/s", higher_is_better=True),
     Metric(key="drain", label="drain, no-op", unit="tasks/s", higher_is_better=True,
            target="≥ 1.0× Huey/Dramatiq", met=_beats_redis_rivals),
+    Metric(key="drain_remote", label="drain, no-op, remote worker (runworker --api)",
+           unit="tasks/s", higher_is_better=True, target="≥ 0.5× ATF's drain",
+           met=_half_of_direct),
+    Metric(key="pg_conns_direct", label="PostgreSQL connections of 32 idle direct workers",
+           unit="conns", higher_is_better=False, target="≥ 32 (each its own)"),
+    Metric(key="pg_conns_remote", label="PostgreSQL connections of 32 idle remote workers",
+           unit="conns", higher_is_better=False, target="0", met=_at_most(0)),
+    Metric(key="pg_conns_api", label="PostgreSQL connections of the API serving them",
+           unit="conns", higher_is_better=False, target="≤ its pool (2 × 8)", met=_at_most(16)),
     Metric(key="immediate_p50", label="immediate schedule→start p50", unit="ms",
            higher_is_better=False, target="≤ 10 ms", met=_at_most(10)),
     Metric(key="immediate_p95", label="immediate schedule→start p95", unit="ms",

@@ -7,7 +7,9 @@ import shutil
 import socket
 import subprocess
 import time
+from datetime import datetime
 from types import TracebackType
+from urllib.parse import urlsplit
 
 import psycopg
 import redis
@@ -92,3 +94,18 @@ def empty_tables(dsn: str, tables: tuple[str, ...]) -> None:
 def flush(redis_url: str) -> None:
     """Empty one Redis database of the bench's own server."""
     redis.Redis.from_url(redis_url).flushdb()
+
+
+def port_of(dsn: str) -> int:
+    """The port of a PostgreSQL DSN (5432 when it names none)."""
+    return urlsplit(dsn).port or 5432
+
+
+def live_workers(dsn: str, *, since: datetime) -> int:
+    """Workers registered since `since` and not stopped, each seen again since it started
+    (it has heartbeated)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM tasks_core_worker WHERE stopped_at IS NULL "
+                           "AND started_at >= %s AND last_seen > started_at",
+                           (since,)).fetchone()
+    return int(row[0])

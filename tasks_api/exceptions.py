@@ -1,9 +1,9 @@
 """Domain errors as HTTP answers, in one place; and JSON error pages for the API's URLs.
 
-InvalidTask -> 400 with its field errors; InvalidTransition -> 409; TaskNotFound and
-LambdaNotFound -> 404; QueueUnavailable and an unreachable database -> 503; an idempotency key
-that a concurrent request inserted first -> 409 (retrying returns the existing task); a body
-over DATA_UPLOAD_MAX_MEMORY_SIZE -> 413.
+InvalidTask -> 400 with its field errors; InvalidTransition -> 409; TaskNotFound,
+LambdaNotFound and WorkerNotFound -> 404; WorkerExists -> 409; QueueUnavailable and an
+unreachable database -> 503; an idempotency key that a concurrent request inserted first ->
+409 (retrying returns the existing task); a body over DATA_UPLOAD_MAX_MEMORY_SIZE -> 413.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from tasks_core.exceptions import (
     LambdaNotFound,
     QueueUnavailable,
     TaskNotFound,
+    WorkerExists,
+    WorkerNotFound,
 )
 
 logger = logging.getLogger(__name__)
@@ -59,8 +61,10 @@ def _translate(exc: Exception) -> Exception:
         return exceptions.ValidationError(exc.errors)
     if isinstance(exc, InvalidTransition):
         return Conflict(str(exc))
-    if isinstance(exc, TaskNotFound | LambdaNotFound):
+    if isinstance(exc, TaskNotFound | LambdaNotFound | WorkerNotFound):
         return exceptions.NotFound(str(exc))
+    if isinstance(exc, WorkerExists):
+        return Conflict(str(exc))
     if isinstance(exc, QueueUnavailable):
         logger.warning("queue unavailable: %s", exc)
         return ServiceUnavailable("The queue service is unavailable; try again later.")

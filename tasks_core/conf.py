@@ -88,6 +88,16 @@ ATF_RESTART_DELAY_S = 1.0
 ATF_WORKER_THREADS = 8
 #: Seconds a stopping worker lets running tasks finish before it exits.
 ATF_SHUTDOWN_GRACE_S = 30.0
+#: Remote workers (`runworker --api`): the ATF API's base URL; empty for a direct worker.
+ATF_API_URL = ""
+#: Remote workers: the worker token (`atf_token TEAM NAME --worker`) they present.
+ATF_API_TOKEN = ""
+#: Remote workers: seconds one claim waits on the server while no task is ready (a long poll).
+ATF_WORKER_CLAIM_WAIT_S = 5.0
+#: Remote workers: seconds before any other call to the API gives up (and counts as failed).
+ATF_API_TIMEOUT_S = 10.0
+#: Worker API: the longest a claim may wait on the server (a longer `wait_s` is cut to this).
+ATF_WORKER_CLAIM_WAIT_MAX_S = 20.0
 #: The consumer marks a worker whose last_seen is older than this as stopped (live workers are
 #: those seen within four heartbeat intervals, see tasks_core.liveness).
 ATF_WORKER_STALE_S = 60.0

@@ -51,3 +51,11 @@ class QueueUnavailable(AtfError):
 
 class ConfigurationError(AtfError):
     """ATF is configured in a way that cannot work."""
+
+
+class WorkerNotFound(AtfError):
+    """No running worker of the caller's teams has that id."""
+
+
+class WorkerExists(AtfError):
+    """A worker with that id is registered already."""

@@ -92,11 +92,15 @@ class Processes:
     def start(self, *args: str, env: dict[str, str] | None = None,
               python: str = sys.executable, manage: Path = ROOT / "manage.py") -> subprocess.Popen:
         """`python manage.py *args` in manage.py's directory (this repository's by default)."""
-        log = open(self.log_dir / f"{args[0]}-{len(self.children)}.log", "w")  # noqa: SIM115
+        return self.spawn(args[0], [python, str(manage), *args], env=env, cwd=manage.parent)
+
+    def spawn(self, name: str, argv: list[str], *, env: dict[str, str] | None = None,
+              cwd: Path = ROOT) -> subprocess.Popen:
+        """Start any command (`start` runs manage.py ones) with its output in a log file."""
+        log = open(self.log_dir / f"{name}-{len(self.children)}.log", "w")  # noqa: SIM115
         child = subprocess.Popen(
-            [python, str(manage), *args],
-            cwd=manage.parent, env=env or subprocess_env(), stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            argv, cwd=cwd, env=env or subprocess_env(), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         child.log_path = log.name  # type: ignore[attr-defined]
         self.children.append(child)

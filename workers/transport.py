@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from tasks_core import directory, queues, store
 from tasks_core.claiming import Claimer
-from tasks_core.exceptions import AtfError
+from tasks_core.exceptions import AtfError, LambdaNotFound
 from tasks_core.models import Worker
 from tasks_core.states import TaskStatus
 from workers import db
@@ -61,7 +61,8 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def heartbeat_timeouts_s(self, lambda_names: Sequence[str]) -> dict[str, float]:
-        """Each lambda's heartbeat timeout in seconds."""
+        """The heartbeat timeout in seconds of each lambda this worker may run; names it may
+        not run (unknown to ATF, or another team's) are left out."""
 
     def register(self, worker: WorkerInfo) -> None:
         """Announce the worker (its registry row) before it takes any task."""
@@ -117,7 +118,11 @@ class DirectTransport(Transport):
         self.claimer: Claimer | None = None
 
     def heartbeat_timeouts_s(self, lambda_names: Sequence[str]) -> dict[str, float]:
-        return {name: directory.by_name(name).heartbeat_timeout_s for name in lambda_names}
+        timeouts_s = {}
+        for name in lambda_names:
+            with contextlib.suppress(LambdaNotFound):
+                timeouts_s[name] = directory.by_name(name).heartbeat_timeout_s
+        return timeouts_s
 
     def register(self, worker: WorkerInfo) -> None:
         super().register(worker)

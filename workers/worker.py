@@ -61,8 +61,11 @@ class WorkerProcess:
         self.lambda_names = list(lambda_names)
         self.transport = transport
         self.interval_s = settings.ATF_HEARTBEAT_INTERVAL_S
-        check_heartbeat_timeouts(transport.heartbeat_timeouts_s(self.lambda_names),
-                                 self.interval_s)
+        timeouts_s = transport.heartbeat_timeouts_s(self.lambda_names)
+        if missing := [name for name in self.lambda_names if name not in timeouts_s]:
+            raise ConfigurationError(f"lambda(s) unknown to ATF, or not this worker token's "
+                                     f"team's: {', '.join(missing)}")
+        check_heartbeat_timeouts(timeouts_s, self.interval_s)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.buffer = WorkBuffer(priorities=settings.ATF_PRIORITIES, executors=threads)
         self.tally = Tally()

@@ -65,6 +65,38 @@ def api_command(env: Env, port: int) -> Command:
     return Command(role="api", argv=argv, env=variables(env))
 
 
+def worker_token_command(env: Env) -> Command:
+    """Prints a worker token of the demo team as its last line."""
+    return _manage(env, "setup", "atf_token", TEAM, "bench-worker", "--worker")
+
+
+def web_command(env: Env, port: int) -> Command:
+    """The API as deployed for remote workers: the project's gunicorn config (gthread
+    processes, a database pool each)."""
+    argv = [str(ATF_PYTHON.parent / "gunicorn"), "-c", "python:atf_project.gunicorn_conf",
+            "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--chdir", str(ROOT),
+            "atf_project.wsgi:application"]
+    return Command(role="api", argv=argv, env=variables(env))
+
+
+def remote_worker_commands(env: Env, api_url: str, token: str, *, processes: int = 1,
+                           threads: int = 64, lambdas: tuple[str, ...] = ()) -> list[Command]:
+    """Worker processes that reach ATF only through the API: settings without a database."""
+    variables_ = {key: value for key, value in variables(env).items() if key != "DATABASE_URL"}
+    variables_.update(DJANGO_SETTINGS_MODULE="atf_project.worker_settings",
+                      ATF_API_TOKEN=token)
+    argv = [str(ATF_PYTHON), MANAGE, "runworker", *lambdas, "--threads", str(threads),
+            "--api", api_url]
+    return [Command(role="worker", argv=argv, env=variables_) for _ in range(processes)]
+
+
+def direct_worker_commands(env: Env, *, processes: int, threads: int,
+                           lambdas: tuple[str, ...] = ()) -> list[Command]:
+    """Worker processes that reach the store and queues themselves."""
+    return [_manage(env, "worker", "runworker", *lambdas, "--threads", str(threads))
+            for _ in range(processes)]
+
+
 def records(client: redis.Redis, key: str) -> list[tuple[float, float, float]]:
     """demo.record lines joined with the due times the producer stored in `<key>:due`."""
     dues = {int(task_id): float(due) for task_id, due in client.hgetall(f"{key}:due").items()}

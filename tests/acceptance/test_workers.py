@@ -21,13 +21,14 @@ from typing import Any
 import pytest
 import redis
 from django.core.management import call_command
-from django.db import connection
 from django.utils import timezone
 
+from tasks_api.models import ApiToken, Scope
 from tasks_core import atf, scheduling, stats
 from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tests.conftest import ROOT, Processes, subprocess_env, wait_for
 from tests.proxy import Proxy
+from tests.remote import Workers, start_api, worker_env, worker_token
 from workers.heartbeat import EXIT_CUT_OFF
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -45,6 +46,13 @@ FAST = {
 @pytest.fixture
 def env() -> dict[str, str]:
     return subprocess_env(**FAST)
+
+
+@pytest.fixture(params=["direct", "remote"])
+def workers(request: pytest.FixtureRequest, processes: Processes, env: dict[str, str],
+            transactional_db: None) -> Workers:
+    """Worker processes of each kind: the guarantees hold for both transports."""
+    return Workers(request.param, processes, env)
 
 
 @pytest.fixture
@@ -77,7 +85,7 @@ def overlapping(lines: list[dict]) -> list[int]:
 
 
 def test_outcomes_end_in_the_right_status_with_the_right_attempts(
-        processes: Processes, env: dict[str, str]) -> None:
+        processes: Processes, env: dict[str, str], workers: Workers) -> None:
     # Given one task of each kind of outcome
     fatal = atf.schedule("demo.fail", {"mode": "fatal"})
     retried = atf.schedule("demo.fail", {"mode": "retriable", "times": 2})
@@ -86,7 +94,7 @@ def test_outcomes_end_in_the_right_status_with_the_right_attempts(
     # When a consumer and a supervised worker (which restarts a crashed process) run
     processes.start("runconsumer", env=env)
     # One thread per process: a crash takes down only its own task
-    processes.start("runworker", "demo.fail", "--processes", "2", "--threads", "1", env=env)
+    workers.start("demo.fail", "--processes", "2", "--threads", "1")
     wait_for(lambda: all_final(4), timeout_s=90, message="four final tasks")
 
     # Then each ends as its lambda decided, with its attempts on record
@@ -108,7 +116,7 @@ def test_outcomes_end_in_the_right_status_with_the_right_attempts(
 
 
 def test_at_least_once_and_never_concurrently_while_workers_are_killed(
-        processes: Processes, env: dict[str, str], records: callable) -> None:
+        processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
     # Given 2,000 tasks and two worker processes
     count = 2000
     scheduling.schedule_many([{"lambda": "demo.record",
@@ -116,17 +124,16 @@ def test_at_least_once_and_never_concurrently_while_workers_are_killed(
     scheduling.schedule_many([{"lambda": "demo.record",
                                "payload": {"key": "demo:records", "seconds": 0.02}}] * 1000)
     processes.start("runconsumer", env=env)
-    workers = [processes.start("runworker", "demo.record", "--threads", "4", env=env)
-               for _ in range(2)]
+    running = [workers.start("demo.record", "--threads", "4") for _ in range(2)]
     # When one of them is killed with SIGKILL mid-task, four times, and restarted
     rng = random.Random(7)
     for kill in range(4):
         wait_for(lambda: TaskEntity.objects.filter(status="processing").exists(),
                  message="a running task")
-        victim = rng.randrange(len(workers))
-        workers[victim].send_signal(signal.SIGKILL)
-        workers[victim].wait(10)
-        workers[victim] = processes.start("runworker", "demo.record", "--threads", "4", env=env)
+        victim = rng.randrange(len(running))
+        running[victim].send_signal(signal.SIGKILL)
+        running[victim].wait(10)
+        running[victim] = workers.start("demo.record", "--threads", "4")
         time.sleep(rng.uniform(0.2, 1.0) if kill < 3 else 0)
     wait_for(lambda: statuses()["success"] == count, timeout_s=240,
              message=f"{count} successes; now {dict(statuses())}")
@@ -142,19 +149,16 @@ def test_at_least_once_and_never_concurrently_while_workers_are_killed(
 
 
 def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere(
-        processes: Processes, env: dict[str, str], records: callable) -> None:
-    # Given a worker whose database connection goes through a proxy we can cut
-    db = connection.settings_dict
-    proxy = Proxy(db["HOST"], int(db["PORT"]))
-    cut_env = {**env, "DATABASE_URL": f"postgres://{db['USER']}@127.0.0.1:{proxy.port}/"
-                                      f"{db['NAME']}"}
+        processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
+    # Given a worker whose link to ATF (the database, or the API) goes through a proxy we can cut
+    proxy = Proxy(*workers.link())
     try:
         processes.start("runconsumer", env=env)
-        cut_off = processes.start("runworker", "demo.record", "--threads", "1", env=cut_env)
+        cut_off = workers.start("demo.record", "--threads", "1", via=proxy)
         task = atf.schedule("demo.record", {"key": "demo:records", "seconds": 8})
         wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="processing").exists(),
                  message="the task running on the proxied worker")
-        # When its store connection is cut for longer than three heartbeats
+        # When its link is cut for longer than three heartbeats
         proxy.cut()
         # Then it terminates itself...
         wait_for(lambda: cut_off.poll() is not None, timeout_s=20,
@@ -162,7 +166,7 @@ def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere(
         exited_at = time.time()
         assert cut_off.returncode == EXIT_CUT_OFF
         # ...and only then does another worker run the task
-        processes.start("runworker", "demo.record", "--threads", "1", env=env)
+        workers.start("demo.record", "--threads", "1")
         wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="success").exists(),
                  timeout_s=60, message="the task to succeed on the second worker")
     finally:
@@ -213,12 +217,12 @@ def test_a_worker_runs_only_its_lambdas_and_a_backlog_does_not_slow_another(
 
 
 def test_sigterm_loses_nothing_and_hands_back_buffered_tasks_at_once(
-        processes: Processes, env: dict[str, str], records: callable) -> None:
+        processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
     # Given a worker in the middle of a batch
     scheduling.schedule_many([{"lambda": "demo.record",
                                "payload": {"key": "demo:records", "seconds": 0.3}}] * 200)
     processes.start("runconsumer", env=env)
-    worker = processes.start("runworker", "demo.record", "--threads", "4", env=env)
+    worker = workers.start("demo.record", "--threads", "4")
     wait_for(lambda: statuses()["success"] >= 20, timeout_s=60, message="20 successes")
     # When it gets SIGTERM
     worker.send_signal(signal.SIGTERM)
@@ -228,15 +232,16 @@ def test_sigterm_loses_nothing_and_hands_back_buffered_tasks_at_once(
     assert Worker.objects.get(pid=worker.pid).stopped_at is not None
     # And a new worker finishes the rest long before any claim timeout (60 s) could fire
     started = time.monotonic()
-    processes.start("runworker", "demo.record", "--threads", "4", env=env)
+    workers.start("demo.record", "--threads", "4")
     wait_for(lambda: statuses()["success"] == 200, timeout_s=45, message="200 successes")
     assert time.monotonic() - started < 45
     assert overlapping(records()) == []
 
 
-def test_a_second_signal_exits_at_once(processes: Processes, env: dict[str, str]) -> None:
+def test_a_second_signal_exits_at_once(processes: Processes, env: dict[str, str],
+                                       workers: Workers) -> None:
     processes.start("runconsumer", env=env)
-    worker = processes.start("runworker", "demo.sleep", "--threads", "1", env=env)
+    worker = workers.start("demo.sleep", "--threads", "1")
     task = atf.schedule("demo.sleep", {"seconds": 30})
     wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="processing").exists(),
              message="the long task running")
@@ -246,9 +251,8 @@ def test_a_second_signal_exits_at_once(processes: Processes, env: dict[str, str]
     assert worker.wait(10) == 130
 
 
-def test_the_worker_registry_shows_live_workers(processes: Processes,
-                                                env: dict[str, str]) -> None:
-    worker = processes.start("runworker", "demo.noop", "--threads", "3", env=env)
+def test_the_worker_registry_shows_live_workers(workers: Workers) -> None:
+    worker = workers.start("demo.noop", "--threads", "3")
     row = wait_for(lambda: Worker.objects.filter(pid=worker.pid).first(),
                    message="the worker's registry row")
     assert (row.lambdas, row.threads, row.stopped_at) == (["demo.noop"], 3, None)
@@ -288,6 +292,22 @@ def test_a_heartbeat_timeout_under_three_intervals_is_refused_at_start() -> None
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "is not over 3 x ATF_HEARTBEAT_INTERVAL_S" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_remote_worker_with_a_full_token_stops_at_start_in_one_line(
+        processes: Processes, env: dict[str, str], transactional_db: None) -> None:
+    # Given the API, and a token that may schedule but is not a worker token
+    url = start_api(processes, env)
+    full = worker_token()
+    ApiToken.objects.filter(scope=Scope.WORKER).update(scope=Scope.FULL)
+    # When a remote worker starts with it
+    done = subprocess.run([sys.executable, "manage.py", "runworker", "demo.noop", "--api", url],
+                          cwd=ROOT, env=worker_env(env, full), capture_output=True, text=True,
+                          timeout=120)
+    # Then it stops at once, saying why in one line
+    assert done.returncode != 0
+    assert "403" in done.stderr and "This call needs a worker token." in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -123,9 +123,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _api_token(env: dict[str, str]) -> str | None:
-    """A token of the demo team, or None when `atf_token` does not exist (yet)."""
-    result = subprocess.run([sys.executable, "manage.py", "atf_token", "demo", "chaos"],
+def _api_token(env: dict[str, str], *options: str, user: str = "chaos") -> str | None:
+    """A token of the demo team (`--worker`: a worker token), or None when `atf_token` does
+    not exist (yet)."""
+    result = subprocess.run([sys.executable, "manage.py", "atf_token", "demo", user, *options],
                             cwd=Path(__file__).resolve().parents[2], env=env,
                             capture_output=True, text=True, timeout=120)
     lines = result.stdout.strip().splitlines()
@@ -180,13 +181,15 @@ def _run(args: argparse.Namespace, env: dict[str, str], database: ChaosDatabase,
     token = _api_token(env)
     cluster = Cluster(env=env, database_host=args.pg_host, database_port=args.pg_port,
                       workers=args.workers, consumers=args.consumers, threads=args.threads,
-                      log_dir=log_dir)
+                      log_dir=log_dir,
+                      worker_token=_api_token(env, "--worker", user="chaos-worker"))
     cluster.start()
     try:
         api = ApiClient(cluster.api_url, token) if token else None
         if api is not None and not api.answers():
             api = None
-        say(f"started API, {args.consumers} consumer(s), {args.workers} worker(s) x "
+        remote = "a remote worker (through the API) and " if cluster.remote_worker() else ""
+        say(f"started API, {args.consumers} consumer(s), {remote}{args.workers} worker(s) x "
             f"{args.threads} thread(s); scheduling through the API: {'yes' if api else 'no'}")
         lab = Lab(cluster=cluster, redis=server, database=database, records=RecordSink(server),
                   victims=Victims(), rng=random.Random(args.seed + 2),

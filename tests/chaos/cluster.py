@@ -4,6 +4,8 @@ Each worker is its own `runworker --processes 1` child, so the runner can SIGKIL
 it again. A watcher thread restarts any child that exits without the runner asking (a
 `demo.fail` crash task, a worker that cut itself off), and counts the exit codes it saw.
 Worker 0 reaches PostgreSQL through a proxy (tests/proxy.py) so that its connection can be cut.
+With a worker token, one more worker is remote (`runworker --api`, on settings without a
+database) and reaches the API through a second proxy, so that its link can be cut too.
 """
 
 from __future__ import annotations
@@ -98,19 +100,20 @@ class Cluster:
 
     def __init__(self, *, env: Mapping[str, str], database_host: str, database_port: int,
                  workers: int, consumers: int, threads: int, log_dir: Path,
-                 api: bool = True) -> None:
+                 api: bool = True, worker_token: str | None = None) -> None:
         self.env = dict(env)
         self.log_dir = log_dir
         self.proxy = Proxy(database_host, database_port)
         manage = [sys.executable, str(ROOT / "manage.py")]
         self.api_port = free_port()
+        self.api_proxy = Proxy("127.0.0.1", self.api_port)
         self.children: list[Child] = []
-        if api:
+        if api:  # the project's gunicorn config (gthread, a database pool), one process
             gunicorn = str(Path(sys.executable).with_name("gunicorn"))
             self.children.append(Child("api", 0, [
-                gunicorn, "atf_project.wsgi", "--bind", f"127.0.0.1:{self.api_port}",
-                "--workers", "1", "--threads", "4", "--log-level", "info",
-            ], self.env, log_dir))
+                gunicorn, "-c", "python:atf_project.gunicorn_conf", "atf_project.wsgi",
+                "--bind", f"127.0.0.1:{self.api_port}", "--log-level", "info",
+            ], {**self.env, "WEB_CONCURRENCY": "1", "ATF_WEB_THREADS": "32"}, log_dir))
         for index in range(consumers):
             self.children.append(Child("consumer", index, [*manage, "runconsumer"], self.env,
                                        log_dir))
@@ -121,6 +124,13 @@ class Cluster:
             self.children.append(Child("worker", index, [
                 *manage, "runworker", "--processes", "1", "--threads", str(threads),
             ], env, log_dir))
+        if api and worker_token:
+            host_env = {key: value for key, value in self.env.items() if key != "DATABASE_URL"}
+            self.children.append(Child("worker", workers, [
+                *manage, "runworker", "--processes", "1", "--threads", str(threads),
+                "--api", f"http://127.0.0.1:{self.api_proxy.port}",
+            ], {**host_env, "DJANGO_SETTINGS_MODULE": "tests.remote_worker_settings",
+                "ATF_API_TOKEN": worker_token}, log_dir))
         self.exits: Counter[str] = Counter()  #: "<role> exit <code>" seen by the watcher
         self._lock = threading.Lock()
         self._watching = threading.Event()
@@ -132,6 +142,10 @@ class Cluster:
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
+
+    def remote_worker(self) -> Child | None:
+        """The worker that reaches ATF through the API, if the run has one."""
+        return next((child for child in self.role("worker") if "--api" in child.command), None)
 
     def role(self, role: str) -> list[Child]:
         return [child for child in self.children if child.role == role]
@@ -188,6 +202,7 @@ class Cluster:
         for child in self.children:
             child.terminate(timeout_s=15)
         self.proxy.close()
+        self.api_proxy.close()
 
 
 def _process_tree() -> dict[int, list[int]]:

@@ -19,6 +19,7 @@ from tests.chaos.cluster import Child, Cluster
 from tests.chaos.load import Victims
 from tests.chaos.records import RecordSink
 from tests.chaos.services import ChaosDatabase, PrivateRedis
+from tests.proxy import Proxy
 from workers import db
 
 logger = logging.getLogger(__name__)
@@ -127,12 +128,26 @@ def db_cut(lab: Lab, event: FaultEvent) -> None:
     The worker must terminate itself with exit status 75 within three heartbeat intervals
     (plus slack for a loaded machine); the runner restores the proxy and starts it again.
     """
-    child = lab.cluster.role("worker")[0]
+    _cut(lab, event, lab.cluster.role("worker")[0], lab.cluster.proxy)
+
+
+def api_cut(lab: Lab, event: FaultEvent) -> None:
+    """Cut the remote worker's link to the API for over 3 heartbeats: as db-cut, it must
+    terminate itself, and its tasks run again elsewhere."""
+    child = lab.cluster.remote_worker()
+    if child is None:
+        event.ok = False
+        event.detail = "the run has no remote worker (no API token)"
+        return
+    _cut(lab, event, child, lab.cluster.api_proxy)
+
+
+def _cut(lab: Lab, event: FaultEvent, child: Child, proxy: Proxy) -> None:
     lab.cluster.hold(child)
     if not child.alive():
         child.start()
     child.wait_ready()
-    lab.cluster.proxy.cut()
+    proxy.cut()
     cut_at = time.monotonic()
     deadline = cut_at + 3 * lab.heartbeat_interval_s + 5.0
     while child.alive() and time.monotonic() < deadline:
@@ -147,7 +162,7 @@ def db_cut(lab: Lab, event: FaultEvent) -> None:
         event.detail = f"{child.name} did not terminate itself; killed it. "
     elif code != EXIT_CUT_OFF:
         event.ok = False
-    lab.cluster.proxy.restore()
+    proxy.restore()
     lab.cluster.release(child)
     event.detail += f"{child.name} exited {code} after {exited_after_s:.1f}s (expected 75)"
 
@@ -187,6 +202,7 @@ FAULTS: dict[str, Callable[[Lab, FaultEvent], None]] = {
     "redis-flush": redis_flush,
     "redis-restart": redis_restart,
     "db-cut": db_cut,
+    "api-cut": api_cut,
     "pg-restart": pg_restart,
     "gate-pause": gate_pause,
     "collection-drop": collection_drop,

@@ -193,9 +193,9 @@ class Command(BaseCommand):
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         children = [Child(name="web", tracebacks=tracebacks, argv=[
-            sys.executable, "-m", "gunicorn", "atf_project.wsgi:application", "--bind", bind,
-            "--workers", "2", "--worker-class", "gthread", "--threads", "4",
-            "--graceful-timeout", "5", "--log-level", "info"])]
+            sys.executable, "-m", "gunicorn", "-c", "python:atf_project.gunicorn_conf",
+            "atf_project.wsgi:application", "--bind", bind, "--graceful-timeout", "5",
+            "--log-level", "info"])]
         commands = get_commands()
         for name, argv in (("consumer", ["runconsumer"]),
                            ("worker", ["runworker", "--threads", str(threads)])):

@@ -1,4 +1,4 @@
-"""`manage.py runworker [LAMBDA ...] [--threads N] [--processes N]`."""
+"""`manage.py runworker [LAMBDA ...] [--threads N] [--processes N] [--api URL --token TOKEN]`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import logging
 import sys
 from argparse import ArgumentParser
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management.base import CommandError
@@ -14,7 +15,7 @@ from tasks_core import lambda_sync, registry
 from tasks_core.exceptions import AtfError
 from workers import checks, signals
 from workers.supervisor import Supervisor
-from workers.transport import DirectTransport
+from workers.transport import DirectTransport, Transport
 from workers.worker import WorkerProcess
 
 logger = logging.getLogger("workers.worker")
@@ -22,7 +23,8 @@ logger = logging.getLogger("workers.worker")
 
 class Command(checks.LongRunningCommand):
     help = ("Run the tasks of some lambdas (all registered ones when none is named): a controller "
-            "pulls their queues, executor threads run them.")
+            "claims them, executor threads run them. With --api the worker reaches ATF only "
+            "through its API, with a worker token: no database or Redis on this host.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("lambdas", nargs="*", metavar="LAMBDA",
@@ -33,6 +35,12 @@ class Command(checks.LongRunningCommand):
         parser.add_argument("--processes", type=checks.positive_int, default=1, metavar="N",
                             help="worker processes, restarted when they die (default 1: this "
                                  "process works itself)")
+        parser.add_argument("--api", default=settings.ATF_API_URL, metavar="URL",
+                            help="a remote worker: the ATF API's base URL (default "
+                                 "ATF_API_URL; unset: reach the store and queues directly)")
+        parser.add_argument("--token", default=settings.ATF_API_TOKEN, metavar="TOKEN",
+                            help="the worker token a remote worker presents (default "
+                                 "ATF_API_TOKEN)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         names = options["lambdas"] or registry.names()
@@ -42,21 +50,62 @@ class Command(checks.LongRunningCommand):
                                f"{', '.join(registry.names())}")
         if not names:
             raise CommandError("no lambdas are registered: add a lambdas.py to an installed app")
-        queue = checks.require_store_and_queue()
+        transport = self._transport(options)
         if options["processes"] > 1:
-            queue.close()
-            supervisor = Supervisor(["runworker", *names, "--threads", str(options["threads"]),
-                                     "--verbosity", str(options["verbosity"])],
-                                    processes=options["processes"])
-            signals.on_stop(supervisor.stop, on_second=supervisor.kill)
-            supervisor.run()
+            transport.close()
+            self._supervise(names, options)
             return
-        lambda_sync.sync_to_store()
+        if isinstance(transport, DirectTransport):
+            lambda_sync.sync_to_store()
         try:
-            worker = WorkerProcess(names, threads=options["threads"],
-                                   transport=DirectTransport(queue))
+            if not options["lambdas"]:  # all registered: those the transport may run
+                names = self._runnable(names, transport)
+            worker = WorkerProcess(names, threads=options["threads"], transport=transport)
+            signals.on_stop(worker.stop)
+            exit_code = worker.run()
         except AtfError as exc:
             raise CommandError(str(exc)) from exc
-        signals.on_stop(worker.stop)
-        if exit_code := worker.run():
+        if exit_code:
             sys.exit(exit_code)
+
+    @staticmethod
+    def _runnable(names: list[str], transport: Transport) -> list[str]:
+        """The registered lambdas this worker may run (a remote worker: its token's team's)."""
+        allowed = transport.heartbeat_timeouts_s(names)
+        runnable = [name for name in names if name in allowed]
+        if not runnable:
+            raise CommandError("none of the registered lambdas may run here: "
+                               f"{', '.join(names)} (a worker token runs its team's lambdas)")
+        if skipped := sorted(set(names) - set(runnable)):
+            logger.info("not running %s: unknown to ATF or another team's", ", ".join(skipped))
+        return runnable
+
+    def _transport(self, options: dict[str, Any]) -> Transport:
+        """The direct transport after checking the store and queues; or the remote one."""
+        if not options["api"]:
+            return DirectTransport(checks.require_store_and_queue())
+        url = urlsplit(options["api"])
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise CommandError(f"--api {options['api']!r}: give the API's base URL, e.g. "
+                               "https://atf.example.com")
+        if not options["token"]:
+            raise CommandError("a remote worker needs a worker token: --token or ATF_API_TOKEN")
+        # Imported here: only a remote worker needs requests (the distribution's [client] extra).
+        from workers.http_transport import HttpTransport
+
+        return HttpTransport(url=options["api"], token=options["token"],
+                             claim_wait_s=settings.ATF_WORKER_CLAIM_WAIT_S,
+                             timeout_s=settings.ATF_API_TIMEOUT_S)
+
+    def _supervise(self, names: list[str], options: dict[str, Any]) -> None:
+        child_args = ["runworker", *names, "--threads", str(options["threads"]),
+                      "--verbosity", str(options["verbosity"])]
+        if options["api"]:
+            # Children read the token from the environment they inherit, never a command line.
+            if options["token"] != settings.ATF_API_TOKEN:
+                raise CommandError("with --processes, give the worker token in ATF_API_TOKEN, "
+                                   "not --token")
+            child_args += ["--api", options["api"]]
+        supervisor = Supervisor(child_args, processes=options["processes"])
+        signals.on_stop(supervisor.stop, on_second=supervisor.kill)
+        supervisor.run()

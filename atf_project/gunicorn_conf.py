@@ -1,0 +1,28 @@
+"""gunicorn settings for the ATF API.
+
+    gunicorn -c python:atf_project.gunicorn_conf atf_project.wsgi
+
+Remote workers long-poll: a claim waits on the server (up to ATF_WORKER_CLAIM_WAIT_S) until a
+task is ready. A sync worker process would be tied up by each waiting claim, so a few hundred
+lambda hosts would need a few hundred processes. gthread workers hold a waiting claim on a
+thread instead: it blocks in Redis and holds no database connection (the claim hands it back
+to the pool before it waits), so 2 processes x 128 threads hold 256 waiting claims on 2 cores,
+and each process keeps ATF_DB_POOL_SIZE PostgreSQL connections however many threads it has.
+Each value can be changed from the environment.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Threads, not processes, carry the waiting claims.
+worker_class = "gthread"
+#: Processes: one per core.
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+#: Requests in progress per process, waiting claims included.
+threads = int(os.environ.get("ATF_WEB_THREADS", "128"))
+#: Seconds a stopping process lets requests (a waiting claim, at most 20 s) finish.
+graceful_timeout = int(os.environ.get("ATF_WEB_GRACEFUL_TIMEOUT_S", "25"))
+
+# The threads of one process share a pool of this many database connections.
+os.environ.setdefault("ATF_DB_POOL_SIZE", "8")

@@ -1,0 +1,164 @@
+"""The worker API: remote workers claim, start, renew and finish their team's tasks over HTTP.
+
+Batch-shaped, so one request serves many tasks; the service runs the store's batch statements
+and pops the queues itself. Every call needs a worker token (tasks_api/scopes.py), and acts
+only on its team's lambdas and tasks: another team's task is reported as not started, lost or
+refused, and another team's worker is not found.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tasks_api import worker_serializers as shapes
+from tasks_api.policy import ApiPolicy
+from tasks_api.scopes import WorkerOnly, worker_team_id
+from tasks_api.views import _errors
+from tasks_core import queues, remote_workers
+from tasks_core.exceptions import LambdaNotFound
+
+_queue_lock = threading.Lock()
+_queue: queues.QueueBackend | None = None
+
+
+def _shared_queue() -> queues.QueueBackend:
+    """One queue client per server process; its connection pool serves every request thread."""
+    global _queue
+    with _queue_lock:
+        if _queue is None:
+            _queue = queues.backend()
+        return _queue
+
+
+def _form(serializer_class: type[shapes.StrictSerializer], request: Request) -> Any:
+    form = serializer_class(data=request.data)
+    form.is_valid(raise_exception=True)
+    return form
+
+
+class WorkerView(ApiPolicy, APIView):
+    """Base of the worker API's views: a worker token's team, and its registered worker."""
+
+    permission_classes = [IsAuthenticated, WorkerOnly]
+
+    def teams(self) -> remote_workers.Teams:
+        return frozenset({worker_team_id(self.request)})
+
+    def worker(self, form: shapes.WorkerIdSerializer) -> Any:
+        return remote_workers.worker(form.validated_data["worker"], self.teams())
+
+
+@extend_schema(tags=["worker"])
+class LambdasView(WorkerView):
+    """Which of these lambdas a worker may run (its team's), with their heartbeat timeouts."""
+
+    @extend_schema(request=shapes.LambdaNamesSerializer,
+                   responses={200: shapes.LambdaTimeoutsSerializer, **_errors(400, 413, 415)})
+    def post(self, request: Request) -> Response:
+        names = _form(shapes.LambdaNamesSerializer, request).validated_data["lambdas"]
+        found, missing = remote_workers.split_lambdas(names, self.teams())
+        return Response({"lambdas": [{"name": name, "heartbeat_timeout_s":
+                                      info.heartbeat_timeout_s} for name, info in found.items()],
+                         "unknown": missing})
+
+
+@extend_schema(tags=["worker"])
+class RegisterView(WorkerView):
+    """Add a worker to the registry before it claims anything."""
+
+    @extend_schema(request=shapes.RegisterSerializer,
+                   responses={201: shapes.WorkerIdSerializer, **_errors(400, 409, 413, 415)})
+    def post(self, request: Request) -> Response:
+        data = _form(shapes.RegisterSerializer, request).validated_data
+        try:
+            row = remote_workers.register(
+                worker_id=data["worker"], host=data["host"], pid=data["pid"],
+                lambda_names=data["lambdas"], threads=data["threads"], teams=self.teams())
+        except LambdaNotFound as exc:
+            raise ValidationError({"lambdas": [str(exc)]}) from exc
+        return Response({"worker": row.worker_id}, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(tags=["worker"])
+class ClaimView(WorkerView):
+    """Claim up to `max` tasks of the worker's lambdas, waiting up to `wait_s` for one (a
+    long poll). Each comes with the lease that every later call about it presents."""
+
+    @extend_schema(request=shapes.ClaimSerializer,
+                   responses={200: shapes.ClaimedSerializer, **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        form = _form(shapes.ClaimSerializer, request)
+        claimed = remote_workers.claim(self.worker(form), queue=_shared_queue(),
+                                       max_count=form.validated_data["max"],
+                                       wait_s=form.validated_data["wait_s"])
+        return Response(shapes.ClaimedSerializer({"tasks": claimed}).data)
+
+
+@extend_schema(tags=["worker"])
+class StartView(WorkerView):
+    """claimed -> processing for many tasks; a task reported not started must not run."""
+
+    @extend_schema(request=shapes.LeasesSerializer,
+                   responses={200: shapes.StartedListSerializer, **_errors(400, 413, 415)})
+    def post(self, request: Request) -> Response:
+        started = remote_workers.start(_form(shapes.LeasesSerializer, request).leases(),
+                                       self.teams())
+        return Response({"tasks": [{"id": pk, "started": ok} for pk, ok in started.items()]})
+
+
+@extend_schema(tags=["worker"])
+class HeartbeatView(WorkerView):
+    """Renew the leases of running tasks and the worker's last_seen; answers the lost ones."""
+
+    @extend_schema(request=shapes.WorkerLeasesSerializer,
+                   responses={200: shapes.LostSerializer, **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        form = _form(shapes.WorkerLeasesSerializer, request)
+        lost = remote_workers.heartbeat(self.worker(form), form.leases(), self.teams(),
+                                        seen=form.validated_data["seen"])
+        return Response({"lost": sorted(lost)})
+
+
+@extend_schema(tags=["worker"])
+class FinishView(WorkerView):
+    """Record many attempts' ends; a result whose lease moved on is refused (status null)."""
+
+    @extend_schema(request=shapes.FinishSerializer,
+                   responses={200: shapes.FinishedListSerializer, **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        form = _form(shapes.FinishSerializer, request)
+        statuses = remote_workers.finish(self.worker(form), form.endings(), self.teams())
+        return Response({"results": [{"id": pk, "status": None if s is None else str(s)}
+                                     for pk, s in statuses.items()]})
+
+
+@extend_schema(tags=["worker"])
+class ReleaseView(WorkerView):
+    """Hand back claimed tasks that never started (a stopping worker): due again at once."""
+
+    @extend_schema(request=shapes.LeasesSerializer,
+                   responses={200: shapes.ReleasedSerializer, **_errors(400, 413, 415)})
+    def post(self, request: Request) -> Response:
+        leases = _form(shapes.LeasesSerializer, request).leases()
+        return Response({"released": remote_workers.release(leases, self.teams())})
+
+
+@extend_schema(tags=["worker"])
+class StoppedView(WorkerView):
+    """Mark the worker stopped in the registry."""
+
+    @extend_schema(request=shapes.WorkerIdSerializer,
+                   responses={200: shapes.WorkerIdSerializer, **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        row = self.worker(_form(shapes.WorkerIdSerializer, request))
+        remote_workers.deregister(row)
+        return Response({"worker": row.worker_id})

@@ -1,0 +1,202 @@
+"""What the worker API does for remote workers, within the caller's teams.
+
+A remote worker holds a token, not store credentials: the service claims, starts, renews and
+finishes tasks on its behalf through the store's batch statements, and pops the queues itself.
+Every call names its teams (`teams`, None for staff); a task or worker of another team is
+treated as unknown: not started, lost, refused, not released.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from tasks_core import directory, queues, store
+from tasks_core.claiming import Claimer
+from tasks_core.exceptions import LambdaNotFound, WorkerExists, WorkerNotFound
+from tasks_core.models import TaskEntity, Worker
+from tasks_core.states import TaskStatus
+
+logger = logging.getLogger(__name__)
+
+Teams = frozenset[int] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ending:
+    """One finished attempt as a remote worker reports it."""
+
+    task_id: int
+    lease: int
+    outcome: str  #: "success", "fatal" or "retry"
+    value: Any = None
+    error: Mapping[str, str] | None = None
+    delay_s: float | None = None
+    started_at: datetime | None = None
+
+    def result(self, worker_id: str) -> store.Result:
+        return store.Result(outcome=store.Outcome(self.outcome), value=self.value,
+                            error=dict(self.error) if self.error else None,
+                            delay_s=self.delay_s, started_at=self.started_at, worker=worker_id)
+
+
+def _owned(lambda_id: int, teams: Teams) -> bool:
+    return teams is None or directory.by_id(lambda_id).team_id in teams
+
+
+def split_lambdas(names: Iterable[str],
+                  teams: Teams) -> tuple[dict[str, directory.LambdaInfo], list[str]]:
+    """The named lambdas of the caller's teams, and the names that are unknown or another
+    team's (one answer for both, so other teams' names do not leak)."""
+    found: dict[str, directory.LambdaInfo] = {}
+    missing: list[str] = []
+    for name in names:
+        try:
+            info = directory.by_name(name)
+        except LambdaNotFound:
+            info = None
+        if info is None or not _owned(info.id, teams):
+            missing.append(name)
+        else:
+            found[name] = info
+    return found, missing
+
+
+def lambdas(names: Iterable[str], teams: Teams) -> dict[str, directory.LambdaInfo]:
+    """The named lambdas; LambdaNotFound names those that are unknown or of another team."""
+    found, missing = split_lambdas(names, teams)
+    if missing:
+        raise LambdaNotFound(f"unknown lambda(s), or not your team's: {', '.join(missing)}")
+    return found
+
+
+def register(*, worker_id: str, host: str, pid: int, lambda_names: Sequence[str], threads: int,
+             teams: Teams) -> Worker:
+    """Add the worker's registry row; WorkerExists if its id is taken."""
+    lambdas(lambda_names, teams)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            return Worker.objects.create(worker_id=worker_id, host=host, pid=pid,
+                                         lambdas=list(lambda_names), threads=threads,
+                                         started_at=now, last_seen=now)
+    except IntegrityError as exc:
+        raise WorkerExists(f"worker {worker_id!r} is registered already") from exc
+
+
+def worker(worker_id: str, teams: Teams) -> Worker:
+    """The running worker `worker_id` if all its lambdas are the caller's; else WorkerNotFound."""
+    row = Worker.objects.filter(worker_id=worker_id, stopped_at__isnull=True).first()
+    if row is None:
+        raise WorkerNotFound(f"no running worker {worker_id!r}")
+    try:
+        lambdas(row.lambdas, teams)
+    except LambdaNotFound as exc:
+        raise WorkerNotFound(f"no running worker {worker_id!r}") from exc
+    return row
+
+
+#: Most messages one claim request pops before it answers, stale ones included.
+MAX_POPPED = 2000
+
+
+def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int,
+          wait_s: float) -> list[store.ClaimedTask]:
+    """Up to `max_count` claimed tasks of the worker's lambdas, waiting up to `wait_s`."""
+    claimer = Claimer(queue=queue, worker_id=row.worker_id,
+                      lambda_ids={name: directory.by_name(name).id for name in row.lambdas},
+                      priorities=settings.ATF_PRIORITIES)
+    claimed = _claim_ready(claimer, max_count)
+    if claimed or wait_s <= 0:
+        return claimed
+    # A waiting claim holds no database connection: hundreds of idle workers then cost the
+    # store nothing. The claim that follows opens (or takes from the pool) a fresh one.
+    if not connection.in_atomic_block:
+        connection.close()
+    return claimer.take(max_count, wait_s=wait_s)
+
+
+def _claim_ready(claimer: Claimer, max_count: int) -> list[store.ClaimedTask]:
+    """Claim what the queues hold now, popping past stale messages.
+
+    A task enqueued again leaves its old message behind, stale. A direct worker pops past them
+    in a Redis round trip each; a remote worker would need an HTTP request each, and a queue
+    refilled with stale messages faster than that would starve it, so the service does it.
+    """
+    claimed: list[store.ClaimedTask] = []
+    popped = 0
+    while len(claimed) < max_count and popped < MAX_POPPED:
+        messages = claimer.queue.pop(claimer.queue_names(), max_count=max_count - len(claimed),
+                                     wait_s=0)
+        if not messages:
+            break
+        popped += len(messages)
+        claimed += claimer.claim(messages)
+    return claimed
+
+
+def _tasks(leases: Mapping[int, int], teams: Teams, *,
+           attempt_known: bool) -> dict[int, store.ClaimedTask]:
+    """The leased tasks of the caller's teams, as the store's batch statements take them.
+
+    The store reads lambda, attempt and limits from its own rows, never from the worker.
+    """
+    rows = TaskEntity.objects.filter(pk__in=list(leases)).values_list(
+        "pk", "lambda_ref_id", "collection", "priority", "attempts", "max_attempts")
+    return {
+        pk: store.ClaimedTask(task_id=pk, lease=leases[pk],
+                              lambda_name=directory.by_id(lambda_id).name,
+                              collection=collection, priority=priority, payload=None,
+                              attempt=attempts if attempt_known else attempts + 1,
+                              max_attempts=max_attempts)
+        for pk, lambda_id, collection, priority, attempts, max_attempts in rows
+        if _owned(lambda_id, teams)
+    }
+
+
+def start(leases: Mapping[int, int], teams: Teams) -> dict[int, bool]:
+    """claimed -> processing; per task whether it started (False: it must not run)."""
+    tasks = _tasks(leases, teams, attempt_known=False)
+    started = store.start_many(list(tasks.values()), now=timezone.now()) if tasks else []
+    done = dict(zip(tasks, started, strict=True))
+    return {pk: done.get(pk, False) for pk in leases}
+
+
+def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *,
+              seen: bool) -> set[int]:
+    """Renew the leases of running tasks (and the worker's last_seen); the ids lost."""
+    now = timezone.now()
+    owned = _tasks(leases, teams, attempt_known=True)
+    lost = store.heartbeat({pk: leases[pk] for pk in owned}, now=now)
+    if seen:
+        Worker.objects.filter(pk=row.pk).update(last_seen=now)
+    return lost | (set(leases) - set(owned))
+
+
+def finish(row: Worker, endings: Sequence[Ending], teams: Teams) -> dict[int, TaskStatus | None]:
+    """Record attempts' ends; per task its new status, or None when the lease was stale."""
+    tasks = _tasks({e.task_id: e.lease for e in endings}, teams, attempt_known=True)
+    done = [(tasks[e.task_id], e.result(row.worker_id)) for e in endings
+            if e.task_id in tasks]
+    statuses = store.finish_many(done, now=timezone.now()) if done else []
+    written = {task.task_id: status for (task, _result), status in zip(done, statuses,
+                                                                        strict=True)}
+    return {e.task_id: written.get(e.task_id) for e in endings}
+
+
+def release(leases: Mapping[int, int], teams: Teams) -> int:
+    """Hand back claimed, unstarted tasks; how many were still claimed with these leases."""
+    tasks = _tasks(leases, teams, attempt_known=False)
+    return store.release(list(tasks.values()), now=timezone.now()) if tasks else 0
+
+
+def deregister(row: Worker) -> None:
+    """Mark the worker stopped."""
+    Worker.objects.filter(pk=row.pk).update(stopped_at=timezone.now())

@@ -1,0 +1,142 @@
+"""The remote transport: a worker that reaches ATF only through the worker API, with a token.
+
+Such a host needs neither the store's credentials nor the queues. A failed call (connection,
+timeout, 429 or 5xx) raises TransportUnavailable, so the batch writers retry it and the
+heartbeat counts it; the API refusing a call (another 4xx) raises ApiRefused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import requests
+
+from tasks_core import store
+from tasks_core.exceptions import AtfError
+from tasks_core.states import TaskStatus
+from workers.transport import Done, Transport, TransportUnavailable, WorkerInfo
+
+logger = logging.getLogger(__name__)
+
+#: Answers that mean "try again": throttled, or the service (or its proxy) is unwell.
+_TRANSIENT = frozenset({429, 500, 502, 503, 504})
+
+
+class ApiRefused(AtfError):
+    """The ATF API refused the call."""
+
+
+def _leases(tasks: Sequence[store.ClaimedTask]) -> list[dict[str, int]]:
+    return [{"id": task.task_id, "lease": task.lease} for task in tasks]
+
+
+def _result(task: store.ClaimedTask, result: store.Result) -> dict[str, Any]:
+    return {"id": task.task_id, "lease": task.lease, "outcome": str(result.outcome),
+            "result": result.value, "error": result.error, "delay_s": result.delay_s,
+            "started_at": result.started_at.isoformat() if result.started_at else None}
+
+
+class HttpTransport(Transport):
+    """The ATF API at `url`, as the holder of a worker token."""
+
+    def __init__(self, *, url: str, token: str, claim_wait_s: float, timeout_s: float) -> None:
+        super().__init__()
+        self.base_url = url.rstrip("/") + "/api/v1/worker/"
+        self.claim_wait_s = claim_wait_s
+        self.timeout_s = timeout_s
+        self._headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+        self._local = threading.local()  # one session (connection pool) per thread
+        self._sessions: list[requests.Session] = []
+        self._lock = threading.Lock()
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+            with self._lock:
+                self._sessions.append(session)
+        return session
+
+    def _post(self, path: str, body: Mapping[str, Any], *,
+              timeout_s: float | None = None) -> dict[str, Any]:
+        url = self.base_url + path
+        try:
+            response = self._session().post(
+                url, data=json.dumps(body, allow_nan=False), headers=self._headers,
+                timeout=timeout_s or self.timeout_s)
+        except requests.RequestException as exc:
+            raise TransportUnavailable(f"cannot reach the ATF API at {url}: {exc}") from exc
+        if response.status_code in _TRANSIENT:
+            raise TransportUnavailable(f"the ATF API answered {response.status_code} to {url}")
+        if response.status_code >= 400:
+            raise ApiRefused(f"the ATF API refused {url}: {response.status_code} "
+                             f"{response.text[:500]}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise TransportUnavailable(f"the ATF API sent no JSON to {url}") from exc
+
+    def _worker_id(self) -> str:
+        assert self.worker is not None, "register() comes first"
+        return self.worker.worker_id
+
+    def heartbeat_timeouts_s(self, lambda_names: Sequence[str]) -> dict[str, float]:
+        answer = self._post("lambdas/", {"lambdas": list(lambda_names)})
+        return {item["name"]: item["heartbeat_timeout_s"] for item in answer["lambdas"]}
+
+    def register(self, worker: WorkerInfo) -> None:
+        super().register(worker)
+        self._post("register/", {"worker": worker.worker_id, "host": worker.host,
+                                 "pid": worker.pid, "lambdas": list(worker.lambdas),
+                                 "threads": worker.threads})
+
+    def claim(self, max_count: int) -> list[store.ClaimedTask]:
+        answer = self._post("claim/", {"worker": self._worker_id(), "max": max_count,
+                                       "wait_s": self.claim_wait_s},
+                            timeout_s=self.claim_wait_s + self.timeout_s)
+        return [store.ClaimedTask(task_id=item["id"], lease=item["lease"],
+                                  lambda_name=item["lambda"], collection=item["collection"],
+                                  priority=item["priority"], payload=item["payload"],
+                                  attempt=item["attempt"], max_attempts=item["max_attempts"])
+                for item in answer["tasks"]]
+
+    def start_many(self, tasks: Sequence[store.ClaimedTask]) -> list[bool]:
+        answer = self._post("start/", {"tasks": _leases(tasks)})
+        started = {item["id"]: item["started"] for item in answer["tasks"]}
+        return [started.get(task.task_id, False) for task in tasks]
+
+    def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> set[int]:
+        answer = self._post("heartbeat/", {
+            "worker": self._worker_id(), "seen": seen,
+            "tasks": [{"id": pk, "lease": lease} for pk, lease in leases.items()]})
+        return set(answer["lost"])
+
+    def finish_many(self, done: Sequence[Done]) -> list[TaskStatus | None]:
+        answer = self._post("finish/", {"worker": self._worker_id(),
+                                        "results": [_result(t, r) for t, r in done]})
+        statuses = {item["id"]: item["status"] for item in answer["results"]}
+        return [None if statuses.get(task.task_id) is None
+                else TaskStatus(statuses[task.task_id]) for task, _result in done]
+
+    def release(self, tasks: Sequence[store.ClaimedTask]) -> int:
+        if not tasks:
+            return 0
+        return int(self._post("release/", {"tasks": _leases(tasks)})["released"])
+
+    def deregister(self) -> None:
+        if self.worker is not None:
+            self._post("stopped/", {"worker": self.worker.worker_id})
+
+    def reset(self) -> None:
+        session = getattr(self._local, "session", None)
+        if session is not None:
+            session.close()  # its pooled connections may be half-dead after a failure
+
+    def close(self) -> None:
+        with self._lock:
+            for session in self._sessions:
+                session.close()
