@@ -11,5 +11,5 @@ never connects to it. A lambda that uses Redis itself, as demo.record does, read
 
 from atf_project.settings import *  # noqa: F403
 
-DATABASES: dict = {}
+DATABASES = {}  # no database at all, on purpose
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.dummy.DummyCache"}}

@@ -72,7 +72,7 @@ def _unique_ids(items: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 class LeasesSerializer(StrictSerializer):
-    tasks = LeaseSerializer(many=True, max_length=MAX_BATCH)
+    tasks = serializers.ListField(child=LeaseSerializer(), max_length=MAX_BATCH)
 
     def validate_tasks(self, value: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         return _unique_ids(value)
@@ -152,7 +152,7 @@ class ResultSerializer(LeaseSerializer):
 
 
 class FinishSerializer(WorkerIdSerializer):
-    results = ResultSerializer(many=True, max_length=MAX_BATCH)
+    results = serializers.ListField(child=ResultSerializer(), max_length=MAX_BATCH)
 
     def validate_results(self, value: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         return _unique_ids(value)

@@ -51,7 +51,9 @@ class WorkerView(ApiPolicy, APIView):
     permission_classes = [IsAuthenticated, WorkerOnly]
 
     def teams(self) -> remote_workers.Teams:
-        return frozenset({worker_team_id(self.request)})
+        team_id = worker_team_id(self.request)
+        assert team_id is not None, "WorkerOnly lets only worker tokens in"
+        return frozenset({team_id})
 
     def worker(self, form: shapes.WorkerIdSerializer) -> Any:
         return remote_workers.worker(form.validated_data["worker"], self.teams())
