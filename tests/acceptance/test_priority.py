@@ -30,7 +30,7 @@ def env() -> dict[str, str]:
 
 @pytest.fixture
 def records(redis_client: redis.Redis) -> Iterator[callable]:
-    yield lambda: [json.loads(line) for line in redis_client.lrange("records", 0, -1)]
+    yield lambda: [json.loads(line) for line in redis_client.lrange("demo:records", 0, -1)]
 
 
 def workers_waiting(redis_client: redis.Redis, count: int) -> bool:
@@ -62,7 +62,7 @@ def test_a_waiting_worker_starts_high_first_when_a_gate_opens(
     scheduling.set_gate("demo.record", "paused")
     for priority in ("low", "default", "high"):
         scheduling.schedule_many([{"lambda": "demo.record", "priority": priority,
-                                   "payload": {"key": "records"}}] * 10)
+                                   "payload": {"key": "demo:records"}}] * 10)
     # ...consumers that take a few rows per pass, and a worker already waiting on the queues
     for _ in range(consumers):
         processes.start("runconsumer", "--batch-size", "4", env=env)
