@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 
 from tasks_core import overrides
 from tasks_core.exceptions import LambdaNotFound
-from tasks_core.models import Collection, Lambda
+from tasks_core.models import Lambda
 
 TTL_S = 5.0
 
@@ -100,14 +100,18 @@ def by_id(lambda_id: int) -> LambdaInfo:
     return info
 
 
-def ensure_collection(lambda_id: int, name: str) -> None:
-    """Make sure a Collection row exists for (lambda, name), so it can be listed and gated."""
-    key = (lambda_id, name)
-    if key in _collections:
-        return
-    Collection.objects.get_or_create(lambda_ref_id=lambda_id, name=name)
-    # Remember it only once committed: a rolled-back caller takes the new row with it.
-    transaction.on_commit(lambda: _collections.add(key))
+def unknown_collections(pairs: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The (lambda id, collection name) pairs not known to have a Collection row: the insert
+    of the tasks naming them makes the missing rows (tasks_core.store.create)."""
+    return sorted(set(pairs) - _collections)
+
+
+def remember_collections(pairs: Iterable[tuple[int, str]]) -> None:
+    """Know these pairs have rows once the caller's transaction commits (at once outside one):
+    a rolled-back caller takes the new rows with it."""
+    known = set(pairs)
+    if known:
+        transaction.on_commit(lambda: _collections.update(known))
 
 
 def clear() -> None:

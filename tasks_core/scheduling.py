@@ -163,8 +163,21 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
 
 
 def _wake_on_commit(entities: Sequence[TaskEntity], now: datetime) -> None:
-    if any(entity.status == "new" and entity.run_at <= now for entity in entities):
+    """Wake the consumers once the caller commits, if a task is due now: one wake-up a
+    transaction, however many tasks it schedules."""
+    if not any(entity.status == "new" and entity.run_at <= now for entity in entities):
+        return
+    hooks = transaction.get_connection().run_on_commit  # (savepoint ids, hook, robust) each
+    if not any(hook is wakeup.notify for _savepoints, hook, _robust in hooks):
         transaction.on_commit(wakeup.notify)
+
+
+def _create(tasks: Sequence[store.NewTask], now: datetime) -> list[TaskEntity]:
+    """store.create(), making the Collection rows the tasks name where none is known yet."""
+    missing = directory.unknown_collections((task.lambda_id, task.collection) for task in tasks)
+    entities = store.create(tasks, now=now, collections=missing)
+    directory.remember_collections(missing)
+    return entities
 
 
 def _existing(task: store.NewTask) -> TaskEntity | None:
@@ -181,10 +194,9 @@ def schedule(lambda_name: str, payload: Any = None, *, now: datetime | None = No
     named an earlier task, which is returned instead)."""
     now = now or timezone.now()
     task = validate(lambda_name, payload, now=now, **options)
-    directory.ensure_collection(task.lambda_id, task.collection)
     if task.idempotency_key is None:
         # store.create() makes its own transaction where it needs one (or joins the caller's).
-        entity = store.create([task], now=now)[0]
+        entity = _create([task], now)[0]
         _wake_on_commit([entity], now)
         return entity, True
     with transaction.atomic():
@@ -192,7 +204,7 @@ def schedule(lambda_name: str, payload: Any = None, *, now: datetime | None = No
             return existing, False
         try:
             with transaction.atomic():  # a savepoint, only where a key may collide
-                entity = store.create([task], now=now)[0]
+                entity = _create([task], now)[0]
         except IntegrityError:
             # Another caller inserted the same idempotency key first: return its task.
             if (existing := _existing(task)) is None:
@@ -223,11 +235,9 @@ def schedule_many(calls: Sequence[Mapping[str, Any]], *,
         raise InvalidTask(errors)
     _check_new_collections({(t.lambda_id, t.collection) for t in tasks})
     with transaction.atomic():
-        for lambda_id, collection in {(t.lambda_id, t.collection) for t in tasks}:
-            directory.ensure_collection(lambda_id, collection)
         results: list[TaskEntity | None] = [_existing(task) for task in tasks]
         fresh = [task for task, found in zip(tasks, results, strict=True) if found is None]
-        created = iter(store.create(fresh, now=now))
+        created = iter(_create(fresh, now))
         entities = [found or next(created) for found in results]
         _wake_on_commit(entities, now)
     return entities

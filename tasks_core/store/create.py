@@ -13,8 +13,11 @@ from tasks_core.store import backends, decisions, timeouts
 from tasks_core.store.values import NewTask
 
 
-def create(tasks: Sequence[NewTask], *, now: datetime) -> list[TaskEntity]:
+def create(tasks: Sequence[NewTask], *, now: datetime,
+           collections: Sequence[tuple[int, str]] = ()) -> list[TaskEntity]:
     """Insert tasks with their assoc rows (and parent links) in bulk; return the entities.
+
+    `collections`: (lambda id, name) pairs whose Collection row the insert makes where missing.
 
     A task starts `new`; `waiting` while a parent has not yet succeeded; `cancelled` when a
     parent has already failed. Inside the caller's transaction, this joins it; outside one, a
@@ -24,15 +27,16 @@ def create(tasks: Sequence[NewTask], *, now: datetime) -> list[TaskEntity]:
     if not tasks:  # e.g. a batch re-sent: every task already existed
         return []
     backend = backends.current()
-    parent_status = backend.statuses({p for task in tasks for p in task.parents})
+    parents = {parent for task in tasks for parent in task.parents}
+    parent_status = backend.statuses(parents) if parents else {}
     entities = [_new_entity(task, parent_status, now) for task in tasks]
     assocs = [timeouts.assoc(TaskStatus(e.status), e.lambda_ref_id, now, run_at=e.run_at)
               for e in entities]
-    if backend.insert_is_one_statement and not any(task.parents for task in tasks):
-        backend.insert(entities, assocs)
+    if backend.insert_is_one_statement and not parents:
+        backend.insert(entities, assocs, collections=collections)
         return entities
     with transaction.atomic(savepoint=False):
-        backend.insert(entities, assocs)
+        backend.insert(entities, assocs, collections=collections)
         backend.link([(parent, entity.pk)
                       for task, entity in zip(tasks, entities, strict=True)
                       for parent in task.parents])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -286,6 +287,28 @@ def test_a_committed_schedule_wakes_the_consumer(redis_client: redis.Redis) -> N
         assert event.wait(5), "no wake-up after the commit"
     finally:
         listener.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_transaction_of_many_schedules_sends_one_wake_up(redis_client: redis.Redis) -> None:
+    subscriber = redis_client.pubsub(ignore_subscribe_messages=True)
+    subscriber.subscribe(wakeup.channel())
+    try:
+        wait_for(lambda: redis_client.pubsub_numsub(wakeup.channel())[0][1] >= 1,
+                 message="the subscription")
+        with transaction.atomic():
+            for _ in range(5):
+                atf.schedule("demo.noop")
+            atf.schedule_many([{"lambda": "demo.noop"}] * 3)
+        atf.schedule("demo.noop")  # a transaction of its own: a wake-up of its own
+        received = []
+        deadline = time.monotonic() + 1.0  # long enough for any extra wake-up to arrive
+        while time.monotonic() < deadline:
+            if (message := subscriber.get_message(timeout=0.1)) is not None:
+                received.append(message["data"])
+        assert received == [b"1", b"1"]
+    finally:
+        subscriber.close()
 
 
 @pytest.fixture

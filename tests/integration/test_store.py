@@ -20,7 +20,7 @@ from django.utils import timezone
 from tasks_core import atf, scheduling, states, store
 from tasks_core.exceptions import InvalidTask, InvalidTransition
 from tasks_core.gating import Decision
-from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity
+from tasks_core.models import Collection, Lambda, TaskAssoc, TaskAttempt, TaskEntity
 from tasks_core.queues import Message
 from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store import backends
@@ -398,6 +398,28 @@ def test_an_idempotency_key_returns_the_first_task() -> None:
     # The key is per lambda: another lambda may use it too
     other = atf.schedule("demo.sleep", {"seconds": 0}, idempotency_key="order-7")
     assert other.pk != first.pk
+
+
+def test_a_task_makes_the_collection_row_it_names() -> None:
+    atf.schedule("demo.noop", collection="first")
+    atf.schedule_many([{"lambda": "demo.noop", "collection": name}
+                       for name in ("first", "second", "second")])
+    names = Collection.objects.filter(lambda_ref__name="demo.noop").values_list("name", flat=True)
+    assert sorted(names) == ["first", "second"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_schedule_takes_its_new_collection_with_it() -> None:
+    """The collection a rolled-back task made is not remembered as existing: the next task
+    naming it makes the row again."""
+    with pytest.raises(RuntimeError), transaction.atomic():
+        atf.schedule("demo.noop", collection="fresh")
+        assert Collection.objects.filter(name="fresh").exists()
+        raise RuntimeError("the caller rolls back")
+    assert not Collection.objects.filter(name="fresh").exists()
+    atf.schedule("demo.noop", collection="fresh")
+    atf.schedule("demo.noop", collection="fresh")
+    assert Collection.objects.filter(name="fresh").count() == 1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -40,8 +40,13 @@ class StoreBackend(ABC):
         """The status of each task of `task_ids` that exists."""
 
     @abstractmethod
-    def insert(self, entities: Sequence[TaskEntity], assocs: Sequence[AssocChange]) -> None:
-        """Insert unsaved entities with their assoc rows; set each entity's primary key."""
+    def insert(self, entities: Sequence[TaskEntity], assocs: Sequence[AssocChange], *,
+               collections: Sequence[tuple[int, str]] = ()) -> None:
+        """Insert unsaved entities with their assoc rows; set each entity's primary key.
+
+        `collections`: (lambda id, name) pairs whose Collection row is made first where it is
+        missing, so that every collection a task names can be listed and gated.
+        """
 
     @abstractmethod
     def link(self, edges: Sequence[tuple[int, int]]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from django.db.models import F
 
 from tasks_core.models import SHARDS, TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
+from tasks_core.models import Collection as CollectionRow
 from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store.backends.base import StoreBackend
 from tasks_core.store.values import (
@@ -58,7 +59,12 @@ class OrmBackend(StoreBackend):
         rows = TaskEntity.objects.filter(pk__in=list(task_ids)).values_list("pk", "status")
         return {pk: TaskStatus(status) for pk, status in rows}
 
-    def insert(self, entities: Sequence[TaskEntity], assocs: Sequence[AssocChange]) -> None:
+    def insert(self, entities: Sequence[TaskEntity], assocs: Sequence[AssocChange], *,
+               collections: Sequence[tuple[int, str]] = ()) -> None:
+        CollectionRow.objects.bulk_create(
+            [CollectionRow(lambda_ref_id=lambda_id, name=name) for lambda_id, name in collections],
+            ignore_conflicts=True,
+        )
         TaskEntity.objects.bulk_create(entities)
         TaskAssoc.objects.bulk_create(
             TaskAssoc(task_id=entity.pk, lambda_ref_id=entity.lambda_ref_id,
