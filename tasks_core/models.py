@@ -114,7 +114,10 @@ class Collection(GatedModel):
 class TaskEntity(models.Model):
     """One execution of a lambda: everything about it, read by people and workers."""
 
-    lambda_ref = models.ForeignKey(Lambda, on_delete=models.PROTECT, related_name="tasks")
+    #: No index of its own: task_lambda_status starts with it (one index fewer to write on every
+    #: insert and every status change).
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.PROTECT, related_name="tasks",
+                                   db_index=False)
     collection = models.CharField(max_length=100, default="default")
     priority = models.CharField(max_length=32)
     payload = models.JSONField(default=dict, blank=True)
@@ -154,7 +157,9 @@ class TaskEntity(models.Model):
         indexes = [
             models.Index(fields=["lambda_ref", "status", "-id"], name="task_lambda_status"),
             models.Index(fields=["status", "-id"], name="task_status"),
-            models.Index(fields=["status", "finished_at"], name="task_status_finished"),
+            # Only finished tasks: the status changes before a task ends write nothing here.
+            models.Index(fields=["status", "finished_at"], name="task_status_finished",
+                         condition=Q(finished_at__isnull=False)),
             models.Index(fields=["created_at"], name="task_created"),
         ]
 

@@ -43,20 +43,30 @@ def create(tasks: Sequence[NewTask], *, now: datetime,
     return entities
 
 
+#: A new task's columns in the model's order, and the value of each that _new_entity leaves as
+#: is: the model builds positional arguments several times faster than keyword arguments, which
+#: counts when a batch makes a thousand at once.
+_COLUMNS = [field.attname for field in TaskEntity._meta.concrete_fields]
+_UNSET = {field.attname: None if field.has_default() and callable(field.default)
+          else field.get_default() for field in TaskEntity._meta.concrete_fields}
+
+
 def _new_entity(task: NewTask, parent_status: Mapping[int, TaskStatus],
                 now: datetime) -> TaskEntity:
     start = decisions.initial(task.parents, parent_status)
-    return TaskEntity(
-        lambda_ref_id=task.lambda_id,
-        collection=task.collection,
-        priority=task.priority,
-        payload=task.payload,
-        status=start.status,
-        max_attempts=task.max_attempts,
-        run_at=task.run_at,
-        idempotency_key=task.idempotency_key,
-        timeout_s=task.timeout_s,
-        created_at=now,
-        finished_at=now if start.status is TaskStatus.CANCELLED else None,
-        last_error=start.last_error,
-    )
+    values = {
+        **_UNSET,
+        "lambda_ref_id": task.lambda_id,
+        "collection": task.collection,
+        "priority": task.priority,
+        "payload": task.payload,
+        "status": start.status,
+        "max_attempts": task.max_attempts,
+        "run_at": task.run_at,
+        "idempotency_key": task.idempotency_key,
+        "timeout_s": task.timeout_s,
+        "created_at": now,
+        "finished_at": now if start.status is TaskStatus.CANCELLED else None,
+        "last_error": start.last_error,
+    }
+    return TaskEntity(*[values[column] for column in _COLUMNS])
