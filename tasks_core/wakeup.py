@@ -1,11 +1,14 @@
 """Wake-ups: a committed schedule of a task due now tells the consumers at once (Redis pub/sub).
 
-Polling stays the safety net: a wake-up that cannot be sent only costs latency.
+The message is sent by a thread of its own, so that schedule() never waits for Redis, and the
+wake-ups asked for while one is on its way become one. Polling stays the safety net: a wake-up
+that cannot be sent (Redis down, the process ending) only costs latency.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 import redis
@@ -30,12 +33,45 @@ def _redis() -> redis.Redis:
         return _client
 
 
-def notify() -> None:
-    """Tell the consumers that a task is due now."""
+def _publish() -> None:
     try:
         _redis().publish(channel(), b"1")
     except redis.RedisError as exc:
         logger.debug("wake-up not sent (the consumer's poll will find the task): %s", exc)
+
+
+class _Sender:
+    """The thread that publishes wake-ups: one publish for all asked before it starts."""
+
+    def __init__(self) -> None:
+        self.wanted = threading.Event()
+        self.lock = threading.Lock()
+        self.pid = 0  #: the process whose thread runs (a forked child starts its own)
+
+    def ask(self) -> None:
+        if self.pid != os.getpid():
+            with self.lock:
+                if self.pid != os.getpid():
+                    self.wanted = threading.Event()
+                    threading.Thread(target=self._run, args=(self.wanted,),
+                                     name="WakeupSender", daemon=True).start()
+                    self.pid = os.getpid()
+        self.wanted.set()
+
+    @staticmethod
+    def _run(wanted: threading.Event) -> None:
+        while True:
+            wanted.wait()
+            wanted.clear()  # before publishing: a wake-up asked from here on gets a publish too
+            _publish()
+
+
+_sender = _Sender()
+
+
+def notify() -> None:
+    """Tell the consumers that a task is due now (returns at once; the message follows)."""
+    _sender.ask()
 
 
 class Listener(threading.Thread):
