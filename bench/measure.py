@@ -47,6 +47,25 @@ class Plan:
     wait_s: float
     #: Idle worker processes whose PostgreSQL connections are counted, direct and remote.
     connection_workers: int = 32
+    #: A wait ends early when no task at all started within this many seconds of its start.
+    none_started_s: float = 30.0
+    #: `schedule()` calls made inside one open transaction of the caller's.
+    in_transaction_n: int = 5_000
+    #: The backlog ramp: tasks released at once, and how long the drain is watched after.
+    ramp_n: int = 100_000
+    ramp_observe_s: float = 12.0
+    #: The scale curve: worker processes and consumers (ATF).
+    scale_workers: tuple[int, ...] = (1, 2, 4)
+    scale_consumers: tuple[int, ...] = (1, 2)
+    #: Finished tasks in the table for the store-size figures (ATF), and what is timed there.
+    store_sizes: tuple[int, ...] = (1_000_000, 10_000_000)
+    store_schedule_n: int = 2_000
+    pass_rounds: int = 10
+    pass_due: int = 500
+    #: The machine's limits: single-row inserts, rows updated, Redis round trips.
+    limit_inserts: int = 5_000
+    limit_updated_rows: int = 50_000
+    limit_round_trips: int = 10_000
 
 
 @dataclass(kw_only=True)
@@ -57,6 +76,8 @@ class Target:
     env: Env
     #: What went short in this run (tasks not finished in time), for the report's notes.
     notes: list[str] = field(default_factory=list)
+    #: A wait ends early when no task at all finished within this many seconds.
+    none_started_s: float = 30.0
 
     @property
     def name(self) -> str:
@@ -94,17 +115,23 @@ class Target:
 
     def wait_records(self, key: str, n: int, *, timeout_s: float,
                      fleet: Fleet | None = None) -> list[tuple[float, float, float]]:
-        """Wait until `n` tasks recorded themselves under `key` (or the timeout passed)."""
-        deadline = time.monotonic() + timeout_s
+        """Wait until `n` tasks recorded themselves under `key`, or the timeout passed, or
+        `none_started_s` passed without any task of `key` finished (a starved system)."""
+        began = time.monotonic()
+        deadline = began + timeout_s
         client = self.redis
-        while client.llen(key) < n and time.monotonic() < deadline:
+        recorded = getattr(self.driver, "record_key", lambda key: key)(key)
+        while (done := client.llen(recorded)) < n and time.monotonic() < deadline:
+            if not done and time.monotonic() - began > self.none_started_s:
+                break
             if fleet is not None:
                 fleet.check_alive()
             time.sleep(0.05)
         rows = self.driver.records(client, key)
         if len(rows) < n:
+            waited = time.monotonic() - began
             note = f"{self.name}: only {len(rows)} of {n} tasks of {key!r} finished within " \
-                   f"{timeout_s:.0f} s"
+                   f"{waited:.0f} s"
             logger.warning("%s", note)
             self.notes.append(note)
         return rows
@@ -121,13 +148,25 @@ class Target:
 
 
 def _rss(fleet: Fleet) -> dict[str, float]:
-    return {f"rss_{role}": rss / MB for role, rss in fleet.peak_rss.items()}
+    """Each role's peak RSS, and the peak of all the fleet's processes together."""
+    return {**{f"rss_{role}": rss / MB for role, rss in fleet.peak_rss.items()},
+            "rss_total": fleet.peak_total / MB}
 
 
 def enqueue_single(target: Target, plan: Plan) -> dict[str, float]:
     target.reset()
     seconds = target.produce(task="record", key="enq", n=plan.enqueue_n, mode="burst")
     return {"enqueue_single": plan.enqueue_n / seconds}
+
+
+def enqueue_in_transaction(target: Target, plan: Plan) -> dict[str, float]:
+    """ms per `schedule()` call made inside one open transaction of the caller's (ATF)."""
+    if not hasattr(target.driver.Client, "transaction"):
+        return {}
+    target.reset()
+    n = plan.in_transaction_n
+    seconds = target.produce(task="record", key="enq", n=n, mode="in_transaction")
+    return {"enqueue_in_txn_ms": seconds / n * 1000}
 
 
 def enqueue_bulk(target: Target, plan: Plan) -> dict[str, float]:
@@ -138,15 +177,32 @@ def enqueue_bulk(target: Target, plan: Plan) -> dict[str, float]:
     return {"enqueue_bulk": plan.enqueue_n / seconds}
 
 
-def drain(target: Target, plan: Plan) -> dict[str, float]:
-    target.reset()
-    target.backlog("record", "drain", plan.drain_n)
-    with target.fleet() as fleet:
-        rows = target.wait_records("drain", plan.drain_n, timeout_s=plan.drain_timeout_s,
-                                   fleet=fleet)
+def drain_rate(rows: list[tuple[float, float, float]]) -> float:
+    """Tasks ÷ (last end − first start): the workers' start-up is not counted."""
+    if not rows:
+        raise ValueError("no task finished before the wait ended (see the notes)")
     first_start = min(start for _due, start, _end in rows)
     last_end = max(end for _due, _start, end in rows)
-    return {"drain": len(rows) / (last_end - first_start), **_rss(fleet)}
+    return len(rows) / (last_end - first_start)
+
+
+def drain_with(target: Target, plan: Plan, fleet: Fleet, *, keep_rows: bool = False) -> float:
+    """The drain rate of `plan.drain_n` tasks enqueued before `fleet` starts; `keep_rows`:
+    the task tables are not emptied first (the caller has seen to them)."""
+    if keep_rows:
+        services.flush(target.env.redis_url)
+    else:
+        target.reset()
+    target.backlog("record", "drain", plan.drain_n)
+    with fleet:
+        rows = target.wait_records("drain", plan.drain_n, timeout_s=plan.drain_timeout_s,
+                                   fleet=fleet)
+    return drain_rate(rows)
+
+
+def drain(target: Target, plan: Plan) -> dict[str, float]:
+    fleet = target.fleet()
+    return {"drain": drain_with(target, plan, fleet), **_rss(fleet)}
 
 
 def _api(target: Target) -> tuple[Fleet, str, str]:
@@ -171,9 +227,7 @@ def drain_remote(target: Target, plan: Plan) -> dict[str, float]:
         with Fleet(target.name, commands) as fleet:
             rows = target.wait_records("drain", plan.drain_n, timeout_s=plan.drain_timeout_s,
                                        fleet=fleet)
-    first_start = min(start for _due, start, _end in rows)
-    last_end = max(end for _due, _start, end in rows)
-    return {"drain_remote": len(rows) / (last_end - first_start)}
+    return {"drain_remote": drain_rate(rows)}
 
 
 def connections(target: Target, plan: Plan) -> dict[str, float]:
@@ -228,6 +282,7 @@ def latency(target: Target, plan: Plan) -> dict[str, float]:
                                                         timeout_s=plan.delay_max_s + 60,
                                                         fleet=fleet))
     return {"immediate_p50": immediate["p50"], "immediate_p95": immediate["p95"],
+            "immediate_p99": immediate["p99"],
             **{f"late_{name}": value for name, value in delayed.items()}, **_rss(fleet)}
 
 
@@ -313,5 +368,5 @@ def rest(target: Target, plan: Plan) -> dict[str, float]:
 
 
 #: Measurements in the order they run; each interleaves the systems within a repetition.
-MEASUREMENTS = (enqueue_single, enqueue_bulk, rest, drain, drain_remote, connections, latency,
-                isolation, isolation_per_lambda)
+MEASUREMENTS = (enqueue_single, enqueue_in_transaction, enqueue_bulk, rest, drain, drain_remote,
+                connections, latency, isolation, isolation_per_lambda)

@@ -44,13 +44,15 @@ def tree_rss(process: psutil.Process) -> int:
 
 
 class Fleet:
-    """The long-running processes of one system; tracks each role's peak RSS while it runs."""
+    """The long-running processes of one system; tracks each role's peak RSS while it runs,
+    and the peak of them all together."""
 
     def __init__(self, name: str, commands: list[Command]) -> None:
         self.name = name
         self.commands = commands
         self.popens: list[tuple[str, subprocess.Popen]] = []
         self.peak_rss: dict[str, int] = {}
+        self.peak_total = 0  #: the peak of all the processes' RSS together (one sample)
         self.started_at = datetime.now(UTC)  #: when the processes were (last) started
         self.sampling = False
         self.sampler = threading.Thread(target=self._sample_loop, name="RssSampler", daemon=True)
@@ -91,6 +93,7 @@ class Fleet:
                 totals[role] = totals.get(role, 0) + rss
             for role, rss in totals.items():
                 self.peak_rss[role] = max(self.peak_rss.get(role, 0), rss)
+            self.peak_total = max(self.peak_total, sum(totals.values()))
             time.sleep(SAMPLE_INTERVAL_S)
 
     def connections_to(self, port: int) -> dict[str, int]:

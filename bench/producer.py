@@ -2,8 +2,10 @@
 
 It runs in the system's own environment (the peers' venv, or the project's for ATF), so
 each system is driven through its normal public API. SPEC: {"task": "record"|"noop", "key",
-"n", "mode": "burst"|"bulk"|"paced"|"delayed", "rate" (paced), "delay_min", "delay_max"
-(delayed, seconds)}. Only the enqueue loop is timed.
+"n", "mode": "burst"|"bulk"|"paced"|"delayed"|"in_transaction"|"release", "rate" (paced),
+"delay_min", "delay_max" (delayed, seconds), "run_at" (release: the epoch second at which
+every task falls due)}. Only the enqueue loop is timed. The last two modes are ATF's:
+`in_transaction` makes its one call per task inside one open transaction of the caller's.
 """
 
 from __future__ import annotations
@@ -44,12 +46,24 @@ def _bulk(client: Any, spec: dict) -> None:
         sender(spec["task"], spec["key"], dues[begin:begin + CHUNK])
 
 
+def _release(client: Any, spec: dict) -> None:
+    for begin in range(0, spec["n"], CHUNK):
+        client.send_many(spec["task"], spec["key"], [0.0] * min(CHUNK, spec["n"] - begin),
+                         run_at=spec["run_at"])
+
+
 def _burst(client: Any, spec: dict) -> None:
     for _ in range(spec["n"]):
         client.send(spec["task"], spec["key"], 0.0, None)
 
 
-MODES = {"burst": _burst, "bulk": _bulk, "paced": _paced, "delayed": _delayed}
+def _in_transaction(client: Any, spec: dict) -> None:
+    with client.transaction():
+        _burst(client, spec)
+
+
+MODES = {"burst": _burst, "bulk": _bulk, "paced": _paced, "delayed": _delayed,
+         "in_transaction": _in_transaction, "release": _release}
 
 
 def main(argv: list[str]) -> None:

@@ -2,7 +2,8 @@
 
 Runs in the peers' virtualenv (bench/.venv-peers); ATF's producers and processes run from the
 project's .venv. Each measurement interleaves the systems (A B C A B C …) over the
-repetitions; the table reports the median and min–max.
+repetitions; the table reports the median and min–max. The machine's own limits are measured
+first, once per repetition; the scale curve and the store size once per run.
 """
 
 from __future__ import annotations
@@ -16,36 +17,57 @@ import signal
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
-from bench import drivers, measure, report, services, stats
+from bench import drivers, estimate, limits, measure, measure_growth, report, services, stats
 from bench.drivers.base import REDIS_DB, Env
 
 logger = logging.getLogger("bench")
 
 FULL = measure.Plan(repeats=3, enqueue_n=20_000, rest_single_n=5_000, rest_batch_n=20_000,
-                    drain_n=20_000, drain_timeout_s=300, immediate_n=200, immediate_rate=20,
-                    delayed_n=2_000, delay_min_s=5, delay_max_s=25, backlog_n=100_000,
+                    drain_n=20_000, drain_timeout_s=300, immediate_n=300, immediate_rate=20,
+                    delayed_n=2_000, delay_min_s=3, delay_max_s=15, backlog_n=100_000,
                     b_rate=5, b_seconds=12, wait_s=180)
 QUICK = measure.Plan(repeats=1, enqueue_n=2_000, rest_single_n=1_000, rest_batch_n=5_000,
                      drain_n=2_000, drain_timeout_s=60, immediate_n=60, immediate_rate=20,
                      delayed_n=500, delay_min_s=2, delay_max_s=8, backlog_n=10_000,
-                     b_rate=5, b_seconds=6, wait_s=60)
+                     b_rate=5, b_seconds=6, wait_s=60, in_transaction_n=1_000, ramp_n=10_000,
+                     ramp_observe_s=6, store_sizes=(100_000,), store_schedule_n=500,
+                     pass_rounds=5, limit_inserts=1_000, limit_updated_rows=10_000,
+                     limit_round_trips=2_000)
+
+#: The default systems. RQ and django-tasks-db stay selectable (`--systems`); they are left
+#: out by default because their drains take minutes (about 100 and 80 tasks/s) and they
+#: started none of lambda B's tasks behind the isolation backlog, which kept a full run
+#: well over an hour.
+DEFAULT_SYSTEMS = ("atf", "celery", "dramatiq", "huey", "procrastinate")
+#: The machine's limits, measured once per repetition before the systems.
+MACHINE_LIMITS = "machine_limits"
+#: Every measurement, in the order they run.
+MEASUREMENTS = (*measure.MEASUREMENTS, measure_growth.backlog_ramp, measure_growth.scale_curve,
+                measure_growth.store_size)
+#: Measurements run once per run, not once per repetition (their sizes are generated once,
+#: or they only draw a curve).
+ONCE = ("scale_curve", "store_size")
+#: Redis database of the machine's limits on the bench's own server.
+LIMITS_REDIS_DB = 8
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument("--quick", action="store_true",
                         help="small counts and one repetition (a smoke run, noisy figures)")
-    parser.add_argument("--systems", default=",".join(drivers.NAMES),
-                        help=f"comma-separated subset of {','.join(drivers.NAMES)}")
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                        help=f"comma-separated subset of {','.join(drivers.NAMES)} "
+                             f"(default {','.join(DEFAULT_SYSTEMS)})")
     parser.add_argument("--only", default="",
                         help="comma-separated measurements to run (default: all of "
-                             f"{','.join(m.__name__ for m in measure.MEASUREMENTS)})")
+                             f"{','.join([MACHINE_LIMITS, *(m.__name__ for m in MEASUREMENTS)])})")
     parser.add_argument("--repeats", type=int, help="repetitions (default 3, --quick 1)")
     parser.add_argument("--backlog", type=int, help="isolation: size of lambda A's backlog")
     parser.add_argument("--tasks", type=int, help="enqueue and drain: number of tasks")
     parser.add_argument("--redis-url", default="",
-                        help="a Redis server whose databases 1-7 the bench may flush "
+                        help="a Redis server whose databases 1-8 the bench may flush "
                              "(default: start a private redis-server)")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432",
                         help="PostgreSQL server; the bench creates databases bench_<system>")
@@ -64,7 +86,8 @@ def _plan(args: argparse.Namespace) -> measure.Plan:
     return dataclasses.replace(plan, **changes)
 
 
-def _targets(names: list[str], redis_url: str, pg_url: str) -> list[measure.Target]:
+def _targets(names: list[str], redis_url: str, pg_url: str,
+             plan: measure.Plan) -> list[measure.Target]:
     targets = []
     for name in names:
         driver = drivers.load(name)
@@ -75,8 +98,64 @@ def _targets(names: list[str], redis_url: str, pg_url: str) -> list[measure.Targ
         if not (once and services.has_tables(dsn, driver.SCHEMA)):
             for command in driver.setup_commands(env):
                 measure.run_once(command)
-        targets.append(measure.Target(driver=driver, env=env))
+        targets.append(measure.Target(driver=driver, env=env,
+                                      none_started_s=plan.none_started_s))
     return targets
+
+
+def _machine_limits(plan: measure.Plan, redis_url: str, pg_url: str) -> dict[str, float]:
+    return limits.measure(services.ensure_database(pg_url, "bench_limits"),
+                          f"{redis_url}/{LIMITS_REDIS_DB}",
+                          limits.LimitSizes(inserts=plan.limit_inserts,
+                                            updated_rows=plan.limit_updated_rows,
+                                            redis_round_trips=plan.limit_round_trips))
+
+
+class Runner:
+    """Runs the chosen measurements and gathers their figures, notes and the load."""
+
+    def __init__(self, plan: measure.Plan, targets: list[measure.Target], redis_url: str,
+                 pg_url: str) -> None:
+        self.plan, self.targets = plan, targets
+        self.redis_url, self.pg_url = redis_url, pg_url
+        self.values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self.notes: list[str] = []
+        #: 1-minute load average at the start of each run of each measurement.
+        self.loads: dict[str, list[float]] = defaultdict(list)
+
+    def machine_limits(self) -> None:
+        for repetition in range(self.plan.repeats):
+            self._one(MACHINE_LIMITS, report.MACHINE, repetition, lambda: _machine_limits(
+                self.plan, self.redis_url, self.pg_url))
+
+    def measure(self, measurement: Callable[[measure.Target, measure.Plan], dict[str, float]]
+                ) -> None:
+        name = measurement.__name__
+        for repetition in range(1 if name in ONCE else self.plan.repeats):
+            for target in self.targets:
+                self._one(name, target.name, repetition,
+                          lambda target=target: measurement(target, self.plan))
+
+    def _one(self, name: str, system: str, repetition: int,
+             figures_of: Callable[[], dict[str, float]]) -> None:
+        began = time.monotonic()
+        self.loads[name].append(os.getloadavg()[0])
+        try:
+            figures = figures_of()
+        except Exception as exc:  # one system's failure must not end the whole run
+            logger.exception("%s of %s failed", name, system)
+            self.notes.append(f"{system}: {name} failed: {exc}"[:300])
+            return
+        for key, value in figures.items():
+            self.values[system][key].append(value)
+        if figures:
+            logger.info("%s #%d %s: %s (%.0f s, load %.1f)", name, repetition + 1, system,
+                        {k: round(v, 2) for k, v in figures.items()},
+                        time.monotonic() - began, os.getloadavg()[0])
+
+    def load_note(self) -> str:
+        return "Load average (1 min) at the start of each measurement, min–max: " + ", ".join(
+            f"{name} {min(loads):.1f}–{max(loads):.1f}" for name, loads in self.loads.items())
 
 
 def run(args: argparse.Namespace, redis_url: str) -> str:
@@ -85,34 +164,32 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
     unknown = set(names) - set(drivers.NAMES)
     if unknown:
         raise SystemExit(f"unknown systems: {', '.join(sorted(unknown))}")
-    chosen = [m for m in measure.MEASUREMENTS
-              if not args.only or m.__name__ in args.only.split(",")]
-    targets = _targets(names, redis_url, args.pg_url)
-    load_at_start = os.getloadavg()[0]
-    values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    notes: list[str] = []
+    only = [n for n in args.only.split(",") if n]
+    known = {MACHINE_LIMITS, *(m.__name__ for m in MEASUREMENTS)}
+    if unknown := set(only) - known:
+        raise SystemExit(f"unknown measurements: {', '.join(sorted(unknown))}")
+    chosen = [m for m in MEASUREMENTS if not only or m.__name__ in only]
+    with_limits = not only or MACHINE_LIMITS in only
+    planned = [MACHINE_LIMITS] * with_limits + [m.__name__ for m in chosen]
+    logger.info("estimated duration: about %.1f minutes (%s on %s)",
+                estimate.seconds(plan, names, planned, once=ONCE) / 60, ", ".join(planned),
+                ", ".join(names))
+    runner = Runner(plan, _targets(names, redis_url, args.pg_url, plan), redis_url,
+                    args.pg_url)
+    load_at_start, started = os.getloadavg()[0], time.monotonic()
+    if with_limits:
+        runner.machine_limits()
     for measurement in chosen:
-        for repetition in range(plan.repeats):
-            for target in targets:
-                began = time.monotonic()
-                try:
-                    figures = measurement(target, plan)
-                except Exception as exc:  # one system's failure must not end the whole run
-                    logger.exception("%s of %s failed", measurement.__name__, target.name)
-                    notes.append(f"{target.name}: {measurement.__name__} failed: {exc}"[:300])
-                    continue
-                for key, value in figures.items():
-                    values[target.name][key].append(value)
-                logger.info("%s #%d %s: %s (%.0f s)", measurement.__name__, repetition + 1,
-                            target.name, {k: round(v, 1) for k, v in figures.items()},
-                            time.monotonic() - began)
-    notes += [note for target in targets for note in target.notes]
+        runner.measure(measurement)
+    notes = runner.notes + [note for target in runner.targets for note in target.notes]
     notes.append(f"Load average (1 min) {load_at_start:.1f} at the start and "
                  f"{os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} cores: a load "
-                 "above the core count means other work shared the machine.")
+                 "above the core count means other work shared the machine. The run took "
+                 f"{(time.monotonic() - started) / 60:.1f} minutes.")
+    notes.append(runner.load_note())
     summaries = {name: {key: stats.summary(series) for key, series in metrics.items()}
-                 for name, metrics in values.items()}
-    return report.write(summaries, [t.driver for t in targets],
+                 for name, metrics in runner.values.items()}
+    return report.write(summaries, [t.driver for t in runner.targets],
                         plan=dataclasses.asdict(plan), notes=notes)
 
 

@@ -25,3 +25,29 @@ def lateness_ms(rows: Sequence[tuple[float, float, float]]) -> dict[str, float]:
 def summary(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
             "runs": len(values)}
+
+
+def window_rates(starts: Sequence[float], *, begin: float, end: float,
+                 window_s: float) -> list[float]:
+    """Tasks started per second in each whole `window_s` window from `begin` up to `end`."""
+    count = int((end - begin) // window_s)
+    counts = [0] * count
+    for start in starts:
+        index = int((start - begin) // window_s)
+        if 0 <= index < count:
+            counts[index] += 1
+    return [n / window_s for n in counts]
+
+
+def ramp_seconds(rates: Sequence[float], *, window_s: float,
+                 fraction: float = 0.9) -> tuple[float, float]:
+    """(seconds until full speed, the steady rate) of a drain released at the first window.
+
+    The steady rate is the median of the windows' rates; full speed is reached at the start of
+    the first window whose rate is at least `fraction` of it.
+    """
+    if not rates or max(rates) <= 0:
+        raise ValueError("no task started in the observed windows")
+    steady = statistics.median(rates)
+    first = next(index for index, rate in enumerate(rates) if rate >= fraction * steady)
+    return first * window_s, steady

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from bench.drivers.base import ATF_PYTHON, ROOT, Command, Env
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     import redis
 
 NAME = "atf"
@@ -31,7 +33,9 @@ def variables(env: Env) -> dict[str, str]:
     return {**env.variables(), "DATABASE_URL": env.pg_dsn.replace("postgresql://", "postgres://"),
             "REDIS_URL": env.redis_url, "ATF_QUEUE_PREFIX": "atfbench",
             "DJANGO_SETTINGS_MODULE": "atf_project.settings", "ATF_LOG_LEVEL": "WARNING",
-            "ATF_DEMO_TEAM": TEAM, "ATF_DEMO": "1"}
+            "ATF_DEMO_TEAM": TEAM, "ATF_DEMO": "1",
+            # Retention off: the store-size runs keep millions of finished rows in the table.
+            "ATF_RETENTION_S": "0"}
 
 
 def _manage(env: Env, role: str, *args: str) -> Command:
@@ -97,11 +101,16 @@ def direct_worker_commands(env: Env, *, processes: int, threads: int,
             for _ in range(processes)]
 
 
+def record_key(key: str) -> str:
+    """The Redis list demo.record appends the tasks of `key` to."""
+    return f"{RECORD_PREFIX}{key}"
+
+
 def records(client: redis.Redis, key: str) -> list[tuple[float, float, float]]:
     """demo.record lines joined with the due times the producer stored in `<key>:due`."""
     dues = {int(task_id): float(due) for task_id, due in client.hgetall(f"{key}:due").items()}
     rows = []
-    for line in client.lrange(f"{RECORD_PREFIX}{key}", 0, -1):
+    for line in client.lrange(record_key(key), 0, -1):
         item = json.loads(line)
         rows.append((dues.get(item["task_id"], 0.0), item["start"], item["end"]))
     return rows
@@ -125,7 +134,7 @@ class Client:
     def _call(self, task: str, key: str) -> tuple[str, dict]:
         if task == "noop":
             return "demo.noop", {}
-        return "demo.record", {"key": f"{RECORD_PREFIX}{key}", "seconds": 0}
+        return "demo.record", {"key": record_key(key), "seconds": 0}
 
     def send(self, task: str, key: str, due: float, eta: float | None) -> None:
         import datetime as dt
@@ -136,9 +145,20 @@ class Client:
         if due:
             self.dues.setdefault(key, {})[entity.pk] = due
 
-    def send_many(self, task: str, key: str, dues: list[float]) -> None:
+    def send_many(self, task: str, key: str, dues: list[float], *,
+                  run_at: float | None = None) -> None:
+        import datetime as dt
+
         name, payload = self._call(task, key)
-        self.atf.schedule_many([{"lambda": name, "payload": payload} for _ in dues])
+        options = {} if run_at is None else {"run_at": dt.datetime.fromtimestamp(run_at,
+                                                                                 tz=dt.UTC)}
+        self.atf.schedule_many([{"lambda": name, "payload": payload, **options} for _ in dues])
+
+    def transaction(self) -> AbstractContextManager[object]:
+        """One open transaction of the caller's, around every call made inside it."""
+        from django.db import transaction
+
+        return transaction.atomic()
 
     def close(self) -> None:
         import redis

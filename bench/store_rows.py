@@ -1,0 +1,89 @@
+"""Finished tasks generated straight into ATF's tables, for the store-size measurement.
+
+Each generated task looks like a `demo.noop` task that a worker finished: its entity row in
+status success (one attempt, its lease bumped by the enqueue and the claim, every timestamp
+set, no result), its assoc row completed with no trigger (so out of the partial due indexes),
+and one attempt row. Rows come from `INSERT … SELECT generate_series`, with every index in
+place, one transaction per chunk; ids are 1..N, and the sequence continues after them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+ENTITY, ASSOC, ATTEMPT, DEPENDENCY = ("tasks_core_taskentity", "tasks_core_taskassoc",
+                                      "tasks_core_taskattempt", "tasks_core_taskdependency")
+CHUNK = 1_000_000
+WORKER = "bench-generated"
+#: Each generated task was created this long after the previous one.
+SPACING = "interval '1 millisecond'"
+
+_ENTITIES = f"""
+INSERT INTO {ENTITY} (id, lambda_ref_id, collection, priority, payload, status, attempts,
+                      max_attempts, run_at, idempotency_key, timeout_s, lease, worker,
+                      created_at, enqueued_at, claimed_at, started_at, heartbeat_at, finished_at,
+                      result, last_error)
+SELECT g, %(lambda_id)s, 'default', 'default', '{{}}'::jsonb, 'success', 1, 5, t, NULL, NULL,
+       2, '{WORKER}', t, t + interval '1 ms', t + interval '2 ms', t + interval '3 ms',
+       t + interval '3 ms', t + interval '4 ms', NULL, NULL
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g,
+     LATERAL (SELECT %(origin)s::timestamptz + g * {SPACING}) AS x(t)
+"""
+_ASSOCS = f"""
+INSERT INTO {ASSOC} (task_id, lambda_ref_id, collection, priority, status, next_trigger_at,
+                     shard)
+SELECT g, %(lambda_id)s, 'default', 'default', 'completed', NULL, g % 256
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
+"""
+_ATTEMPTS = f"""
+INSERT INTO {ATTEMPT} (task_id, number, worker, started_at, ended_at, outcome, error)
+SELECT g, 1, '{WORKER}', t + interval '3 ms', t + interval '4 ms', 'success', NULL
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g,
+     LATERAL (SELECT %(origin)s::timestamptz + g * {SPACING}) AS x(t)
+"""
+
+
+def forget_above(dsn: str, last_generated: int) -> None:
+    """Delete the tasks a measurement made (ids above the generated ones); the sequence goes
+    on after the generated ids again."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(f"DELETE FROM {DEPENDENCY} WHERE parent_id > %(n)s OR child_id > %(n)s",
+                     {"n": last_generated})
+        for table in (ATTEMPT, ASSOC):
+            conn.execute(f"DELETE FROM {table} WHERE task_id > %s", (last_generated,))
+        conn.execute(f"DELETE FROM {ENTITY} WHERE id > %s", (last_generated,))
+        conn.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s, %s)",
+                     (ENTITY, max(last_generated, 1), last_generated > 0))
+
+
+def generate(dsn: str, *, lambda_name: str, first: int, last: int) -> dict[str, float]:
+    """Finished tasks with ids first..last; the seconds the inserts and the VACUUM ANALYZE
+    (and a checkpoint, so that neither is paid during the next measurement) took."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        lambda_id = conn.execute("SELECT id FROM tasks_core_lambda WHERE name = %s",
+                                 (lambda_name,)).fetchone()[0]
+        # The newest generated task finished now; the oldest `last` milliseconds ago.
+        origin = conn.execute("SELECT now() - %s * interval '1 millisecond'",
+                              (last,)).fetchone()[0]
+        started = time.perf_counter()
+        for low in range(first, last + 1, CHUNK):
+            params = {"lambda_id": lambda_id, "first": low, "last": min(low + CHUNK - 1, last),
+                      "origin": origin}
+            with conn.transaction():
+                for statement in (_ENTITIES, _ASSOCS, _ATTEMPTS):
+                    conn.execute(statement, params)
+        conn.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", (ENTITY, last))
+        inserted = time.perf_counter()
+        conn.execute(f"VACUUM ANALYZE {ENTITY}, {ASSOC}, {ATTEMPT}")
+        conn.execute("CHECKPOINT")
+        return {"insert_s": inserted - started, "vacuum_s": time.perf_counter() - inserted}
+
+
+def explain(dsn: str, statement: str, params: dict[str, object]) -> str:
+    """`EXPLAIN (ANALYZE, BUFFERS)` of a statement, rolled back so that it changes nothing."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {statement}", params).fetchall()
+        conn.rollback()
+    return "\n".join(row[0] for row in rows)
