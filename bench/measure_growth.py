@@ -13,11 +13,10 @@ import subprocess
 import time
 from datetime import UTC, datetime
 
-from bench import services, stats, store_rows
+from bench import report, services, stats, store_rows
 from bench.drivers.base import ROOT
 from bench.measure import Plan, Target, drain_with
 from bench.procs import Fleet
-from bench.report import RESULTS
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ RELEASE_MARGIN_S = 5.0
 #: Lambda of the generated finished tasks.
 GENERATED_LAMBDA = "demo.noop"
 #: Where the store-size run writes the plans of the hot statements.
-PLANS = RESULTS / "plans.md"
+PLANS = report.RESULTS / "plans.md"
 
 
 def _is_atf(target: Target) -> bool:
@@ -94,14 +93,6 @@ def _probe(target: Target, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def size_label(size: int) -> str:
-    """1000000 -> "1M", 100000 -> "100k", 0 -> "0"."""
-    for unit, name in ((1_000_000, "M"), (1_000, "k")):
-        if size >= unit and size % unit == 0:
-            return f"{size // unit}{name}"
-    return str(size)
-
-
 def _figures_at(target: Target, plan: Plan, size: int) -> dict[str, float]:
     """Pass time, `schedule()` in its own transaction, and the drain, with `size` finished
     tasks (ids 1..size) in the table; each measurement's own tasks are deleted after it."""
@@ -146,7 +137,7 @@ def store_size(target: Target, plan: Plan) -> dict[str, float]:
             made = store_rows.generate(target.env.pg_dsn, lambda_name=GENERATED_LAMBDA,
                                        first=generated + 1, last=size)
             generated = size
-            label = size_label(size)
+            label = report.size_label(size)
             figures[f"store_{label}_insert_s"] = made["insert_s"]
             figures[f"store_{label}_vacuum_s"] = made["vacuum_s"]
             logger.info("store size %s: inserted in %.0f s, vacuumed in %.0f s", label,

@@ -286,8 +286,16 @@ def store_table(summaries: Summaries) -> str:
     return "\n".join(lines)
 
 
+def size_label(size: int) -> str:
+    """1000000 -> "1M", 100000 -> "100k", 0 -> "0": how a store size is named in keys."""
+    for unit, name in ((1_000_000, "M"), (1_000, "k")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit}{name}"
+    return str(size)
+
+
 def _size_value(label: str) -> int:
-    """"10M" -> 10000000 (the inverse of bench.measure_growth.size_label)."""
+    """"10M" -> 10000000 (the inverse of size_label)."""
     scale = {"M": 1_000_000, "k": 1_000}.get(label[-1], 1)
     return int(label.rstrip("Mk")) * scale
 

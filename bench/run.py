@@ -66,32 +66,40 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="repetitions (default 3, --quick 1)")
     parser.add_argument("--backlog", type=int, help="isolation: size of lambda A's backlog")
     parser.add_argument("--tasks", type=int, help="enqueue and drain: number of tasks")
+    parser.add_argument("--store-sizes", default="",
+                        help="store size: comma-separated counts of finished tasks "
+                             "(default 1000000,10000000; --quick 100000)")
     parser.add_argument("--redis-url", default="",
                         help="a Redis server whose databases 1-8 the bench may flush "
                              "(default: start a private redis-server)")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432",
                         help="PostgreSQL server; the bench creates databases bench_<system>")
+    parser.add_argument("--db-prefix", default="bench",
+                        help="name the databases <prefix>_<system> instead (two runs at once "
+                             "on one server must not share ATF's tables)")
     return parser.parse_args(argv)
 
 
 def _plan(args: argparse.Namespace) -> measure.Plan:
     plan = QUICK if args.quick else FULL
-    changes: dict[str, int] = {}
+    changes: dict[str, object] = {}
     if args.repeats:
         changes["repeats"] = args.repeats
     if args.backlog:
         changes["backlog_n"] = args.backlog
     if args.tasks:
         changes.update(enqueue_n=args.tasks, drain_n=args.tasks)
+    if args.store_sizes:
+        changes["store_sizes"] = tuple(sorted(int(n) for n in args.store_sizes.split(",")))
     return dataclasses.replace(plan, **changes)
 
 
-def _targets(names: list[str], redis_url: str, pg_url: str,
-             plan: measure.Plan) -> list[measure.Target]:
+def _targets(names: list[str], redis_url: str, pg_url: str, plan: measure.Plan, *,
+             prefix: str) -> list[measure.Target]:
     targets = []
     for name in names:
         driver = drivers.load(name)
-        dsn = services.ensure_database(pg_url, f"bench_{name}")
+        dsn = services.ensure_database(pg_url, f"{prefix}_{name}")
         env = Env(name=name, redis_url=f"{redis_url}/{REDIS_DB[name]}", pg_dsn=dsn)
         # A driver whose set-up is not idempotent (procrastinate's schema) runs it only once.
         once = getattr(driver, "SETUP_ONCE", False)
@@ -103,8 +111,9 @@ def _targets(names: list[str], redis_url: str, pg_url: str,
     return targets
 
 
-def _machine_limits(plan: measure.Plan, redis_url: str, pg_url: str) -> dict[str, float]:
-    return limits.measure(services.ensure_database(pg_url, "bench_limits"),
+def _machine_limits(plan: measure.Plan, redis_url: str, pg_url: str,
+                    database: str) -> dict[str, float]:
+    return limits.measure(services.ensure_database(pg_url, database),
                           f"{redis_url}/{LIMITS_REDIS_DB}",
                           limits.LimitSizes(inserts=plan.limit_inserts,
                                             updated_rows=plan.limit_updated_rows,
@@ -115,9 +124,9 @@ class Runner:
     """Runs the chosen measurements and gathers their figures, notes and the load."""
 
     def __init__(self, plan: measure.Plan, targets: list[measure.Target], redis_url: str,
-                 pg_url: str) -> None:
+                 pg_url: str, *, prefix: str) -> None:
         self.plan, self.targets = plan, targets
-        self.redis_url, self.pg_url = redis_url, pg_url
+        self.redis_url, self.pg_url, self.prefix = redis_url, pg_url, prefix
         self.values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.notes: list[str] = []
         #: 1-minute load average at the start of each run of each measurement.
@@ -126,7 +135,7 @@ class Runner:
     def machine_limits(self) -> None:
         for repetition in range(self.plan.repeats):
             self._one(MACHINE_LIMITS, report.MACHINE, repetition, lambda: _machine_limits(
-                self.plan, self.redis_url, self.pg_url))
+                self.plan, self.redis_url, self.pg_url, f"{self.prefix}_limits"))
 
     def measure(self, measurement: Callable[[measure.Target, measure.Plan], dict[str, float]]
                 ) -> None:
@@ -174,8 +183,8 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
     logger.info("estimated duration: about %.1f minutes (%s on %s)",
                 estimate.seconds(plan, names, planned, once=ONCE) / 60, ", ".join(planned),
                 ", ".join(names))
-    runner = Runner(plan, _targets(names, redis_url, args.pg_url, plan), redis_url,
-                    args.pg_url)
+    runner = Runner(plan, _targets(names, redis_url, args.pg_url, plan, prefix=args.db_prefix),
+                    redis_url, args.pg_url, prefix=args.db_prefix)
     load_at_start, started = os.getloadavg()[0], time.monotonic()
     if with_limits:
         runner.machine_limits()

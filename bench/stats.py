@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile (fraction in 0..1) of a non-empty sequence."""
+    """Nearest-rank percentile (fraction in 0..1) of a non-empty sequence: the smallest value
+    with at least that fraction of the values at or below it."""
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))
-    return ordered[rank]
+    rank = math.ceil(round(fraction * len(ordered), 9))  # 0.95 * 100 is 95.00000000000001
+    return ordered[max(0, min(len(ordered) - 1, rank - 1))]
 
 
 def lateness_ms(rows: Sequence[tuple[float, float, float]]) -> dict[str, float]:

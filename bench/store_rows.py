@@ -34,7 +34,7 @@ FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g,
 _ASSOCS = f"""
 INSERT INTO {ASSOC} (task_id, lambda_ref_id, collection, priority, status, next_trigger_at,
                      shard)
-SELECT g, %(lambda_id)s, 'default', 'default', 'completed', NULL, g % 256
+SELECT g, %(lambda_id)s, 'default', 'default', 'completed', NULL, g %% 256
 FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
 """
 _ATTEMPTS = f"""

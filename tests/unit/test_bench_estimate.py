@@ -1,0 +1,35 @@
+"""The benchmark's duration estimate."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from bench import estimate
+
+
+def _plan(**changes):
+    sizes = dict(repeats=3, enqueue_n=20_000, in_transaction_n=5_000, drain_n=13_000,
+                 limit_inserts=5_000, limit_updated_rows=50_000, limit_round_trips=8_000,
+                 scale_workers=(1, 2, 4), scale_consumers=(1, 2))
+    return SimpleNamespace(**{**sizes, **changes})
+
+
+def test_each_repetition_counts_for_every_system():
+    plan = _plan()
+    one = estimate.seconds(plan, ["atf"], ["enqueue_single"], once=())
+    both = estimate.seconds(plan, ["atf", "huey"], ["enqueue_single"], once=())
+    assert one == pytest.approx(3 * (20_000 / estimate.ENQUEUE["atf"] + 3))
+    assert both == pytest.approx(one + 3 * (20_000 / estimate.ENQUEUE["huey"] + 3))
+
+
+def test_a_measurement_run_once_is_counted_once_and_for_atf_only():
+    plan = _plan()
+    curve = estimate.seconds(plan, ["atf", "huey"], ["scale_curve"], once=("scale_curve",))
+    drain = 13_000 / estimate.BULK["atf"] + 13_000 / estimate.DRAIN["atf"] + estimate.FLEET_S
+    assert curve == pytest.approx(6 * drain)
+
+
+def test_the_machine_limits_are_measured_once_per_repetition():
+    plan = _plan()
+    assert estimate.seconds(plan, ["atf"], ["machine_limits"], once=()) == pytest.approx(
+        3 * (5 + 1 + 1 + 2))

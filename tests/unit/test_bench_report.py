@@ -1,0 +1,83 @@
+"""The benchmark report: shares of the machine's limits, targets against them, new tables."""
+
+import pytest
+
+from bench import report
+
+
+def _summary(median: float) -> dict[str, float]:
+    return {"median": median, "min": median, "max": median, "runs": 1}
+
+
+@pytest.mark.parametrize(("value", "limit", "text"), [
+    (740, 1000, "74%"), (1000, 1000, "100%"), (1500, 1000, "150%"), (25, 1000, "2.5%"),
+])
+def test_percent_of_limit(value, limit, text):
+    assert report.percent_of_limit(value, limit) == text
+
+
+def _metric(key: str) -> report.Metric:
+    return next(metric for metric in report.METRICS if metric.key == key)
+
+
+def test_enqueue_target_needs_both_the_commit_limit_and_procrastinate():
+    met = _metric("enqueue_single").met
+    summaries = {"machine": {"pg_insert_commit": _summary(1000)},
+                 "procrastinate": {"enqueue_single": _summary(500)}}
+    assert met(800, summaries) is True
+    assert met(790, summaries) is False  # under 0.8x the commit limit
+    summaries["procrastinate"]["enqueue_single"] = _summary(600)
+    assert met(800, summaries) is False  # under 1.5x procrastinate
+    assert met(800, {}) is None  # nothing to compare with
+
+
+def test_drain_target_is_four_fifths_of_the_faster_redis_peer():
+    met = _metric("drain").met
+    summaries = {"huey": {"drain": _summary(1600)}, "dramatiq": {"drain": _summary(3700)}}
+    assert met(2960, summaries) is True
+    assert met(2959, summaries) is False
+
+
+def test_the_atf_cell_shows_its_share_of_the_limit():
+    summaries = {"atf": {"enqueue_single": _summary(400)},
+                 "machine": {"pg_insert_commit": _summary(1000)}}
+    driver = type("Driver", (), {"NAME": "atf", "LABEL": "ATF"})
+    assert "400 · 40% of limit" in report.table(summaries, [driver])
+
+
+def test_limits_table_compares_each_limit_with_its_atf_figure():
+    summaries = {"atf": {"drain": _summary(1500)},
+                 "machine": {"redis_round_trip": _summary(6000), "pg_update_rows": _summary(
+                     100_000)}}
+    text = report.limits_table(summaries)
+    assert "| 6,000 |" in text and "| 25% |" in text and "| 1.5% |" in text
+    assert "INSERT+COMMIT" not in text  # not measured, so no row
+    assert report.limits_table({"atf": {}}) == ""
+
+
+def test_scale_table_has_a_row_per_worker_count_and_a_column_per_consumer_count():
+    summaries = {"atf": {"scale_w1_c1": _summary(900), "scale_w1_c2": _summary(950),
+                         "scale_w4_c1": _summary(2000)}}
+    lines = report.scale_table(summaries).splitlines()
+    assert lines[0] == "| worker processes | 1 consumer | 2 consumers |"
+    assert lines[2:] == ["| 1 | 900 | 950 |", "| 4 | 2,000 | — |"]
+
+
+def test_store_table_shows_each_size_as_a_ratio_of_the_empty_table():
+    figures = {"store_0_pass_idle_ms": 4.0, "store_0_pass_busy_ms": 20.0,
+               "store_0_schedule_ms": 1.0, "store_0_drain": 1000.0,
+               "store_10M_insert_s": 300.0, "store_10M_vacuum_s": 60.0,
+               "store_10M_pass_idle_ms": 4.4, "store_10M_pass_idle_ms_ratio": 1.1,
+               "store_10M_drain": 950.0, "store_10M_drain_ratio": 0.95,
+               "store_1M_insert_s": 30.0, "store_1M_vacuum_s": 6.0}
+    text = report.store_table({"atf": {key: _summary(v) for key, v in figures.items()}})
+    assert "| figure | empty table | 1M finished tasks | 10M finished tasks | target |" in text
+    assert "4.4 (1.10× empty)" in text and "950 (0.95× empty)" in text
+    assert "| generating the rows (INSERT … SELECT generate_series) (s) | — | 30.0 | 300 |" in text
+
+
+@pytest.mark.parametrize(("size", "label"), [(0, "0"), (100_000, "100k"),
+                                             (1_000_000, "1M"), (10_000_000, "10M"),
+                                             (1_500, "1500")])
+def test_size_labels(size, label):
+    assert report.size_label(size) == label
