@@ -62,21 +62,18 @@ def _execute(sql: str, params: Mapping[str, Any]) -> list[tuple]:
         return cursor.fetchall() if cursor.description else []
 
 
-#: Make the Collection rows a new task names where they are missing (none when its arrays are
-#: empty, as they are once the names are known): part of the insert, so it costs no round trip.
-_ENSURE_COLLECTIONS = """
-collections AS (
+#: A batch of tasks: one JSON array of tasks, each an array of its values in _batch()'s order
+#: (psycopg dumps one text far faster than a dozen Python lists as PostgreSQL arrays). The
+#: Collection rows the tasks name are made where missing (the arrays are empty once the names
+#: are known), in the same statement: no round trip of their own.
+_INSERT = _sql("""
+WITH collections AS (
     INSERT INTO {collection} (lambda_ref_id, name, gate)
     SELECT c.lambda_ref_id, c.name, %(open)s
     FROM unnest(%(collection_lambda_ids)s::bigint[], %(collection_names)s::varchar[])
         AS c(lambda_ref_id, name)
     ON CONFLICT DO NOTHING
-)"""
-
-#: A batch of tasks: one JSON array of tasks, each an array of its values in _batch()'s order
-#: (psycopg dumps one text far faster than a dozen Python lists as PostgreSQL arrays).
-_INSERT = _sql("""
-WITH """ + _ENSURE_COLLECTIONS + """, rows AS (
+), rows AS (
     SELECT nextval(pg_get_serial_sequence('{entity}', 'id')) AS id, r.ord,
            (r.task->>0)::bigint AS lambda_ref_id, r.task->>1 AS collection,
            r.task->>2 AS priority, r.task->3 AS payload, r.task->>4 AS status,
@@ -102,7 +99,11 @@ SELECT id FROM rows ORDER BY ord
 
 #: One task (every schedule() call): plain values, which bind and plan faster than arrays.
 _INSERT_ONE = _sql("""
-WITH """ + _ENSURE_COLLECTIONS + """, entity AS (
+WITH collection AS (
+    INSERT INTO {collection} (lambda_ref_id, name, gate)
+    SELECT %(lambda_id)s, %(collection)s, %(open)s WHERE %(new_collection)s
+    ON CONFLICT DO NOTHING
+), entity AS (
     INSERT INTO {entity} (lambda_ref_id, collection, priority, payload, status, attempts,
                           max_attempts, run_at, idempotency_key, lease, worker, created_at,
                           finished_at, last_error, timeout_s)
@@ -232,11 +233,13 @@ FROM written
 """)
 
 
-def _one_row(entity: TaskEntity, assoc: AssocChange) -> dict[str, Any]:
-    """_INSERT_ONE's values of one task."""
+def _one_row(entity: TaskEntity, assoc: AssocChange, *, new_collection: bool) -> dict[str, Any]:
+    """_INSERT_ONE's values of one task (plain values: each array costs more to send)."""
     return {
-        "lambda_id": entity.lambda_ref_id, "collection": entity.collection,
-        "priority": entity.priority, "payload": json.dumps(entity.payload),
+        "open": GateState.OPEN.value, "new_collection": new_collection,
+        "created_at": entity.created_at, "lambda_id": entity.lambda_ref_id,
+        "collection": entity.collection, "priority": entity.priority,
+        "payload": json.dumps(entity.payload),
         "status": entity.status, "max_attempts": entity.max_attempts, "run_at": entity.run_at,
         "key": entity.idempotency_key, "finished_at": entity.finished_at,
         "last_error": _json(entity.last_error), "timeout": entity.timeout_s,
@@ -248,15 +251,21 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def _batch(entities: Sequence[TaskEntity], assocs: Sequence[AssocChange]) -> dict[str, Any]:
-    """_INSERT's one parameter: the tasks as a JSON array of arrays, in its column order."""
+def _batch(entities: Sequence[TaskEntity], assocs: Sequence[AssocChange],
+           collections: Sequence[tuple[int, str]]) -> dict[str, Any]:
+    """_INSERT's values: the tasks as a JSON array of arrays, in its column order."""
     tasks = [
         [e.lambda_ref_id, e.collection, e.priority, e.payload, e.status, e.max_attempts,
          _iso(e.run_at), e.idempotency_key, _iso(e.finished_at), e.last_error, a.status,
          _iso(a.next_trigger_at), e.timeout_s]
         for e, a in zip(entities, assocs, strict=True)
     ]
-    return {"tasks": json.dumps(tasks, allow_nan=False)}
+    return {
+        "tasks": json.dumps(tasks, allow_nan=False), "created_at": entities[0].created_at,
+        "open": GateState.OPEN.value,
+        "collection_lambda_ids": [lambda_id for lambda_id, _name in collections],
+        "collection_names": [name for _lambda_id, name in collections],
+    }
 
 
 class PostgresBackend(OrmBackend):
@@ -269,16 +278,11 @@ class PostgresBackend(OrmBackend):
                collections: Sequence[tuple[int, str]] = ()) -> None:
         """One statement, whatever the number of tasks: the ORM's bulk_create spends most of
         its time preparing each field of each object, and needs a round trip per table."""
-        params = {
-            "open": GateState.OPEN.value,
-            "collection_lambda_ids": [lambda_id for lambda_id, _name in collections],
-            "collection_names": [name for _lambda_id, name in collections],
-            "created_at": entities[0].created_at,
-        }
         if len(entities) == 1:
-            rows = _execute(_INSERT_ONE, {**params, **_one_row(entities[0], assocs[0])})
+            rows = _execute(_INSERT_ONE, _one_row(entities[0], assocs[0],
+                                                  new_collection=bool(collections)))
         else:
-            rows = _execute(_INSERT, {**params, **_batch(entities, assocs)})
+            rows = _execute(_INSERT, _batch(entities, assocs, collections))
         for entity, (pk,) in zip(entities, rows, strict=True):
             entity.pk = pk
             entity._state.adding = False
