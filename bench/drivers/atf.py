@@ -64,9 +64,8 @@ def token_command(env: Env) -> Command:
 
 
 def api_command(env: Env, port: int) -> Command:
-    argv = [str(ATF_PYTHON.parent / "gunicorn"), "atf_project.wsgi:application", "-w", "2",
-            "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--chdir", str(ROOT)]
-    return Command(role="api", argv=argv, env=variables(env))
+    """The REST API as documented for a server: the same command as `web_command`."""
+    return web_command(env, port)
 
 
 def worker_token_command(env: Env) -> Command:
