@@ -10,3 +10,6 @@ class TasksApiConfig(AppConfig):
 
     def ready(self) -> None:
         from tasks_api import checks  # noqa: F401  (registers the system checks)
+        from tasks_api import token_cache
+
+        token_cache.connect_signals()

@@ -36,8 +36,9 @@ def parse_rate(rate: str) -> tuple[int, int]:
 class TokenRateThrottle(BaseThrottle):
     """At most ATF_API_THROTTLE_RATE requests per token (per user for a session) and window.
 
-    One counter per window costs one cache round trip per request, whatever the rate; an
-    unreachable cache lets requests through rather than refusing them.
+    One counter per window costs one cache round trip per request (two for the window's
+    first), whatever the rate; an unreachable cache lets requests through rather than
+    refusing them.
     """
 
     def __init__(self) -> None:
@@ -52,10 +53,13 @@ class TokenRateThrottle(BaseThrottle):
         window = int(now // period_s)
         key = f"{settings.ATF_QUEUE_PREFIX}:throttle:{self._ident(request)}:{window}"
         try:
-            cache.add(key, 0, timeout=period_s + 1)
             count = cache.incr(key)
-        except ValueError:  # the key vanished (cache unreachable or evicted): let it pass
-            return True
+        except ValueError:  # the window's first request: one round trip more, once a window
+            cache.add(key, 0, timeout=period_s + 1)
+            try:
+                count = cache.incr(key)
+            except ValueError:  # the key vanished (cache unreachable or evicted): let it pass
+                return True
         if count is None or count <= limit:
             return True
         self.wait_s = (window + 1) * period_s - now

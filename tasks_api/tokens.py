@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from django.db.models import QuerySet
 
+from tasks_api import token_cache
 from tasks_api.models import ApiToken, Scope
 from tasks_core.models import Team
 
@@ -60,8 +61,17 @@ def save_new(row: ApiToken) -> str:
 
 
 def find(token: str) -> ApiToken | None:
-    """The row of `token`, revoked or expired ones included; None when unknown."""
-    return ApiToken.objects.select_related("user", "team").filter(digest=digest(token)).first()
+    """The row of `token`, revoked or expired ones included; None when unknown.
+
+    Read from the database at most every ATF_API_AUTH_CACHE_S seconds (tasks_api.token_cache).
+    """
+    key = digest(token)
+    if (row := token_cache.get(key)) is not None:
+        return row
+    row = ApiToken.objects.select_related("user", "team").filter(digest=key).first()
+    if row is not None:
+        token_cache.put(key, row)
+    return row
 
 
 def touch(row: ApiToken, *, now: datetime) -> None:
@@ -81,6 +91,7 @@ def of_teams(team_ids: frozenset[int] | None) -> QuerySet[ApiToken]:
 def revoke(row: ApiToken, *, now: datetime) -> ApiToken:
     """Revoke `row` (a second revocation keeps the first time)."""
     ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=now)
+    token_cache.forget_all()  # an update() sends no post_save
     row.refresh_from_db(fields=["revoked_at"])
     logger.info("revoked token %s", row.prefix, extra={"action": "token_revoked",
                                                        "token_id": row.pk})

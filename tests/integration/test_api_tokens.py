@@ -16,6 +16,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tasks_api import token_cache
 from tasks_api.models import ApiToken, Scope
 from tests.conftest import ROOT, subprocess_env
 from tests.integration.test_api_access import ENDPOINTS
@@ -55,11 +56,14 @@ def test_expired_and_revoked_tokens_are_refused(alice: Member) -> None:
     # Given a token that works
     assert alice.client.get("/api/v1/lambdas/").status_code == 200
     row = ApiToken.objects.get(user=alice.user)
-    # When it expires, it answers 401
+    # When it expires, it answers 401 (once the server's memory of the token has lapsed:
+    # an update() is a change made elsewhere, see test_api_token_cache.py)
     ApiToken.objects.filter(pk=row.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    token_cache.forget_all()
     assert alice.client.get("/api/v1/lambdas/").status_code == 401
     # And when it is revoked (no longer expired), also 401
     ApiToken.objects.filter(pk=row.pk).update(expires_at=None, revoked_at=timezone.now())
+    token_cache.forget_all()
     response = alice.client.get("/api/v1/lambdas/")
     assert response.status_code == 401
     assert response.json() == {"detail": "Token revoked or expired."}

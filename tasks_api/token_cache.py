@@ -1,0 +1,90 @@
+"""A short-lived memory, per server process, of the tokens that authenticated recently.
+
+Without it every API request reads the token row and its user, then the user's permissions
+and teams (four queries before any work). Here a token's row is kept for
+ATF_API_AUTH_CACHE_S seconds, with its user and that user's teams already resolved
+(`tasks_core.access.Scope`). The checks that depend on the time (revoked, expired, inactive
+user) still run on every request against the remembered row; what the memory delays is the
+news of a change made elsewhere:
+
+- a token revoked, a user deactivated, a team membership or permission changed in another
+  process takes effect within ATF_API_AUTH_CACHE_S seconds;
+- the same changes made in this process (`tokens.revoke`, saving a user or a token, adding or
+  removing a member) forget everything remembered, so they take effect at once.
+
+0 turns the memory off. Unknown tokens are never remembered.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db.models.signals import m2m_changed, post_delete, post_save
+
+from tasks_api.models import ApiToken
+from tasks_core.access import Scope
+from tasks_core.models import Team
+
+#: Tokens remembered at most; past that the memory starts afresh (a bound, not an LRU).
+MAX_ENTRIES = 10_000
+
+#: The clock of the memory (tests move it on).
+_now = time.monotonic
+_lock = threading.Lock()
+_rows: dict[str, tuple[float, ApiToken]] = {}
+
+
+def get(digest: str) -> ApiToken | None:
+    """A copy of the row remembered for `digest` (with its own user), or None."""
+    entry = _rows.get(digest)
+    if entry is None or entry[0] <= _now():
+        return None
+    return _copied(entry[1])
+
+
+def put(digest: str, row: ApiToken) -> None:
+    """Remember `row` (read with its user and team) and resolve its user's teams now."""
+    ttl_s = settings.ATF_API_AUTH_CACHE_S
+    if ttl_s <= 0:
+        return
+    Scope.of(row.user)  # remembered on the user object, so on every copy of it
+    with _lock:
+        if len(_rows) >= MAX_ENTRIES:
+            _rows.clear()
+        _rows[digest] = (_now() + ttl_s, row)
+
+
+def forget_all(*_args: Any, **_kwargs: Any) -> None:
+    """Forget every token (a signal receiver too: a change of tokens, users or teams)."""
+    with _lock:
+        _rows.clear()
+
+
+def _copied(row: ApiToken) -> ApiToken:
+    """Requests run on threads: each gets its own row and user, the scope and permissions
+    already on them, so nothing one request sets on them reaches another."""
+    mine = copy.copy(row)
+    mine.user = copy.copy(row.user)
+    return mine
+
+
+def connect_signals() -> None:
+    """Forget remembered tokens when this process changes a token, a user, a membership or a
+    permission (AppConfig.ready calls this)."""
+    user_model = get_user_model()
+    for model in (ApiToken, user_model, Group, Team):
+        post_save.connect(forget_all, sender=model, dispatch_uid=f"atf-token-cache-{model}")
+        post_delete.connect(forget_all, sender=model,
+                            dispatch_uid=f"atf-token-cache-del-{model}")
+    relations = (getattr(user_model, name, None) for name in ("groups", "user_permissions"))
+    throughs = [Team.members.through, Group.permissions.through,
+                *(relation.through for relation in relations if relation is not None)]
+    for through in throughs:
+        m2m_changed.connect(forget_all, sender=through,
+                            dispatch_uid=f"atf-token-cache-m2m-{through}")
