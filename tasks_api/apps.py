@@ -9,7 +9,7 @@ class TasksApiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from tasks_api import checks  # noqa: F401  (registers the system checks)
-        from tasks_api import token_cache
+        # Importing checks registers the system checks.
+        from tasks_api import checks, token_cache  # noqa: F401
 
         token_cache.connect_signals()
