@@ -162,10 +162,20 @@ def _tasks(leases: Mapping[int, int], teams: Teams, *,
 
 
 def start(leases: Mapping[int, int], teams: Teams) -> dict[int, bool]:
-    """claimed -> processing; per task whether it started (False: it must not run)."""
+    """claimed -> processing; per task whether it started (False: it must not run).
+
+    Idempotent: a task already processing under the same lease was started by an earlier call
+    with it, whose answer the worker did not get (a retry); it is reported started again, so
+    the worker runs it now rather than leave it to its heartbeat timeout. A lease is the one
+    claim's, so only the worker that holds it can be told so.
+    """
     tasks = _tasks(leases, teams, attempt_known=False)
     started = store.start_many(list(tasks.values()), now=timezone.now()) if tasks else []
     done = dict(zip(tasks, started, strict=True))
+    if not_started := [pk for pk in tasks if not done[pk]]:
+        rows = TaskEntity.objects.filter(pk__in=not_started, status=TaskStatus.PROCESSING)
+        done.update({pk: True for pk, lease in rows.values_list("pk", "lease")
+                     if lease == leases[pk]})
     return {pk: done.get(pk, False) for pk in leases}
 
 

@@ -151,6 +151,26 @@ def test_a_stale_lease_is_refused_per_item_and_changes_nothing(team_a: Member,
     assert restarted == {"tasks": [{"id": stale["id"], "started": False}]}
 
 
+def test_a_start_retried_after_a_lost_answer_is_started_again(team_a: Member,
+                                                               consumer: Consumer) -> None:
+    # Given a task started, whose answer the worker never got
+    worker = register(team_a, "host-a:1:retry")
+    ready_tasks(team_a, consumer, 2)
+    first, other = claim(team_a, worker)
+    assert post(team_a.client, "start/", {"tasks": leases([first])}).json() == {
+        "tasks": [{"id": first["id"], "started": True}]}
+    # When the worker sends the same start again, with a task not started yet
+    again = post(team_a.client, "start/", {"tasks": leases([first, other])}).json()
+    # Then both are reported started, and the first was started once (one attempt)
+    assert again == {"tasks": [{"id": first["id"], "started": True},
+                               {"id": other["id"], "started": True}]}
+    assert TaskEntity.objects.get(pk=first["id"]).attempts == 1
+    # But once it has finished, a late start is refused
+    finish(team_a, worker, [first], result=1)
+    late = post(team_a.client, "start/", {"tasks": leases([first])}).json()
+    assert late == {"tasks": [{"id": first["id"], "started": False}]}
+
+
 def test_release_hands_back_claimed_tasks_at_once(team_a: Member, consumer: Consumer) -> None:
     worker = register(team_a, "host-a:1:rel")
     ready_tasks(team_a, consumer, 3)
