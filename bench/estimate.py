@@ -25,7 +25,7 @@ STARVED_IN_ISOLATION = {"rq", "djtasks"}
 FLEET_S = 10.0
 #: Generating finished tasks (rows of the three tables, indexes in place), tasks/s, and the
 #: VACUUM ANALYZE after it.
-GENERATE_PER_S = 25_000
+GENERATE_PER_S = 35_000
 VACUUM_PER_S = 100_000
 
 Estimator = Callable[["Plan", str], float]
