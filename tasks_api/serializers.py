@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,20 +87,50 @@ class TaskSerializer(serializers.ModelSerializer):
     def get_lambda_name(self, task: TaskEntity) -> str:
         return directory.by_id(task.lambda_ref_id).name
 
-    # A task just created shows the parents it was given and no children: the view passes
-    # them as context["new_links"] instead of reading them back.
-
     @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
     def get_parents(self, task: TaskEntity) -> list[int]:
-        if (links := self.context.get("new_links", {}).get(task.pk)) is not None:
+        if (links := getattr(task, NEW_PARENTS, None)) is not None:
             return list(links)
         return [parent.pk for parent in task.parents.all()]
 
     @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
     def get_children(self, task: TaskEntity) -> list[int]:
-        if task.pk in self.context.get("new_links", {}):
+        if hasattr(task, NEW_PARENTS):
             return []
         return [child.pk for child in task.children.all()]
+
+
+#: Set on a task just created to the parents it was given: it is shown with those and no
+#: children, without reading its links back.
+NEW_PARENTS = "atf_new_parents"
+
+
+# Building a serializer's fields costs more than showing or checking one task with them, and
+# neither changes anything on the serializer: the two functions below use one shared instance
+# of a class per process (its request threads share it).
+
+
+def show_task(task: TaskEntity) -> dict[str, Any]:
+    """`TaskSerializer(task).data`."""
+    return _shared(TaskSerializer).to_representation(task)
+
+
+def validated(form_class: type[serializers.Serializer], data: Any) -> Any:
+    """`form_class(data=data)`'s validated data. Invalid data is checked again by an instance
+    of its own, which raises the usual field errors (400)."""
+    try:
+        return _shared(form_class).run_validation(data)
+    except serializers.ValidationError:
+        form = form_class(data=data)
+        form.is_valid(raise_exception=True)
+        return form.validated_data
+
+
+@functools.cache
+def _shared(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
+    shared = serializer_class()
+    _ = shared.fields  # built now, before threads share it
+    return shared
 
 
 class AttemptSerializer(serializers.ModelSerializer):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -109,9 +109,7 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         201: serializers.TaskSerializer, 200: serializers.TaskSerializer,
         **_errors(400, 403, 409, 413, 415)})
     def create(self, request: Request) -> Response:
-        form = serializers.ScheduleTaskSerializer(data=request.data)
-        form.is_valid(raise_exception=True)
-        options = dict(form.validated_data)
+        options = dict(serializers.validated(serializers.ScheduleTaskSerializer, request.data))
         lambda_name, payload = options.pop("lambda"), options.pop("payload", None)
         permissions.check_may_schedule(request.user, [lambda_name])
         permissions.check_may_follow(request.user, options.get("after", ()))
@@ -119,9 +117,8 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         if not created:
             return Response(_shown([task])[0], status=status.HTTP_200_OK)
         # Everything about a task just created is at hand: no need to read it back.
-        links = {task.pk: options.get("after", ())}
-        return Response(serializers.TaskSerializer(task, context={"new_links": links}).data,
-                        status=status.HTTP_201_CREATED)
+        setattr(task, serializers.NEW_PARENTS, options.get("after", ()))
+        return Response(serializers.show_task(task), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=serializers.ScheduleBatchSerializer, responses={
         201: serializers.ScheduleBatchSerializer(read_only=True),
@@ -170,9 +167,7 @@ def _shown(tasks: Sequence[TaskEntity]) -> list[dict[str, Any]]:
     """Tasks as the API shows them, read back in one query."""
     fresh = {t.pk: t for t in TaskEntity.objects.prefetch_related("parents", "children")
              .filter(pk__in=[t.pk for t in tasks])}
-    shown = serializers.TaskSerializer([fresh[t.pk] for t in tasks], many=True).data
-    # many=True makes a ListSerializer, whose data is a list (the stubs type every .data a dict).
-    return cast("list[dict[str, Any]]", shown)
+    return [serializers.show_task(fresh[t.pk]) for t in tasks]
 
 
 # --- lambdas and collections ------------------------------------------------------------------
