@@ -132,6 +132,9 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         permissions.check_may_follow(request.user,
                                      (p for call in calls for p in call.get("after", ())))
         tasks = scheduling.schedule_many(calls)
+        for call, task in zip(calls, tasks, strict=True):
+            if "idempotency_key" not in call:  # a new task: shown as scheduled, not read back
+                setattr(task, serializers.NEW_PARENTS, call.get("after", ()))
         return Response({"tasks": _shown(tasks)}, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None,
@@ -164,10 +167,12 @@ def _detail(task: TaskEntity) -> Response:
 
 
 def _shown(tasks: Sequence[TaskEntity]) -> list[dict[str, Any]]:
-    """Tasks as the API shows them, read back in one query."""
+    """Tasks as the API shows them; those not just created (without serializers.NEW_PARENTS)
+    read back in one round of queries, links included."""
+    earlier = [t.pk for t in tasks if not hasattr(t, serializers.NEW_PARENTS)]
     fresh = {t.pk: t for t in TaskEntity.objects.prefetch_related("parents", "children")
-             .filter(pk__in=[t.pk for t in tasks])}
-    return [serializers.show_task(fresh[t.pk]) for t in tasks]
+             .filter(pk__in=earlier)} if earlier else {}
+    return [serializers.show_task(fresh.get(t.pk, t)) for t in tasks]
 
 
 # --- lambdas and collections ------------------------------------------------------------------

@@ -149,6 +149,26 @@ def test_batch_creates_all_tasks_in_order(alice: Member) -> None:
     assert TaskEntity.objects.count() == 3
 
 
+def test_a_batch_shows_each_task_as_reading_it_back_would(alice: Member) -> None:
+    # Given an earlier task with a key, and a parent
+    earlier = schedule(alice, idempotency_key="k1").json()
+    parent = schedule(alice).json()
+    # When a batch names the earlier key again (so answers with that task), and adds a task
+    # after the earlier one and a task after the parent
+    tasks = [{"lambda": alice.lam.name, "after": [earlier["id"]]},
+             {"lambda": alice.lam.name, "idempotency_key": "k1"},
+             {"lambda": alice.lam.name, "payload": {"p": 1}, "after": [parent["id"]],
+              "priority": "high"}]
+    response = alice.client.post("/api/v1/tasks/batch/", {"tasks": tasks}, format="json")
+    assert response.status_code == 201, response.json()
+    shown = response.json()["tasks"]
+    # Then each is shown as GET shows it (the earlier one with its new child), history aside
+    read = [alice.client.get(f"/api/v1/tasks/{task['id']}/").json() for task in shown]
+    assert shown == [{k: v for k, v in task.items() if k != "attempt_history"} for task in read]
+    assert shown[1]["id"] == earlier["id"] and shown[1]["children"] == [shown[0]["id"]]
+    assert (shown[0]["parents"], shown[2]["parents"]) == ([earlier["id"]], [parent["id"]])
+
+
 def test_batch_with_one_bad_item_creates_nothing(alice: Member) -> None:
     # When the third item of a batch names an unknown lambda and the second a bad time
     tasks = [{"lambda": alice.lam.name}, {"lambda": alice.lam.name, "run_at": "never"},
