@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
@@ -19,6 +20,13 @@ def _lease(task: ClaimedTask) -> Lease:
     return Lease(task.task_id, task.lease)
 
 
+def _one_step(backend: backends.StoreBackend) -> contextlib.AbstractContextManager:
+    """The transaction of a claim or a start: none of its own where the backend takes the step
+    in one statement (atomic by itself, and two round trips shorter)."""
+    return contextlib.nullcontext() if backend.worker_steps_are_one_statement \
+        else transaction.atomic()
+
+
 def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int],
           now: datetime) -> list[ClaimedTask]:
     """Claim the tasks of `messages` whose lease is current; stale messages are left out.
@@ -31,8 +39,9 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
         return []
     # The claim timeout is the same for every lambda: one assoc change for the batch.
     assoc = timeouts.assoc(TaskStatus.CLAIMED, lambda_ids[0], now)
-    with transaction.atomic():
-        rows = backends.current().claim(leases, lambda_ids=lambda_ids, worker=worker, now=now,
+    backend = backends.current()
+    with _one_step(backend):
+        rows = backend.claim(leases, lambda_ids=lambda_ids, worker=worker, now=now,
                                         assoc=assoc)
     return [
         ClaimedTask(task_id=row.task_id, lease=row.lease,
@@ -58,8 +67,9 @@ def start_many(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
     assocs = {task.task_id: timeouts.assoc(TaskStatus.PROCESSING,
                                            directory.by_name(task.lambda_name).id, now)
               for task in tasks}
-    with transaction.atomic():
-        started = backends.current().start(leases, assocs, now=now)
+    backend = backends.current()
+    with _one_step(backend):
+        started = backend.start(leases, assocs, now=now)
     return [task.task_id in started for task in tasks]
 
 

@@ -95,6 +95,10 @@ class StoreBackend(ABC):
 
     # --- the workers ------------------------------------------------------------------------
 
+    #: claim() and start() are one statement each: outside a transaction they need none of
+    #: their own (the statement is atomic, and saves the BEGIN and COMMIT round trips).
+    worker_steps_are_one_statement: bool = False
+
     @abstractmethod
     def claim(self, leases: Sequence[Lease], *, lambda_ids: list[int], worker: str,
               now: datetime, assoc: AssocChange) -> list[ClaimRow]:

@@ -273,6 +273,7 @@ class PostgresBackend(OrmBackend):
 
     insert_is_one_statement = True
     supports_percentiles = True
+    worker_steps_are_one_statement = True
 
     def insert(self, entities: Sequence[TaskEntity], assocs: Sequence[AssocChange], *,
                collections: Sequence[tuple[int, str]] = ()) -> None:
