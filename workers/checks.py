@@ -53,7 +53,18 @@ def require_settings() -> None:
 
 class LongRunningCommand(BaseCommand):
     """runconsumer and runworker: an ATF setting that cannot work stops them in one line, before
-    Django's own system checks (whose report is a page) run."""
+    Django's own system checks (whose report is a page) run.
+
+    Only the checks that concern a process without a web server run: the URL, admin, template
+    and static-file checks import the whole web side (the URLconf, DRF, the API schema, the
+    console), about 23 MB that a worker or consumer would then carry for its whole life.
+    `manage.py check` and the web server still run them all.
+    """
+
+    requires_system_checks = [
+        "atf", checks.Tags.models, checks.Tags.caches, checks.Tags.compatibility,
+        checks.Tags.signals, checks.Tags.async_support, checks.Tags.database,
+    ]
 
     def check(self, *args: Any, **kwargs: Any) -> None:
         require_settings()

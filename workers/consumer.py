@@ -8,13 +8,14 @@ the next trigger is due, a wake-up arrives, or the poll interval ends, whichever
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -306,3 +307,31 @@ class Consumer:
         self.running = False
         self.wake.set()
 
+
+
+def from_settings(*, batch_size: int | None = None, poll_interval_s: float | None = None,
+                  queue: queues.QueueBackend | None = None) -> Consumer:
+    """A consumer as the settings configure it, its code-defined schedules synced to the store
+    (the lambdas must be synced already)."""
+    periodic.sync_code_schedules()
+    return Consumer(batch_size=batch_size or settings.ATF_CONSUMER_BATCH_SIZE,
+                    poll_interval_s=poll_interval_s or settings.ATF_POLL_INTERVAL_S, queue=queue)
+
+
+#: Seconds a stopping process waits for its consumer thread's pass to end.
+THREAD_STOP_S = 10.0
+
+
+@contextlib.contextmanager
+def in_thread(consumer: Consumer) -> Iterator[None]:
+    """Run `consumer` in a thread of this process for the block (`runworker --with-consumer`);
+    stop it when the block ends."""
+    thread = threading.Thread(target=consumer.run, name="ConsumerThread", daemon=True)
+    thread.start()
+    logger.info("consumer started in this process: poll interval %ss, batch size %d",
+                consumer.poll_interval_s, consumer.batch_size)
+    try:
+        yield
+    finally:
+        consumer.stop()
+        thread.join(THREAD_STOP_S)

@@ -238,6 +238,37 @@ def test_sigterm_loses_nothing_and_hands_back_buffered_tasks_at_once(
     assert overlapping(records()) == []
 
 
+def test_a_worker_with_the_consumer_inside_needs_no_runconsumer(
+        processes: Processes, env: dict[str, str], transactional_db: None,
+        records: callable) -> None:
+    # Given one worker process that runs the consumer too, and no runconsumer
+    scheduling.schedule_many([{"lambda": "demo.record",
+                               "payload": {"key": "demo:records", "seconds": 0.05}}] * 60)
+    worker = processes.start("runworker", "demo.record", "--threads", "4", "--with-consumer",
+                             env=env)
+    # When the tasks are due, and one more is scheduled while it runs
+    wait_for(lambda: statuses()["success"] == 60, timeout_s=60, message="60 successes")
+    late = atf.schedule("demo.record", {"key": "demo:records"})
+    # Then every task runs exactly once
+    wait_for(lambda: TaskEntity.objects.get(pk=late.pk).status == "success", timeout_s=30,
+             message="the late task done")
+    assert Counter(line["task_id"] for line in records()) == Counter(
+        TaskEntity.objects.values_list("pk", flat=True))
+    # And SIGTERM stops the worker and its consumer cleanly
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_with_consumer_refuses_a_remote_worker_and_several_processes() -> None:
+    for extra in (["--api", "http://127.0.0.1:9"], ["--processes", "2"]):
+        result = subprocess.run(
+            [sys.executable, "manage.py", "runworker", "demo.noop", "--with-consumer", *extra],
+            cwd=ROOT, env=subprocess_env(ATF_API_TOKEN="x"), capture_output=True, text=True,
+            timeout=60)
+        assert result.returncode != 0
+        assert "--with-consumer runs the consumer in this one process" in result.stderr
+
+
 def test_a_second_signal_exits_at_once(processes: Processes, env: dict[str, str],
                                        workers: Workers) -> None:
     processes.start("runconsumer", env=env)

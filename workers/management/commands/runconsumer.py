@@ -8,9 +8,9 @@ from typing import Any
 
 from django.conf import settings
 
-from tasks_core import lambda_sync, periodic
+from tasks_core import lambda_sync
 from workers import checks, signals
-from workers.consumer import Consumer
+from workers.consumer import from_settings
 
 logger = logging.getLogger("workers.consumer")
 
@@ -30,9 +30,8 @@ class Command(checks.LongRunningCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         queue = checks.require_store_and_queue()
         lambda_sync.sync_to_store()
-        periodic.sync_code_schedules()
-        consumer = Consumer(batch_size=options["batch_size"],
-                            poll_interval_s=options["poll_interval"], queue=queue)
+        consumer = from_settings(batch_size=options["batch_size"],
+                                 poll_interval_s=options["poll_interval"], queue=queue)
         signals.on_stop(consumer.stop)
         logger.info("consumer started: poll interval %ss, batch size %d, queue backend %s",
                     options["poll_interval"], options["batch_size"], settings.ATF_QUEUE_BACKEND)

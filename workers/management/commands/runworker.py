@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from argparse import ArgumentParser
@@ -13,7 +14,7 @@ from django.core.management.base import CommandError
 
 from tasks_core import lambda_sync, registry
 from tasks_core.exceptions import AtfError
-from workers import checks, signals
+from workers import checks, consumer, signals
 from workers.supervisor import Supervisor
 from workers.transport import DirectTransport, Transport
 from workers.worker import WorkerProcess
@@ -41,6 +42,10 @@ class Command(checks.LongRunningCommand):
         parser.add_argument("--token", default=settings.ATF_API_TOKEN, metavar="TOKEN",
                             help="the worker token a remote worker presents (default "
                                  "ATF_API_TOKEN)")
+        parser.add_argument("--with-consumer", action="store_true",
+                            help="also run the store consumer, as a thread of this process: "
+                                 "one process instead of a worker and a runconsumer, for a "
+                                 "small deployment (its default poll interval and batch size)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         names = options["lambdas"] or registry.names()
@@ -50,6 +55,9 @@ class Command(checks.LongRunningCommand):
                                f"{', '.join(registry.names())}")
         if not names:
             raise CommandError("no lambdas are registered: add a lambdas.py to an installed app")
+        if options["with_consumer"] and (options["api"] or options["processes"] > 1):
+            raise CommandError("--with-consumer runs the consumer in this one process: it "
+                               "needs the store (no --api) and --processes 1")
         transport = self._transport(options)
         if options["processes"] > 1:
             transport.close()
@@ -62,7 +70,10 @@ class Command(checks.LongRunningCommand):
                 names = self._runnable(names, transport)
             worker = WorkerProcess(names, threads=options["threads"], transport=transport)
             signals.on_stop(worker.stop)
-            exit_code = worker.run()
+            with contextlib.ExitStack() as stack:
+                if options["with_consumer"]:
+                    stack.enter_context(consumer.in_thread(consumer.from_settings()))
+                exit_code = worker.run()
         except AtfError as exc:
             raise CommandError(str(exc)) from exc
         if exit_code:
