@@ -20,14 +20,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Exists, Min, OuterRef
+from django.db.models import Exists, Min, OuterRef, QuerySet
 from django.utils import timezone
 
 from tasks_core import gating, overrides, periodic, queues, retention, store, wakeup
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, TaskAssoc, Worker
 from tasks_core.states import AssocStatus
-from workers import db, turns
+from workers import compiled_query, db, turns
+from workers.compiled_query import CompiledQuery
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,20 @@ class _LambdaGates:
                 if self.decide(name, now) is gating.Decision.POSTPONE]
 
 
+def _lambda_gates_query() -> QuerySet:
+    """Each lambda's id, name, gate, gate_until and quota in effect, and per priority whether
+    a row of it is due at compiled_query.NOW (one probe of the (lambda, priority, trigger)
+    index each)."""
+    due = TaskAssoc.objects.filter(
+        lambda_ref_id=OuterRef("pk"), next_trigger_at__lte=compiled_query.NOW
+    ).exclude(status=AssocStatus.COMPLETED)
+    probes = {f"due_{rank}": Exists(due.filter(priority=priority))
+              for rank, priority in enumerate(settings.ATF_PRIORITIES)}
+    return (Lambda.objects.order_by("pk")
+            .annotate(quota=overrides.effective_expression("quota"), **probes)
+            .values_list("pk", "name", "gate", "gate_until", "quota", *probes))
+
+
 class Consumer:
     """The consumer's loop; `run_pass()` is one pass, for tests and for `run()`."""
 
@@ -116,6 +131,11 @@ class Consumer:
         self._materialised_s = 0.0
         self._paused: list[int] = []  #: lambdas whose gate the last pass found paused
         self._pass_now = clock()  #: the time the last pass looked for due rows at
+        # The queries of every pass, compiled once.
+        self._collection_gates = CompiledQuery(
+            Collection.objects.exclude(gate=gating.GateState.OPEN)
+            .values_list("lambda_ref_id", "name", "gate", "gate_until"))
+        self._lambda_gates = CompiledQuery(_lambda_gates_query())
 
     # --- one pass --------------------------------------------------------------------------
 
@@ -123,25 +143,13 @@ class Consumer:
         """Every lambda's gates and quota, and whether it has a row due (one index probe each),
         in two queries."""
         collections: dict[int, dict[str, gating.Gate]] = defaultdict(dict)
-        for lambda_id, name, state, until in (
-            Collection.objects.exclude(gate=gating.GateState.OPEN)
-            .values_list("lambda_ref_id", "name", "gate", "gate_until")
-        ):
+        for lambda_id, name, state, until in self._collection_gates.rows():
             collections[lambda_id][name] = gating.Gate(state=gating.GateState(state), until=until)
-        due = TaskAssoc.objects.filter(
-            lambda_ref_id=OuterRef("pk"), next_trigger_at__lte=now
-        ).exclude(status=AssocStatus.COMPLETED)
-        # One probe of the (lambda, priority, trigger) index per priority.
-        probes = {f"due_{rank}": Exists(due.filter(priority=priority))
-                  for rank, priority in enumerate(settings.ATF_PRIORITIES)}
-        rows = (Lambda.objects.order_by("pk")
-                .annotate(quota=overrides.effective_expression("quota"), **probes)
-                .values_list("pk", "name", "gate", "gate_until", "quota", *probes))
         return [
             _LambdaGates(lambda_id=pk, name=name,
                          gate=gating.Gate(state=gating.GateState(state), until=until),
                          quota_per_s=quota, collections=collections[pk], has_due=any(has_due))
-            for pk, name, state, until, quota, *has_due in rows
+            for pk, name, state, until, quota, *has_due in self._lambda_gates.rows(now)
         ]
 
     def _limit(self, lam: _LambdaGates, share: int, now_s: float) -> int:
