@@ -18,52 +18,35 @@ news of a change made elsewhere:
 from __future__ import annotations
 
 import copy
-import threading
-import time
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
+from tasks_api.memory import ShortMemory
 from tasks_api.models import ApiToken
 from tasks_core.access import Scope
 from tasks_core.models import Team
 
-#: Tokens remembered at most; past that the memory starts afresh (a bound, not an LRU).
-MAX_ENTRIES = 10_000
-
-#: The clock of the memory (tests move it on).
-_now = time.monotonic
-_lock = threading.Lock()
-_rows: dict[str, tuple[float, ApiToken]] = {}
+_rows: ShortMemory[str, ApiToken] = ShortMemory()
 
 
 def get(digest: str) -> ApiToken | None:
     """A copy of the row remembered for `digest` (with its own user), or None."""
-    entry = _rows.get(digest)
-    if entry is None or entry[0] <= _now():
-        return None
-    return _copied(entry[1])
+    row = _rows.get(digest)
+    return None if row is None else _copied(row)
 
 
 def put(digest: str, row: ApiToken) -> None:
     """Remember `row` (read with its user and team) and resolve its user's teams now."""
-    ttl_s = settings.ATF_API_AUTH_CACHE_S
-    if ttl_s <= 0:
-        return
     Scope.of(row.user)  # remembered on the user object, so on every copy of it
-    with _lock:
-        if len(_rows) >= MAX_ENTRIES:
-            _rows.clear()
-        _rows[digest] = (_now() + ttl_s, row)
+    _rows.put(digest, row)
 
 
 def forget_all(*_args: Any, **_kwargs: Any) -> None:
     """Forget every token (a signal receiver too: a change of tokens, users or teams)."""
-    with _lock:
-        _rows.clear()
+    _rows.forget_all()
 
 
 def _copied(row: ApiToken) -> ApiToken:

@@ -20,11 +20,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from tasks_api import worker_serializers as shapes
+from tasks_api.memory import ShortMemory
 from tasks_api.policy import ApiPolicy
 from tasks_api.scopes import WorkerOnly, worker_team_id
 from tasks_api.views import _errors
 from tasks_core import queues, remote_workers
 from tasks_core.exceptions import LambdaNotFound
+from tasks_core.models import Worker
+
+#: Running workers by id and team, read once per ATF_API_AUTH_CACHE_S rather than per call
+#: (claim, heartbeat and finish each name their worker).
+_workers: ShortMemory[tuple[str, remote_workers.Teams], Worker] = ShortMemory()
 
 _queue_lock = threading.Lock()
 _queue: queues.QueueBackend | None = None
@@ -55,8 +61,15 @@ class WorkerView(ApiPolicy, APIView):
         assert team_id is not None, "WorkerOnly lets only worker tokens in"
         return frozenset({team_id})
 
-    def worker(self, form: shapes.WorkerIdSerializer) -> Any:
-        return remote_workers.worker(form.validated_data["worker"], self.teams())
+    def worker(self, form: shapes.WorkerIdSerializer) -> Worker:
+        """The caller's running worker named in `form` (404 otherwise). Remembered for
+        ATF_API_AUTH_CACHE_S seconds: a worker marked stopped by another process (the consumer,
+        for one not seen for ATF_WORKER_STALE_S) is refused at most that much later."""
+        key = (form.validated_data["worker"], self.teams())
+        if (row := _workers.get(key)) is None:
+            row = remote_workers.worker(*key)
+            _workers.put(key, row)
+        return row
 
 
 @extend_schema(tags=["worker"])
@@ -163,4 +176,5 @@ class StoppedView(WorkerView):
     def post(self, request: Request) -> Response:
         row = self.worker(_form(shapes.WorkerIdSerializer, request))
         remote_workers.deregister(row)
+        _workers.forget_all()
         return Response({"worker": row.worker_id})

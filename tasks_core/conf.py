@@ -110,8 +110,9 @@ ATF_PERIODIC_GRACE_S = 10.0
 
 #: Requests per token, e.g. "6000/min"; empty turns throttling off.
 ATF_API_THROTTLE_RATE = "100000/min"
-#: Seconds a server process remembers a token it checked (tasks_api.token_cache): a token
-#: revoked, or a user or membership changed, in another process takes effect within this.
+#: Seconds a server process remembers a token it checked (tasks_api.token_cache) and a remote
+#: worker it found: a token revoked, a user or membership changed, or a worker marked stopped
+#: in another process takes effect within this.
 ATF_API_AUTH_CACHE_S = 5.0
 #: Tasks per page of a list, unless the caller asks for another `page_size` (at most 1000).
 ATF_API_PAGE_SIZE = 100

@@ -10,7 +10,7 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from tasks_api import authentication, token_cache, tokens
+from tasks_api import authentication, memory, token_cache, tokens
 from tasks_api.models import ApiToken
 from tests.integration.test_api_support import Member, member
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
     """The memory's clock, moved on by the tests; nothing remembered before or after."""
     now = [1000.0]
-    monkeypatch.setattr(token_cache, "_now", lambda: now[0])
+    monkeypatch.setattr(memory, "_now", lambda: now[0])
     token_cache.forget_all()
     yield now
     token_cache.forget_all()

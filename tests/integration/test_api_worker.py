@@ -13,8 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tasks_api import memory
 from tasks_api.models import Scope
 from tasks_core import atf
 from tasks_core.models import TaskAttempt, TaskEntity, Worker
@@ -149,6 +152,28 @@ def test_a_stale_lease_is_refused_per_item_and_changes_nothing(team_a: Member,
     # And a start with a stale lease is refused too
     restarted = post(team_a.client, "start/", {"tasks": leases([stale])}).json()
     assert restarted == {"tasks": [{"id": stale["id"], "started": False}]}
+
+
+def test_a_worker_stopped_is_refused_at_once_here_and_within_the_memory_elsewhere(
+        team_a: Member, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(memory, "_now", lambda: now[0])
+    # Given a worker the API has seen
+    first = register(team_a, "host-a:1:gone")
+    assert claim(team_a, first) == []
+    # When another process marks it stopped (the consumer, for a stale worker)
+    Worker.objects.filter(worker_id=first).update(stopped_at=timezone.now())
+    # Then its calls still pass while the API remembers it, and are refused after
+    assert claim(team_a, first) == []
+    now[0] += settings.ATF_API_AUTH_CACHE_S + 0.1
+    assert post(team_a.client, "claim/", {"worker": first, "max": 1, "wait_s": 0}
+                ).status_code == 404
+    # And a worker stopped through the API is refused at once
+    second = register(team_a, "host-a:1:bye")
+    assert claim(team_a, second) == []
+    assert post(team_a.client, "stopped/", {"worker": second}).status_code == 200
+    assert post(team_a.client, "claim/", {"worker": second, "max": 1, "wait_s": 0}
+                ).status_code == 404
 
 
 def test_a_start_retried_after_a_lost_answer_is_started_again(team_a: Member,
