@@ -1,0 +1,77 @@
+"""The worker API's plain-item shortcut answers exactly as its serializers, or not at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tasks_api import worker_serializers as shapes
+
+ERROR = {"type": "Boom", "message": " it broke\n", "traceback": "Traceback ...\n"}
+
+#: Results a worker sends; the shortcut must take the first ones, and may leave the others.
+PLAIN_RESULTS: list[dict[str, Any]] = [
+    {"id": 1, "lease": 0, "outcome": "success"},
+    {"id": 2, "lease": 7, "outcome": "success", "result": None, "error": None,
+     "delay_s": None, "started_at": None},
+    {"id": 3, "lease": 7, "outcome": "success", "result": {"a": [1, "x", {"b": None}]},
+     "started_at": "2026-11-23T02:00:00.123456+00:00"},
+    {"id": 4, "lease": 7, "outcome": "retry", "error": ERROR, "delay_s": 2,
+     "started_at": "2026-11-23T03:00:00+02:00"},
+    {"id": 5, "lease": 7, "outcome": "fatal", "error": ERROR, "result": "text"},
+    {"id": 2**63 - 1, "lease": 2**63 - 1, "outcome": "success", "delay_s": 0.5},
+]
+OTHER_RESULTS: list[Any] = [
+    {"id": 0, "lease": 7, "outcome": "success"},
+    {"id": True, "lease": 7, "outcome": "success"},
+    {"id": "5", "lease": 7, "outcome": "success"},
+    {"id": 1, "lease": -1, "outcome": "success"},
+    {"id": 1, "lease": 7, "outcome": "maybe"},
+    {"id": 1, "lease": 7, "outcome": "success", "extra": 1},
+    {"id": 1, "lease": 7, "outcome": "success", "result": "nul\x00"},
+    {"id": 1, "lease": 7, "outcome": "success", "result": {"\ud800": 1}},
+    {"id": 1, "lease": 7, "outcome": "retry", "error": {**ERROR, "type": " Boom "}},
+    {"id": 1, "lease": 7, "outcome": "retry", "error": {"type": "Boom"}},
+    {"id": 1, "lease": 7, "outcome": "retry", "delay_s": -1},
+    {"id": 1, "lease": 7, "outcome": "retry", "delay_s": "2"},
+    {"id": 1, "lease": 7, "outcome": "success", "started_at": "yesterday"},
+    {"id": 1, "lease": 7, "outcome": "success", "started_at": ""},
+    [1, 7], None,
+]
+
+
+def slow(serializer_class: type, item: Any) -> Any:
+    form = serializer_class(data=item)
+    return form.validated_data if form.is_valid() else None
+
+
+@pytest.mark.parametrize("item", PLAIN_RESULTS)
+def test_a_plain_result_is_taken_as_the_serializer_takes_it(item: dict[str, Any]) -> None:
+    taken = shapes._plain_result(item)
+    assert taken is not None
+    assert taken == slow(shapes.ResultSerializer, item)
+
+
+@pytest.mark.parametrize("item", OTHER_RESULTS)
+def test_any_other_result_is_left_to_the_serializer(item: Any) -> None:
+    assert shapes._plain_result(item) is None
+
+
+def test_leases() -> None:
+    for item in [{"id": 1, "lease": 0}, {"id": 2**63 - 1, "lease": 5}]:
+        assert shapes._plain_lease(item) == slow(shapes.LeaseSerializer, item)
+    for item in [{"id": 0, "lease": 0}, {"id": 1}, {"id": 1, "lease": 1, "x": 1},
+                 {"id": 1.0, "lease": 1}, {"id": 1, "lease": False}, "1"]:
+        assert shapes._plain_lease(item) is None
+
+
+def test_a_list_with_one_item_not_plain_gets_the_usual_errors() -> None:
+    body = {"worker": "h:1:x", "results": [PLAIN_RESULTS[0], {**PLAIN_RESULTS[1], "lease": -1}]}
+    form = shapes.FinishSerializer(data=body)
+    assert not form.is_valid()
+    assert form.errors == {"results": {1: {"lease": [
+        "Ensure this value is greater than or equal to 0."]}}}
+    plain = shapes.FinishSerializer(data={**body, "results": PLAIN_RESULTS})
+    assert plain.is_valid(), plain.errors
+    assert [e.task_id for e in plain.endings()] == [item["id"] for item in PLAIN_RESULTS]
