@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
-from tasks_api.serializers import PayloadField, StrictSerializer, _renamed
+from tasks_api.serializers import PayloadField, StrictSerializer, _renamed, plain_json
 from tasks_core import limits, scheduling
 from tasks_core.models import TaskAttempt
 from tasks_core.remote_workers import Ending
@@ -195,28 +195,7 @@ class ResultSerializer(LeaseSerializer):
 
 _RESULT_KEYS = frozenset({"id", "lease", "outcome", "result", "error", "delay_s",
                           "started_at"})
-#: JSON nested deeper than this is left to PayloadField, which knows what is too deep.
-_PLAIN_DEPTH = 100
 _STARTED_AT = serializers.DateTimeField(allow_null=True)
-
-
-def _plain_json(value: Any) -> bool:
-    """JSON the store can hold (no NUL, no lone surrogate), and not deeply nested."""
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, str):
-            if limits.bad_text(item):
-                return False
-        elif isinstance(item, dict | list):
-            if depth > _PLAIN_DEPTH:
-                return False
-            if isinstance(item, dict):
-                if any(limits.bad_text(key) for key in item):
-                    return False
-                item = item.values()
-            pending.extend((child, depth + 1) for child in item)
-    return True
 
 
 def _plain_error(error: Any) -> dict[str, str] | None:
@@ -240,7 +219,7 @@ def _plain_result(item: Any) -> dict[str, Any] | None:
     error, delay_s = item.get("error"), item.get("delay_s")
     if lease is None or type(outcome) is not str or outcome not in _OUTCOMES:
         return None
-    if not _plain_json(result):
+    if not plain_json(result):
         return None
     if error is not None and (error := _plain_error(error)) is None:
         return None

@@ -1,4 +1,5 @@
-"""The worker API's plain-item shortcut answers exactly as its serializers, or not at all."""
+"""The plain-item shortcuts (the batch endpoint, the worker API) answer exactly as their
+serializers, or not at all."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tasks_api import serializers
 from tasks_api import worker_serializers as shapes
 
 ERROR = {"type": "Boom", "message": " it broke\n", "traceback": "Traceback ...\n"}
@@ -75,3 +77,44 @@ def test_a_list_with_one_item_not_plain_gets_the_usual_errors() -> None:
     plain = shapes.FinishSerializer(data={**body, "results": PLAIN_RESULTS})
     assert plain.is_valid(), plain.errors
     assert [e.task_id for e in plain.endings()] == [item["id"] for item in PLAIN_RESULTS]
+
+
+PLAIN_CALLS: list[dict[str, Any]] = [
+    {"lambda": "a.b"},
+    {"lambda": "a.b", "payload": {"n": [1, 2.5, None, True, "x"]}},
+    {"lambda": "a.b", "payload": None, "collection": "monthly", "priority": "high",
+     "idempotency_key": "order-7"},
+]
+OTHER_CALLS: list[Any] = [
+    {"payload": {}},
+    {"lambda": ""},
+    {"lambda": " a.b"},
+    {"lambda": 5},
+    {"lambda": "a" * 10_000},
+    {"lambda": "a.b", "delay": 5},
+    {"lambda": "a.b", "oops": 1},
+    {"lambda": "a.b", "collection": "nul\x00"},
+    {"lambda": "a.b", "payload": "nul\x00"},
+    "a.b", None,
+]
+
+
+@pytest.mark.parametrize("item", PLAIN_CALLS)
+def test_a_plain_batch_item_is_taken_as_the_serializer_takes_it(item: dict[str, Any]) -> None:
+    taken = serializers._plain_call(item)
+    assert taken is not None
+    assert taken == slow(serializers.ScheduleTaskSerializer, item)
+
+
+@pytest.mark.parametrize("item", OTHER_CALLS)
+def test_any_other_batch_item_is_left_to_the_serializer(item: Any) -> None:
+    assert serializers._plain_call(item) is None
+
+
+def test_a_batch_with_one_item_not_plain_is_validated_item_by_item() -> None:
+    calls = [*PLAIN_CALLS, {"lambda": "a.b", "delay": 5}]
+    form = serializers.ScheduleBatchSerializer(data={"tasks": calls})
+    assert form.is_valid(), form.errors
+    assert form.validated_data["tasks"] == [
+        slow(serializers.ScheduleTaskSerializer, call) for call in calls]
+    assert form.validated_data["tasks"][-1]["delay"] == 5.0
