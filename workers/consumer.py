@@ -1,6 +1,7 @@
 """The store consumer: turns due assoc rows into queue messages, and brings back lost tasks.
 
-One pass visits every lambda in turn (round-robin, starting one further each pass) and takes
+One pass visits every lambda in turn (round-robin, starting one further each pass, lambdas
+the last pass left due rows of after the others) and takes
 at most a fair share of the batch and what the lambda's quota allows, so a lambda with a
 million due tasks does not delay another lambda's next task. Between passes it sleeps until
 the next trigger is due, a wake-up arrives, or the poll interval ends, whichever is first.
@@ -113,6 +114,14 @@ def _lambda_gates_query() -> QuerySet:
             .values_list("pk", "name", "gate", "gate_until", "quota", *probes))
 
 
+def _short_first(lambdas: list[_LambdaGates], backlogged: set[int]) -> list[_LambdaGates]:
+    """The pass's order: lambdas the last pass emptied first, then those it left due rows of
+    (each group in its round-robin order). A lambda with a few new tasks then waits for no
+    backlogged lambda's batch in this pass, and a backlogged one still gets its share."""
+    return ([lam for lam in lambdas if lam.lambda_id not in backlogged]
+            + [lam for lam in lambdas if lam.lambda_id in backlogged])
+
+
 class Consumer:
     """The consumer's loop; `run_pass()` is one pass, for tests and for `run()`."""
 
@@ -127,6 +136,7 @@ class Consumer:
         self.wake = threading.Event()
         self._buckets: dict[int, TokenBucket] = {}
         self._turn = 0
+        self._backlogged: set[int] = set()  #: lambdas the last pass left due rows of
         self._housekept_s = 0.0
         self._materialised_s = 0.0
         self._paused: list[int] = []  #: lambdas whose gate the last pass found paused
@@ -176,7 +186,8 @@ class Consumer:
         self._turn = (self._turn + 1) % len(lambdas)
         share = max(1, self.batch_size // len(lambdas))
         now_s = now.timestamp()
-        for lam in lambdas[self._turn:] + lambdas[: self._turn]:
+        backlogged, self._backlogged = self._backlogged, set()
+        for lam in _short_first(lambdas[self._turn:] + lambdas[: self._turn], backlogged):
             limit = self._limit(lam, share, now_s)
             if limit <= 0:
                 continue
@@ -196,7 +207,9 @@ class Consumer:
             handled = len(batch.messages) + batch.dropped + batch.dead
             if lam.lambda_id in self._buckets:
                 self._buckets[lam.lambda_id].spend(handled)
-            summary.busy |= handled >= limit
+            if handled >= limit:
+                summary.busy = True
+                self._backlogged.add(lam.lambda_id)
             summary.add(done)
             if handled:
                 logger.debug("%s: enqueued %d, re-enqueued %s, dropped %d, dead %d", lam.name,

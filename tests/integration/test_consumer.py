@@ -448,3 +448,29 @@ def test_a_consumer_leaves_a_lambda_alone_while_another_consumer_enqueues_it(
     # Then once the other's turn is over it takes the lambda's tasks
     assert consumer.run_pass().enqueued == 3
     assert sorted(task_id for _p, task_id in drain(queue, "demo.noop")) == [t.pk for t in tasks]
+
+
+def test_a_lambda_with_a_few_new_tasks_goes_before_a_backlogged_one(
+        consumer: Consumer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a lambda with more due tasks than its share of a pass (500 / 2), and another
+    # with one due task
+    scheduling.schedule_many([{"lambda": "demo.noop"}] * 1000)
+    atf.schedule("demo.record", {"key": "demo:x"})
+    served: list[str] = []
+    enqueue_due = store.enqueue_due
+
+    def recording(lambda_id: int, **kwargs: object) -> store.DueBatch:
+        served.append(Lambda.objects.get(pk=lambda_id).name)
+        return enqueue_due(lambda_id, **kwargs)
+
+    monkeypatch.setattr(store, "enqueue_due", recording)
+    consumer.run_pass()  # the first pass: whichever its turn names first
+    for _ in range(2):  # both turns of the round-robin
+        # When the other lambda gets a new task while the first is still backlogged
+        atf.schedule("demo.record", {"key": "demo:x"})
+        served.clear()
+        consumer.run_pass()
+        # Then the pass serves it first, and the backlogged one still gets its share
+        assert served == ["demo.record", "demo.noop"]
+    assert TaskEntity.objects.filter(status="enqueued", lambda_ref__name="demo.noop").count() \
+        == 3 * 250
