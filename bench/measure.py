@@ -205,6 +205,16 @@ def drain(target: Target, plan: Plan) -> dict[str, float]:
     return {"drain": drain_with(target, plan, fleet), **_rss(fleet)}
 
 
+def drain_one_process(target: Target, plan: Plan) -> dict[str, float]:
+    """The drain again, the consumer a thread of the worker process (`runworker
+    --with-consumer`, ATF only): the smallest deployment, and its memory."""
+    if not hasattr(target.driver, "one_process_commands"):
+        return {}
+    fleet = Fleet(target.name, target.driver.one_process_commands(target.env))
+    return {"drain_one_process": drain_with(target, plan, fleet),
+            "rss_one_process": fleet.peak_total / MB}
+
+
 def _api(target: Target) -> tuple[Fleet, str, str]:
     """The API for remote workers (not yet started), its URL, and a worker token."""
     token = run_once(target.driver.worker_token_command(target.env)).strip().splitlines()[-1]
@@ -368,5 +378,6 @@ def rest(target: Target, plan: Plan) -> dict[str, float]:
 
 
 #: Measurements in the order they run; each interleaves the systems within a repetition.
-MEASUREMENTS = (enqueue_single, enqueue_in_transaction, enqueue_bulk, rest, drain, drain_remote,
-                connections, latency, isolation, isolation_per_lambda)
+MEASUREMENTS = (enqueue_single, enqueue_in_transaction, enqueue_bulk, rest, drain,
+                drain_one_process, drain_remote, connections, latency, isolation,
+                isolation_per_lambda)

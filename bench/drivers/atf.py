@@ -51,6 +51,11 @@ def worker_commands(env: Env) -> list[Command]:
             _manage(env, "worker", "runworker", "--threads", "64")]
 
 
+def one_process_commands(env: Env) -> list[Command]:
+    """The consumer as a thread of the one worker process (`runworker --with-consumer`)."""
+    return [_manage(env, "worker", "runworker", "--threads", "64", "--with-consumer")]
+
+
 def per_lambda_commands(env: Env) -> list[Command]:
     """The isolation run's deployment: its own worker process for each lambda."""
     return [_manage(env, "consumer", "runconsumer"),
