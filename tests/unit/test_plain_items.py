@@ -48,26 +48,6 @@ def slow(serializer_class: type, item: Any) -> Any:
     return form.validated_data if form.is_valid() else None
 
 
-@pytest.mark.parametrize("item", PLAIN_RESULTS)
-def test_a_plain_result_is_taken_as_the_serializer_takes_it(item: dict[str, Any]) -> None:
-    taken = shapes._plain_result(item)
-    assert taken is not None
-    assert taken == slow(shapes.ResultSerializer, item)
-
-
-@pytest.mark.parametrize("item", OTHER_RESULTS)
-def test_any_other_result_is_left_to_the_serializer(item: Any) -> None:
-    assert shapes._plain_result(item) is None
-
-
-def test_leases() -> None:
-    for item in [{"id": 1, "lease": 0}, {"id": 2**63 - 1, "lease": 5}]:
-        assert shapes._plain_lease(item) == slow(shapes.LeaseSerializer, item)
-    for item in [{"id": 0, "lease": 0}, {"id": 1}, {"id": 1, "lease": 1, "x": 1},
-                 {"id": 1.0, "lease": 1}, {"id": 1, "lease": False}, "1"]:
-        assert shapes._plain_lease(item) is None
-
-
 def test_a_list_with_one_item_not_plain_gets_the_usual_errors() -> None:
     body = {"worker": "h:1:x", "results": [PLAIN_RESULTS[0], {**PLAIN_RESULTS[1], "lease": -1}]}
     form = shapes.FinishSerializer(data=body)
@@ -99,18 +79,6 @@ OTHER_CALLS: list[Any] = [
 ]
 
 
-@pytest.mark.parametrize("item", PLAIN_CALLS)
-def test_a_plain_batch_item_is_taken_as_the_serializer_takes_it(item: dict[str, Any]) -> None:
-    taken = serializers._plain_call(item)
-    assert taken is not None
-    assert taken == slow(serializers.ScheduleTaskSerializer, item)
-
-
-@pytest.mark.parametrize("item", OTHER_CALLS)
-def test_any_other_batch_item_is_left_to_the_serializer(item: Any) -> None:
-    assert serializers._plain_call(item) is None
-
-
 def test_a_batch_with_one_item_not_plain_is_validated_item_by_item() -> None:
     calls = [*PLAIN_CALLS, {"lambda": "a.b", "delay": 5}]
     form = serializers.ScheduleBatchSerializer(data={"tasks": calls})
@@ -118,3 +86,32 @@ def test_a_batch_with_one_item_not_plain_is_validated_item_by_item() -> None:
     assert form.validated_data["tasks"] == [
         slow(serializers.ScheduleTaskSerializer, call) for call in calls]
     assert form.validated_data["tasks"][-1]["delay"] == 5.0
+
+
+PLAIN_LEASES: list[Any] = [{"id": 1, "lease": 0}, {"id": 2**63 - 1, "lease": 5}]
+OTHER_LEASES: list[Any] = [{"id": 0, "lease": 0}, {"id": 1}, {"id": 1, "lease": 1, "x": 1},
+                           {"id": 1.0, "lease": 1}, {"id": 1, "lease": False}, "1"]
+#: Each shortcut and the serializer whose answer it gives.
+SHORTCUTS = {"result": (shapes._plain_result, shapes.ResultSerializer),
+             "lease": (shapes._plain_lease, shapes.LeaseSerializer),
+             "call": (serializers._plain_call, serializers.ScheduleTaskSerializer)}
+
+
+def cases(**items: list[Any]) -> list[tuple[str, Any]]:
+    return [(kind, item) for kind, listed in items.items() for item in listed]
+
+
+@pytest.mark.parametrize(("kind", "item"), cases(
+    result=PLAIN_RESULTS, lease=PLAIN_LEASES, call=PLAIN_CALLS))
+def test_a_plain_item_is_taken_as_its_serializer_takes_it(kind: str, item: Any) -> None:
+    plain, serializer_class = SHORTCUTS[kind]
+    taken = plain(item)
+    assert taken is not None
+    assert taken == slow(serializer_class, item)
+
+
+@pytest.mark.parametrize(("kind", "item"), cases(
+    result=OTHER_RESULTS, lease=OTHER_LEASES, call=OTHER_CALLS))
+def test_any_other_item_is_left_to_its_serializer(kind: str, item: Any) -> None:
+    plain, _serializer_class = SHORTCUTS[kind]
+    assert plain(item) is None
