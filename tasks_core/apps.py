@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+from importlib import import_module
 from types import ModuleType
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
 from tasks_core import conf
+
+#: The module of the django-tasks backend, which registers the lambda its tasks run as.
+DJANGO_TASKS_BRIDGE = "tasks_core.contrib.django_tasks"
 
 
 def _sync_lambdas(sender: AppConfig, **kwargs: object) -> None:
@@ -41,4 +46,9 @@ class TasksCoreConfig(AppConfig):
         directory.on_unknown(lambda_sync.sync_if_registered)
         # Lambdas live in `lambdas.py` modules of installed apps, found like `admin.py`.
         autodiscover_modules("lambdas")
+        # The django-tasks bridge's lambda, wherever the project uses the bridge as a backend
+        # (Django's own checks load the backends, but workers run only some of the checks).
+        if any(str(backend.get("BACKEND", "")).startswith(f"{DJANGO_TASKS_BRIDGE}.")
+               for backend in getattr(settings, "TASKS", {}).values()):
+            import_module(DJANGO_TASKS_BRIDGE)
         post_migrate.connect(_sync_lambdas, sender=self)
