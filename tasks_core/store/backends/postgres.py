@@ -152,8 +152,10 @@ WITH bumped AS (
 ), kept AS (
     UPDATE {entity} SET enqueued_at = %(now)s WHERE id = ANY(%(keep)s::bigint[])
 )
+-- One array (bump || keep), so that the plan is a primary-key probe per row: with OR between
+-- two arrays PostgreSQL may read a whole due index instead.
 UPDATE {assoc} SET status = %(assoc_status)s, next_trigger_at = %(trigger)s
-WHERE task_id = ANY(%(bump)s::bigint[]) OR task_id = ANY(%(keep)s::bigint[])
+WHERE task_id = ANY(%(bump)s::bigint[] || %(keep)s::bigint[])
 """)
 
 _CLAIM = _sql("""
