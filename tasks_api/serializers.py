@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -50,21 +50,20 @@ _PLAIN_DEPTH = 100
 def plain_json(value: Any) -> bool:
     """JSON the store can hold (no NUL, no lone surrogate) and not deeply nested: what the
     plain-item shortcuts take without a serializer."""
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, str):
-            if limits.bad_text(item):
-                return False
-        elif isinstance(item, dict | list):
-            if depth > _PLAIN_DEPTH:
-                return False
-            if isinstance(item, dict):
-                if any(limits.bad_text(key) for key in item):
-                    return False
-                item = item.values()
-            pending.extend((child, depth + 1) for child in item)
-    return True
+    return scheduling.shape_error(value, _PLAIN_DEPTH) is None
+
+
+def plain_items(data: Any, plain: Callable[[Any], dict[str, Any] | None]) -> list | None:
+    """`data`'s items as `plain` gives them, if it is a list whose every item is plainly valid
+    (`plain` answers None for one that is not); else None, and a serializer checks the list."""
+    if not isinstance(data, list):
+        return None
+    items = []
+    for item in data:
+        if (valid := plain(item)) is None:
+            return None
+        items.append(valid)
+    return items
 
 
 class StrictSerializer(serializers.Serializer):
@@ -275,14 +274,8 @@ class PlainScheduleList(serializers.ListSerializer):
     with the usual errors."""
 
     def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, list) and data:
-            items = []
-            for item in data:
-                if (valid := _plain_call(item)) is None:
-                    break
-                items.append(valid)
-            else:
-                return items
+        if data and (items := plain_items(data, _plain_call)) is not None:
+            return items
         return super().to_internal_value(data)
 
 

@@ -9,7 +9,13 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
-from tasks_api.serializers import PayloadField, StrictSerializer, _renamed, plain_json
+from tasks_api.serializers import (
+    PayloadField,
+    StrictSerializer,
+    _renamed,
+    plain_items,
+    plain_json,
+)
 from tasks_core import limits, scheduling
 from tasks_core.models import TaskAttempt
 from tasks_core.remote_workers import Ending
@@ -22,8 +28,6 @@ _MAX_ID = 2**63 - 1
 #: What a worker may report of an attempt.
 _OUTCOMES = [o.value for o in (
     TaskAttempt.Outcome.SUCCESS, TaskAttempt.Outcome.FATAL, TaskAttempt.Outcome.RETRY)]
-#: Longest retry delay a result may ask for.
-_MAX_DELAY_S = 10 * 365 * 86400.0
 _NAME = r"^[A-Za-z0-9_.:@/-]+$"
 
 
@@ -81,14 +85,8 @@ class PlainItemsListField(serializers.ListField):
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, list):
-            items = []
-            for item in data:
-                if (valid := self.plain(item)) is None:
-                    break
-                items.append(valid)
-            else:
-                return items
+        if (items := plain_items(data, self.plain)) is not None:
+            return items
         return super().to_internal_value(data)
 
 
@@ -174,7 +172,7 @@ class ResultSerializer(LeaseSerializer):
     result = PayloadField(required=False, allow_null=True, default=None)
     error = ErrorSerializer(required=False, allow_null=True, default=None)
     delay_s = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0,
-                                     max_value=_MAX_DELAY_S)
+                                     max_value=limits.MAX_DELAY_S)
     started_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
     def validate_result(self, value: Any) -> Any:
@@ -225,7 +223,7 @@ def _plain_result(item: Any) -> dict[str, Any] | None:
         return None
     if delay_s is not None:
         if (type(delay_s) not in (int, float) or not math.isfinite(delay_s)
-                or not 0 <= delay_s <= _MAX_DELAY_S):
+                or not 0 <= delay_s <= limits.MAX_DELAY_S):
             return None
         delay_s = float(delay_s)
     try:

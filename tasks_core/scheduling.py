@@ -42,7 +42,7 @@ class Call:
 BAD_TEXT = "Strings may not contain NUL (\\u0000) characters or lone surrogates."
 
 
-def _shape_error(value: Any, depth_limit: int) -> str | None:
+def shape_error(value: Any, depth_limit: int) -> str | None:
     """What makes a payload unstorable before it is even serialised: objects and arrays nested
     deeper than `depth_limit`, or text the database cannot hold. Found without recursion."""
     stack = [(value, 1)]
@@ -71,7 +71,7 @@ def _payload_errors(payload: Any) -> list[str]:
     # Checked first and without recursion: storing a payload nested near Python's recursion
     # limit would fail deep inside the database driver instead of here, and PostgreSQL
     # refuses a NUL in JSON text only when the row is written.
-    if problem := _shape_error(payload, settings.ATF_MAX_PAYLOAD_DEPTH):
+    if problem := shape_error(payload, settings.ATF_MAX_PAYLOAD_DEPTH):
         return [problem]
     try:
         text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
@@ -163,12 +163,9 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
 
 
 def _wake_on_commit(entities: Sequence[TaskEntity], now: datetime) -> None:
-    """Wake the consumers once the caller commits, if a task is due now: one wake-up a
-    transaction, however many tasks it schedules."""
-    if not any(entity.status == "new" and entity.run_at <= now for entity in entities):
-        return
-    hooks = transaction.get_connection().run_on_commit  # (savepoint ids, hook, robust) each
-    if not any(hook is wakeup.notify for _savepoints, hook, _robust in hooks):
+    """Wake the consumers once the caller commits, if a task is due now (the wake-ups of a
+    transaction's many tasks become one publish: tasks_core.wakeup)."""
+    if any(entity.status == "new" and entity.run_at <= now for entity in entities):
         transaction.on_commit(wakeup.notify)
 
 
