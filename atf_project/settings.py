@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+import django
 
 from tasks_api import defaults as api_defaults
 from tasks_core import conf
@@ -107,7 +108,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "django_tasks",
+    # Django 6 has the tasks framework built in; on 5.2 the django-tasks backport provides it.
+    *(["django_tasks"] if django.VERSION < (6, 0) else []),
     "tasks_core",
     "tasks_api",
     "tasks_console",

@@ -46,9 +46,11 @@ class TasksCoreConfig(AppConfig):
         directory.on_unknown(lambda_sync.sync_if_registered)
         # Lambdas live in `lambdas.py` modules of installed apps, found like `admin.py`.
         autodiscover_modules("lambdas")
-        # The django-tasks bridge's lambda, wherever the project uses the bridge as a backend
-        # (Django's own checks load the backends, but workers run only some of the checks).
+        # The Django tasks backend's lambdas, wherever the project uses it as a backend: the
+        # shared `django_tasks.run` and those of `@task(lambda_name=...)` functions, found in
+        # the apps' `tasks` modules (Django's own checks load the backends, but workers run
+        # only some of the checks). It imports `django.tasks` on Django 6, the backport on 5.2.
         if any(str(backend.get("BACKEND", "")).startswith(f"{DJANGO_TASKS_BRIDGE}.")
                for backend in getattr(settings, "TASKS", {}).values()):
-            import_module(DJANGO_TASKS_BRIDGE)
+            import_module(DJANGO_TASKS_BRIDGE).discover()
         post_migrate.connect(_sync_lambdas, sender=self)

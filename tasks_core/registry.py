@@ -41,6 +41,9 @@ class RegisteredLambda:
         self.name = name
         self.func = func
         self.options = options
+        #: True when the lambda logs a failure that ends its task itself (the Django tasks
+        #: backend does, through Django's signals): the worker then logs no second traceback.
+        self.reports_failures = False
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
 

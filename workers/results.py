@@ -6,7 +6,7 @@ import logging
 import threading
 from collections import Counter
 
-from tasks_core import store
+from tasks_core import registry, store
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,10 @@ def log_outcome(task: store.ClaimedTask, result: store.Result, status: TaskStatu
     if status is None:
         logger.warning("task %d: result refused, its lease moved on", task.task_id,
                        extra=extra)
+    elif status in (TaskStatus.DEAD, TaskStatus.FATAL_FAILURE) and _reported(task):
+        logger.info("task %d (%s) ended %s after attempt %d: %s: %s", task.task_id,
+                    task.lambda_name, status, task.attempt, error.get("type"),
+                    error.get("message"), extra=extra)
     elif status in (TaskStatus.DEAD, TaskStatus.FATAL_FAILURE):
         logger.error("task %d (%s) ended %s after attempt %d: %s: %s\n%s", task.task_id,
                      task.lambda_name, status, task.attempt, error.get("type"),
@@ -48,3 +52,9 @@ def log_outcome(task: store.ClaimedTask, result: store.Result, status: TaskStatu
                        error.get("message"), extra=extra)
     else:
         logger.debug("task %d (%s) succeeded", task.task_id, task.lambda_name, extra=extra)
+
+
+def _reported(task: store.ClaimedTask) -> bool:
+    """Whether the task's lambda logged its failure itself, traceback and all."""
+    return (task.lambda_name in registry.names()
+            and registry.get(task.lambda_name).reports_failures)

@@ -1,30 +1,33 @@
-"""A backend for the django-tasks package (the API that became `django.tasks` in Django 6.0).
+"""The ATF backend of Django's tasks framework: `django.tasks` on Django 6.0 and 6.1, the
+django-tasks backport on Django 5.2 (both through `tasks_core.contrib.tasks_compat`).
 
     TASKS = {"default": {"BACKEND": "tasks_core.contrib.django_tasks.ATFBackend"}}
 
-`@task` functions are enqueued as tasks of one ATF lambda, `django_tasks.run`, whose payload
-names the function by its import path; ATF workers run them like any other task. run_after
-maps to run_at, queue_name to the collection, and the result id is the ATF task id.
+`@task` functions are enqueued as tasks of one ATF lambda, `django_tasks.run`, or of a lambda
+of their own (`@task(lambda_name=...)`, see tasks_core.contrib.task_options); the payload names
+the function by its import path, and ATF workers run them like any other task. run_after maps
+to run_at, queue_name to the collection, and the result id is the ATF task id.
 
 A worker runs only functions it knows as tasks: those enqueued from its own process, and
 the `@task` objects of the `tasks` modules of installed apps and of the modules listed in
-OPTIONS["MODULES"], imported once at its first task. A payload's import path is only looked up
-in that registry, never imported, so no payload can make a worker import a module.
+OPTIONS["MODULES"], imported once when the app is ready. A payload's import path is only looked
+up in that registry, never imported, so no payload can make a worker import a module.
 
-Priorities: django-tasks' -100..100 map onto ATF's priority names, which order tasks strictly
+Priorities: Django's -100..100 map onto ATF's priority names, which order tasks strictly
 (high before default before low), first due first within a name. 0 is ATF_DEFAULT_PRIORITY;
 1..100 are spread evenly over the names above it, -1..-100 over those below it (with the
 default names: 1..100 -> high, -1..-100 -> low). Within a name, numeric order is not kept:
-ATF keeps one queue per <lambda, priority name>, which gives strict priority between names at
-no cost, whereas an order by number would need a sorted queue per name instead of a list.
-Deployments that need finer steps add names to ATF_PRIORITIES.
+ATF keeps one queue per <lambda, priority name>. Deployments that need finer steps add names
+to ATF_PRIORITIES (docs/lambdas.md measures what that costs).
 
 Outcomes: an exception the function raises -- SystemExit, KeyboardInterrupt and other
 BaseExceptions included -- fails the attempt with that exception's class and traceback.
 `task_finished` is sent once per task, when it has finished for good: SUCCESSFUL with its
-return value, or FAILED with all its attempts' errors; an attempt that will be retried sends
-no signal. OPTIONS: {"MAX_ATTEMPTS": n} (default 1: an exception fails the task, as with
-django-tasks' own backends; more gives ATF's retries with backoff).
+return value, or FAILED with all its attempts' errors, from inside the exception handler so
+that Django's receiver logs the failure once with its traceback; an attempt that will be
+retried sends no signal. OPTIONS: {"MAX_ATTEMPTS": n} (default 1: an exception fails the task,
+as with Django's own backends; more gives ATF's retries with backoff), which a task's own
+`max_attempts` overrides.
 """
 
 from __future__ import annotations
@@ -38,30 +41,39 @@ import threading
 import traceback
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
-from django_tasks import TaskContext, task_backends
-from django_tasks.backends.base import BaseTaskBackend
-from django_tasks.base import TASK_MAX_PRIORITY, Task, TaskError, TaskResult, TaskResultStatus
-from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
-from django_tasks.signals import task_enqueued, task_finished, task_started
-from django_tasks.utils import normalize_json
-from typing_extensions import ParamSpec
 
-from tasks_core import atf, scheduling
+from tasks_core import atf, registry, scheduling
+from tasks_core.contrib.task_options import ATFTask
+from tasks_core.contrib.task_options import check as check_options
+from tasks_core.contrib.tasks_compat import (
+    LOGGER_NAME,
+    TASK_MAX_PRIORITY,
+    BaseTaskBackend,
+    InvalidTaskError,
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 from tasks_core.exceptions import InvalidTask
 from tasks_core.models import TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-P = ParamSpec("P")
 
 #: The ATF lambda that runs django-tasks functions.
 LAMBDA_NAME = "django_tasks.run"
@@ -115,17 +127,35 @@ _discovered = False
 
 
 def remember(task: Task) -> None:
-    """Know `task` by its module path (enqueue does it; so does discovery)."""
+    """Know `task` by its module path (enqueue does it; so does discovery), and register the
+    lambda of its own that it names, if any."""
     with _known_lock:
-        _known.setdefault(task.module_path, task)
+        known = _known.setdefault(task.module_path, task)
+    if isinstance(known, ATFTask) and known.lambda_name:
+        _register_own_lambda(known)
+
+
+def forget(task: Task) -> None:
+    """Know `task` no more, nor the lambda of its own (tests that define their own)."""
+    with _known_lock:
+        _known.pop(task.module_path, None)
+    with _own_lock:
+        for name, path in list(_own_lambdas.items()):
+            if path == task.module_path:
+                del _own_lambdas[name]
+                registry.unregister(name)
 
 
 _discovery_lock = threading.Lock()
 
 
-def _discover() -> None:
+def discover() -> None:
     """Import the `tasks` modules of installed apps and the backends' OPTIONS["MODULES"] (from
-    settings, never from a payload) once, and know every @task they hold."""
+    settings, never from a payload) once, and know every @task they hold.
+
+    tasks_core's ready() calls it in every process of a project whose TASKS use this backend,
+    so the lambdas of `@task(lambda_name=...)` functions are registered (and synced) there.
+    """
     global _discovered
     with _discovery_lock:
         if _discovered:
@@ -153,10 +183,10 @@ def _task_of(payload: dict[str, Any]) -> Task:
     if not isinstance(path, str):
         raise InvalidTaskError(f"{path!r} is not a task's path")
     if path not in _known:
-        _discover()
+        discover()
     task = _known.get(path)
     if task is None:
-        raise InvalidTaskError(f"{path} is not a known django-tasks task (one this process "
+        raise InvalidTaskError(f"{path} is not a known Django task (one this process "
                                "enqueued, or one of a tasks module or OPTIONS['MODULES'])")
     run_after = payload.get("run_after")
     return task.using(priority=payload["priority"], queue_name=payload["queue_name"],
@@ -164,9 +194,55 @@ def _task_of(payload: dict[str, Any]) -> Task:
                       backend=payload["backend"])
 
 
-class ATFBackend(BaseTaskBackend):
-    """Runs django-tasks `@task` functions as ATF tasks of the lambda `django_tasks.run`."""
+def lambda_of(task: Task) -> str:
+    """The ATF lambda a task runs as: its own, or the shared `django_tasks.run`."""
+    return getattr(task, "lambda_name", None) or LAMBDA_NAME
 
+
+_own_lock = threading.Lock()
+_own_lambdas: dict[str, str] = {}  #: lambda name -> the module path of the task it runs
+
+
+def _register_own_lambda(task: ATFTask) -> None:
+    """Register the ATF lambda `task.lambda_name`, which runs only `task` (once a process)."""
+    name = str(task.lambda_name)
+    with _own_lock:
+        if _own_lambdas.get(name) == task.module_path:
+            return
+        if name in _own_lambdas or name in registry.names():
+            raise ImproperlyConfigured(f"{task.module_path}: lambda_name {name!r} is taken by "
+                                       f"{_own_lambdas.get(name, 'another lambda')}")
+        options = {key: getattr(task, key) for key in (
+            "team", "max_attempts", "heartbeat_timeout", "backoff_base", "backoff_cap", "quota",
+            "timeout")}
+        registered = atf.register(name, **options)(_OwnLambda(task.module_path))
+        registered.reports_failures = True
+        _own_lambdas[name] = task.module_path
+
+
+class _OwnLambda:
+    """The function of a `@task` function's own lambda: runs that task's payloads only."""
+
+    def __init__(self, module_path: str) -> None:
+        self.module_path = module_path
+        self.__doc__ = f"Runs the Django task {module_path}."
+
+    def __call__(self, ctx: atf.TaskContext, payload: Any) -> Any:
+        if not isinstance(payload, dict) or payload.get("task") != self.module_path:
+            raise atf.Fatal(f"this lambda runs only {self.module_path}")
+        return run(ctx, payload)
+
+
+def _bridge_lambdas() -> list[str]:
+    with _own_lock:
+        return [LAMBDA_NAME, *_own_lambdas]
+
+
+class ATFBackend(BaseTaskBackend):
+    """Runs `@task` functions as ATF tasks: of the lambda `django_tasks.run`, or of a lambda of
+    their own (`@task(lambda_name=...)`)."""
+
+    task_class = ATFTask
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
@@ -178,8 +254,12 @@ class ATFBackend(BaseTaskBackend):
         #: Modules whose @task functions a worker may run, besides apps' `tasks` modules.
         self.modules = [str(name) for name in self.options.get("MODULES", [])]
 
-    def enqueue(self, task: Task[P, T], args: P.args,  # type: ignore[valid-type]
-                kwargs: P.kwargs) -> TaskResult[T]:  # type: ignore[valid-type]
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        if isinstance(task, ATFTask):
+            check_options(task)
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Schedule the task in ATF (inside the caller's transaction, if any): one INSERT."""
         self.validate_task(task)
         remember(task)
@@ -192,14 +272,20 @@ class ATFBackend(BaseTaskBackend):
             "run_after": task.run_after.isoformat() if task.run_after else None,
             "backend": self.alias,
         }
+        options: dict[str, Any] = {
+            "collection": getattr(task, "collection", None) or task.queue_name,
+            "priority": priority_name(task.priority), "run_at": task.run_after,
+            "max_attempts": getattr(task, "max_attempts", None) or self.max_attempts,
+        }
+        for key in ("timeout", "idempotency_key"):
+            if (value := getattr(task, key, None)) is not None:
+                options[key] = value
         try:
-            entity, _created = scheduling.schedule(
-                LAMBDA_NAME, payload, collection=task.queue_name,
-                priority=priority_name(task.priority), run_at=task.run_after,
-                max_attempts=self.max_attempts,
-            )
+            entity, created = scheduling.schedule(lambda_of(task), payload, **options)
         except InvalidTask as exc:  # e.g. arguments over ATF_MAX_PAYLOAD_BYTES
             raise InvalidTaskError(str(exc)) from exc
+        if not created:  # the idempotency key named a task there was already
+            return self._result(entity, task)
         result = self._result(entity, task, attempts=[])  # a new task has no attempts yet
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -210,8 +296,10 @@ class ATFBackend(BaseTaskBackend):
             pk = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(result_id) from None
-        entity = TaskEntity.objects.filter(pk=pk, lambda_ref__name=LAMBDA_NAME).first()
-        if entity is None:
+        entity = TaskEntity.objects.filter(pk=pk).select_related("lambda_ref").first()
+        if entity is not None and entity.lambda_ref.name not in _bridge_lambdas():
+            discover()  # a task's own lambda this process has not met yet
+        if entity is None or entity.lambda_ref.name not in _bridge_lambdas():
             raise TaskResultDoesNotExist(result_id)
         try:
             task = _task_of(entity.payload)
@@ -221,6 +309,8 @@ class ATFBackend(BaseTaskBackend):
 
     def _result(self, entity: TaskEntity, task: Task,
                 attempts: list[tuple[str, datetime, Any]] | None = None) -> TaskResult:
+        """The TaskResult of a task: `worker_ids` has one entry per attempt, the running one
+        included, so `attempts` counts them."""
         status = TaskStatus(entity.status)
         if attempts is None:
             attempts = list(TaskAttempt.objects.filter(task_id=entity.pk).order_by("number")
@@ -233,7 +323,7 @@ class ATFBackend(BaseTaskBackend):
             starts.append(entity.started_at)
         elif STATUSES[status] is TaskResultStatus.FAILED and not errors and entity.last_error:
             errors.append(entity.last_error)  # cancelled, dropped: no attempt to show
-        result: TaskResult[Any] = TaskResult(
+        result: TaskResult = TaskResult(
             task=task,
             id=str(entity.pk),
             status=STATUSES[status],
@@ -269,16 +359,27 @@ def _error(exc: BaseException) -> TaskError:
                      traceback="".join(traceback.format_exception(exc)))
 
 
+def _refused(ctx: atf.TaskContext, message: str) -> atf.Fatal:
+    """The failure of a payload that names no task to run, logged where a task's would be."""
+    logging.getLogger(LOGGER_NAME).error("Task id=%s refused: %s", ctx.task_id, message)
+    return atf.Fatal(message)
+
+
 @atf.register(LAMBDA_NAME, max_attempts=1)
 def run(ctx: atf.TaskContext, payload: Any) -> Any:
-    """Run the django-tasks function that `payload` names; return its JSON return value."""
+    """Run the Django task that `payload` names; return its JSON return value.
+
+    A failure that ends the task sends `task_finished` (FAILED) from inside the exception
+    handler, so Django's own receiver logs it once, at ERROR with its traceback, on Django's
+    tasks logger; the worker then logs only a line without the traceback (`reports_failures`).
+    """
     try:
         backend = task_backends[payload["backend"]]
         task = _task_of(payload)
     except (KeyError, TypeError, InvalidTaskError, ImproperlyConfigured) as exc:
-        raise atf.Fatal(f"not a runnable django-tasks payload: {exc}") from exc
+        raise _refused(ctx, f"not a runnable Django task payload: {exc}") from exc
     if not isinstance(backend, ATFBackend):
-        raise atf.Fatal(f"backend {payload['backend']!r} is not an ATFBackend")
+        raise _refused(ctx, f"backend {payload['backend']!r} is not an ATFBackend")
     entity = TaskEntity.objects.get(pk=ctx.task_id)
     result = backend._result(entity, task)
     task_started.send(type(backend), task_result=result)
@@ -298,3 +399,6 @@ def run(ctx: atf.TaskContext, payload: Any) -> Any:
     task_finished.send(type(backend),
                        task_result=_finished(result, TaskResultStatus.SUCCESSFUL, value))
     return value
+
+
+run.reports_failures = True

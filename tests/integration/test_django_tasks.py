@@ -7,6 +7,7 @@ Tasks run as a worker runs them: the store enqueues, claims and starts them, and
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+import django
 import psycopg
 import pytest
 import redis
@@ -22,20 +24,31 @@ from asgiref.sync import async_to_sync
 from django.conf import settings as django_settings
 from django.db import transaction
 from django.utils import timezone
-from django_tasks import TaskContext, TaskResultStatus, default_task_backend, task, task_backends
-from django_tasks.base import TaskResult
-from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist, TaskResultMismatch
-from django_tasks.signals import task_finished
 
 from tasks_core import atf, store
 from tasks_core.context import TaskContext as AtfContext
 from tasks_core.contrib import django_tasks as backend_module
 from tasks_core.contrib.django_tasks import ATFBackend, priority_name
+from tasks_core.contrib.tasks_compat import (
+    LOGGER_NAME,
+    NATIVE,
+    InvalidTaskError,
+    TaskContext,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+    TaskResultStatus,
+    default_task_backend,
+    task,
+    task_backends,
+    task_finished,
+)
 from tasks_core.gating import Decision
 from tasks_core.models import Lambda, TaskEntity
 from tasks_core.states import TaskStatus
 from tests.conftest import Processes, subprocess_env, wait_for
 from workers.executor import run_lambda
+from workers.results import Tally, log_outcome
 
 pytestmark = [pytest.mark.django_db]
 
@@ -129,10 +142,11 @@ def atf_backend(settings: Any) -> None:
     settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": ["default", "reports"]}}
 
 
-def run_due(*, now: datetime | None = None, worker: str = "w1") -> list[str]:
-    """Run every due django-tasks task once, as a worker would; return the statuses reached."""
+def run_due(*, now: datetime | None = None, worker: str = "w1",
+            lambda_name: str = backend_module.LAMBDA_NAME) -> list[str]:
+    """Run every due task of the lambda once, as a worker would; return the statuses reached."""
     now = now or timezone.now() + timedelta(seconds=1)
-    lam = Lambda.objects.get(name=backend_module.LAMBDA_NAME)
+    lam = Lambda.objects.get(name=lambda_name)
     batch = store.enqueue_due(lam.pk, limit=100, now=now, skip_collections=[],
                               decide=lambda collection: Decision.ENQUEUE)
     messages = [message for _priority, message in batch.messages]
@@ -143,7 +157,9 @@ def run_due(*, now: datetime | None = None, worker: str = "w1") -> list[str]:
                          collection=claimed.collection, priority=claimed.priority,
                          lambda_name=claimed.lambda_name)
         result = run_lambda(claimed, ctx, worker=worker)
-        reached.append(str(store.finish(claimed, result, now=timezone.now())))
+        status = store.finish(claimed, result, now=timezone.now())
+        log_outcome(claimed, result, status, Tally())
+        reached.append(str(status))
     return reached
 
 
@@ -203,6 +219,130 @@ def test_get_result_of_another_task_function_is_a_mismatch() -> None:
     result = noop_task.enqueue()
     with pytest.raises(TaskResultMismatch):
         calculate_meaning_of_life.get_result(result.id)
+
+
+def test_results_signals_and_exceptions_are_the_frameworks_own() -> None:
+    # Given the tasks framework of this Django: its own on 6.x, the backport's on 5.2
+    framework = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+    base = importlib.import_module(f"{framework}.base")
+    signals = importlib.import_module(f"{framework}.signals")
+    exceptions = importlib.import_module(f"{framework}.exceptions")
+    enqueued: list[str] = []
+
+    def receive(sender: type, task_result: Any, **kwargs: Any) -> None:
+        enqueued.append(task_result.id)
+
+    signals.task_enqueued.connect(receive, dispatch_uid="tests.framework_enqueued")
+    try:
+        # When a task is enqueued
+        result = add.enqueue(1)
+    finally:
+        signals.task_enqueued.disconnect(dispatch_uid="tests.framework_enqueued")
+    # Then the task, its result and the backend are that framework's, and so are the signals
+    assert isinstance(add, base.Task) and isinstance(result, base.TaskResult)
+    backend_base = importlib.import_module(f"{framework}.backends.base")
+    assert isinstance(task_backends["default"], backend_base.BaseTaskBackend)
+    assert enqueued == [result.id]
+    # ...and its exceptions
+    with pytest.raises(exceptions.TaskResultDoesNotExist):
+        default_task_backend.get_result("123456789")
+    with pytest.raises(exceptions.InvalidTask if NATIVE else exceptions.InvalidTaskError):
+        add.using(priority=101)
+    # On Django 6 the backport is never imported, even where it is installed
+    assert NATIVE is ("django_tasks" not in sys.modules)
+
+
+# --- ATF's options on @task --------------------------------------------------------------
+
+
+@task(max_attempts=3, timeout=30, collection="receipts")
+def with_options(n: int) -> int:
+    return n
+
+
+@task(lambda_name="tests.own_lambda_task", backoff_base=0, quota=50, max_attempts=2)
+def in_its_own_lambda(n: int) -> int:
+    if n < 0:
+        raise ValueError("negative")
+    return n * 2
+
+
+def test_task_options_become_the_atf_tasks_options() -> None:
+    result = with_options.enqueue(1)
+    entity = TaskEntity.objects.get(pk=int(result.id))
+    assert (entity.lambda_ref.name, entity.max_attempts, entity.collection) == (
+        "django_tasks.run", 3, "receipts")
+    assert entity.timeout_s == 30
+
+
+def test_an_unknown_task_option_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(TypeError, match=r"unknown option\(s\) max_atempts; .*max_attempts"):
+        task(max_atempts=3)(noop_task.func)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"backoff_cap": 60}, "backoff_cap need the task to run as a lambda of its own"),
+    ({"max_attempts": 0}, "max_attempts must be a whole number of at least 1"),
+    ({"timeout": -1}, "timeout must be a number above 0"),
+])
+def test_bad_task_options_are_invalid(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidTaskError, match=message):
+        task(**options)(noop_task.func)
+
+
+def test_an_idempotency_key_given_at_enqueue_returns_the_first_task(
+        finished_signals: list) -> None:
+    first = add.using(idempotency_key="order-7").enqueue(1)
+    again = add.using(idempotency_key="order-7").enqueue(1)
+    assert again.id == first.id
+    assert TaskEntity.objects.get(pk=int(first.id)).idempotency_key == "order-7"
+    assert TaskEntity.objects.count() == 1
+
+
+@pytest.fixture
+def own_lambda() -> Iterator[str]:
+    """The lambda of `in_its_own_lambda`, forgotten again afterwards (other tests count the
+    registered lambdas)."""
+    yield "tests.own_lambda_task"
+    backend_module.forget(in_its_own_lambda)
+
+
+def test_a_task_with_a_lambda_name_runs_as_a_lambda_of_its_own(own_lambda: str) -> None:
+    # Given a @task function with a lambda of its own, enqueued twice
+    good, bad = in_its_own_lambda.enqueue(21), in_its_own_lambda.enqueue(-1)
+    # Then its tasks belong to that lambda, which has the task's lambda options
+    lam = Lambda.objects.get(name=own_lambda)
+    assert (lam.quota_per_s, lam.max_attempts, lam.backoff_base_s) == (50, 2, 0)
+    assert set(TaskEntity.objects.values_list("lambda_ref__name", flat=True)) == {lam.name}
+    # When a worker runs that lambda's due tasks (twice: the failing one has two attempts)
+    assert sorted(run_due(lambda_name=lam.name)) == ["retrying", "success"]
+    assert run_due(lambda_name=lam.name, now=timezone.now() + timedelta(hours=1)) == ["dead"]
+    # Then the results come back through the backend, one worker id per attempt
+    good.refresh()
+    bad.refresh()
+    assert (good.status, good.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+    assert (bad.status, bad.attempts, bad.worker_ids) == (TaskResultStatus.FAILED, 2,
+                                                          ["w1", "w1"])
+
+
+def test_a_task_failure_is_logged_once_with_its_traceback_on_djangos_logger(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Given a task that raises
+    result = failing_task_own_error.enqueue()
+    # When a worker runs it
+    with caplog.at_level(logging.DEBUG), caplog.at_level(logging.DEBUG, logger="workers"):
+        assert run_due() == ["dead"]
+    # Then one record has its traceback, at ERROR on the logger Django's tasks framework uses
+    with_traceback = [record for record in caplog.records
+                      if record.exc_info or "Traceback (most recent call last)" in
+                      record.getMessage()]
+    assert [(record.name, record.levelname) for record in with_traceback] == [
+        (LOGGER_NAME, "ERROR")]
+    assert with_traceback[0].exc_info[0] is TaskBroke
+    assert result.id in with_traceback[0].getMessage()
+    # ...and ATF's worker logs the outcome in a line without it, below ERROR
+    assert [record.levelname for record in caplog.records
+            if record.name == "workers.results"] == ["INFO"]
 
 
 # --- priority, run_after, queue_name -----------------------------------------------------
@@ -342,7 +482,7 @@ def test_a_payload_naming_a_module_imports_nothing() -> None:
     # When a worker runs it, Then it fails for good and the module was never imported
     assert run_due() == ["fatal_failure"]
     assert module not in sys.modules
-    assert "not a known django-tasks task" in TaskEntity.objects.get(pk=bad.pk).last_error[
+    assert "not a known Django task" in TaskEntity.objects.get(pk=bad.pk).last_error[
         "message"]
 
 
@@ -418,10 +558,10 @@ def test_statuses_map_to_django_tasks_statuses() -> None:
 
 
 def test_enqueue_and_run_are_logged(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="django_tasks"):
+    with caplog.at_level(logging.DEBUG, logger=LOGGER_NAME):
         result = noop_task.enqueue()
         run_due()
-    lines = [r.getMessage() for r in caplog.records if r.name == "django_tasks"]
+    lines = [r.getMessage() for r in caplog.records if r.name == LOGGER_NAME]
     assert any("enqueued" in line and result.id in line for line in lines)
     assert any("state=RUNNING" in line for line in lines)
     assert any("state=SUCCESSFUL" in line for line in lines)
