@@ -19,6 +19,8 @@ ENQUEUE = {"atf": 800, "celery": 2000, "rq": 2100, "dramatiq": 4000, "huey": 580
 BULK = {"atf": 8000, "rq": 9000, "procrastinate": 8000}
 DRAIN = {"atf": 1300, "celery": 900, "rq": 100, "dramatiq": 3700, "huey": 1600,
          "procrastinate": 520, "djtasks": 80}
+#: Systems whose tasks live in PostgreSQL (the store-cost measurement runs only those).
+POSTGRES_STORES = {"atf", "procrastinate", "djtasks"}
 #: Systems that started none of lambda B's tasks behind lambda A's backlog last time.
 STARVED_IN_ISOLATION = {"rq", "djtasks"}
 #: Seconds to start, warm up and stop one system's processes.
@@ -83,6 +85,9 @@ PER_SYSTEM: dict[str, Estimator] = {
     "scale_curve": _atf_only(lambda plan, s: _drain_s(plan, s) * len(plan.scale_workers)
                              * len(plan.scale_consumers)),
     "store_size": _atf_only(_store_size_s),
+    "store_cost_per_task": lambda plan, system: (
+        plan.cost_n / ENQUEUE[system] + plan.cost_n / DRAIN[system] + 2 * FLEET_S
+        if system in POSTGRES_STORES else 0.0),
 }
 
 

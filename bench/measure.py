@@ -14,7 +14,7 @@ from types import ModuleType
 
 import redis
 
-from bench import services, stats
+from bench import services, stats, store_cost
 from bench.drivers.base import ATF_PYTHON, PEERS_PYTHON, ROOT, Env
 from bench.procs import Fleet, run_once
 
@@ -66,6 +66,8 @@ class Plan:
     limit_inserts: int = 5_000
     limit_updated_rows: int = 50_000
     limit_round_trips: int = 10_000
+    #: The store's cost of one task: tasks enqueued one call each, then drained.
+    cost_n: int = 10_000
 
 
 @dataclass(kw_only=True)
@@ -377,7 +379,12 @@ def rest(target: Target, plan: Plan) -> dict[str, float]:
             "rest_batch": batches * REST_BATCH / batch_s}
 
 
+def store_cost_per_task(target: Target, plan: Plan) -> dict[str, float]:
+    """What one task costs the PostgreSQL server (systems whose store is PostgreSQL)."""
+    return store_cost.measure(target, plan.cost_n, timeout_s=plan.drain_timeout_s)
+
+
 #: Measurements in the order they run; each interleaves the systems within a repetition.
 MEASUREMENTS = (enqueue_single, enqueue_in_transaction, enqueue_bulk, rest, drain,
                 drain_one_process, drain_remote, connections, latency, isolation,
-                isolation_per_lambda)
+                isolation_per_lambda, store_cost_per_task)

@@ -291,6 +291,79 @@ def store_table(summaries: Summaries) -> str:
     return "\n".join(lines)
 
 
+#: The store-cost counters (per task): key suffix, label, digits shown.
+COST_COUNTERS = (("statements", "statements", 2), ("commits", "commits", 2),
+                 ("rows_inserted", "rows inserted", 2), ("rows_updated", "rows updated", 2),
+                 ("rows_hot", "of which HOT (no index touched)", 2),
+                 ("rows_deleted", "rows deleted", 2), ("wal_bytes", "WAL bytes", 0),
+                 ("wal_records", "WAL records", 1), ("wal_fpi", "WAL full-page images", 2),
+                 ("cpu_us", "PostgreSQL CPU (µs)", 0))
+COST_TITLE = "The store’s cost of one task (a private PostgreSQL cluster per system)"
+#: Dropbox's ATF scheduled this many tasks a second: the rate the estimate is made for.
+DROPBOX_RATE = 9_000
+
+
+def cost_table(summaries: Summaries, drivers: list[ModuleType]) -> str:
+    """Per task and phase, what each PostgreSQL-backed system cost its server."""
+    systems = [d for d in drivers if "cost_drain_cpu_us" in summaries.get(d.NAME, {})]
+    if not systems:
+        return ""
+    head = ["per task"] + [f"{d.LABEL} {phase}" for d in systems for phase in ("enqueue",
+                                                                              "drain")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, label, digits in COST_COUNTERS:
+        row = [label]
+        for driver in systems:
+            for phase in ("enqueue", "drain"):
+                value = _median(summaries, driver.NAME, f"cost_{phase}_{key}")
+                row.append("—" if value is None else f"{value:,.{digits}f}")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n\n" + wal_relations_table(summaries) + cost_estimate(summaries)
+
+
+#: How many of ATF's tables and indexes the WAL split names (the rest are summed).
+WAL_RELATIONS_SHOWN = 12
+
+
+def wal_relations_table(summaries: Summaries) -> str:
+    """Where ATF's WAL goes: bytes per task by table or index, drain and enqueue."""
+    ours = summaries.get("atf", {})
+    by_relation: dict[str, dict[str, float]] = {}
+    for key, figure in ours.items():
+        if key.startswith("walrel_"):
+            phase, relation = key.removeprefix("walrel_").split(":", 1)
+            by_relation.setdefault(relation, {})[phase] = figure["median"]
+    if not by_relation:
+        return ""
+    ranked = sorted(by_relation, key=lambda r: -by_relation[r].get("drain", 0.0))
+    lines = ["| ATF's WAL bytes per task, by table or index | enqueue | drain |",
+             "|---|---|---|"]
+    shown, rest = ranked[:WAL_RELATIONS_SHOWN], ranked[WAL_RELATIONS_SHOWN:]
+    for relation in shown:
+        lines.append(f"| {relation} | {by_relation[relation].get('enqueue', 0):,.0f} | "
+                     f"{by_relation[relation].get('drain', 0):,.0f} |")
+    if rest:
+        lines.append(f"| {len(rest)} others | "
+                     f"{sum(by_relation[r].get('enqueue', 0) for r in rest):,.0f} | "
+                     f"{sum(by_relation[r].get('drain', 0) for r in rest):,.0f} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def cost_estimate(summaries: Summaries) -> str:
+    """How many tasks/s one PostgreSQL primary carries at ATF's measured cost per task."""
+    cpu = [_median(summaries, "atf", f"cost_{phase}_cpu_us") for phase in ("enqueue", "drain")]
+    wal = [_median(summaries, "atf", f"cost_{phase}_wal_bytes") for phase in ("enqueue", "drain")]
+    if None in cpu or None in wal:
+        return ""
+    cpu_us, wal_bytes = sum(c for c in cpu if c), sum(w for w in wal if w)
+    per_core = 1e6 / cpu_us
+    return (f"At ATF's cost, a task (enqueued and drained) takes {cpu_us:,.0f} µs of "
+            f"PostgreSQL CPU and writes {wal_bytes:,.0f} bytes of WAL: one server core carries "
+            f"about {per_core:,.0f} tasks/s, so {DROPBOX_RATE:,} tasks/s needs about "
+            f"{DROPBOX_RATE / per_core:.1f} cores of PostgreSQL and "
+            f"{DROPBOX_RATE * wal_bytes / 1e6:.0f} MB/s of WAL.\n")
+
+
 def size_label(size: int) -> str:
     """1000000 -> "1M", 100000 -> "100k", 0 -> "0": how a store size is named in keys."""
     for unit, name in ((1_000_000, "M"), (1_000, "k")):
@@ -332,6 +405,7 @@ def write(summaries: Summaries, drivers: list[ModuleType], *, plan: Mapping[str,
         f"{_section('The machine’s own limits (one client)', limits_table(summaries))}"
         f"{_section('Scale curve: ATF drain (tasks/s) by processes', scale_table(summaries))}"
         f"{_section('Store size: ATF with finished tasks in the table', store_table(summaries))}"
+        f"{_section(COST_TITLE, cost_table(summaries, drivers))}"
         f"How each system was configured:\n\n{options}\n\n"
         f"Sizes: {', '.join(f'{k}={v}' for k, v in plan.items())}.\n"
     )

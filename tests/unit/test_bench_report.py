@@ -81,3 +81,31 @@ def test_store_table_shows_each_size_as_a_ratio_of_the_empty_table():
                                              (1_500, "1500")])
 def test_size_labels(size, label):
     assert report.size_label(size) == label
+
+
+def _driver(name: str, label: str) -> type:
+    return type("Driver", (), {"NAME": name, "LABEL": label})
+
+
+def test_cost_table_shows_each_counter_per_phase_and_the_estimate_for_one_primary():
+    figures = {f"cost_{phase}_{key}": 0.0 for phase in ("enqueue", "drain")
+               for key, _label, _digits in report.COST_COUNTERS}
+    figures.update(cost_enqueue_cpu_us=300.0, cost_drain_cpu_us=200.0,
+                   cost_enqueue_wal_bytes=1000.0, cost_drain_wal_bytes=4000.0,
+                   cost_drain_rows_updated=8.0)
+    summaries = {"atf": {key: _summary(value) for key, value in figures.items()}}
+    text = report.cost_table(summaries, [_driver("atf", "ATF"), _driver("huey", "Huey")])
+    assert "| per task | ATF enqueue | ATF drain |" in text  # Huey has no store: no column
+    assert "| rows updated | 0.00 | 8.00 |" in text
+    # 500 µs a task: 2,000 tasks/s a core; 9,000/s needs 4.5 cores and 45 MB/s of WAL.
+    assert "about 2,000 tasks/s" in text and "4.5 cores" in text and "45 MB/s" in text
+    assert report.cost_table({"huey": {}}, [_driver("huey", "Huey")]) == ""
+
+
+def test_wal_relations_table_ranks_by_drain_and_sums_the_rest():
+    figures = {f"walrel_drain:rel{i}": float(i) for i in range(15)}
+    figures["walrel_enqueue:rel14"] = 7.0
+    text = report.wal_relations_table({"atf": {k: _summary(v) for k, v in figures.items()}})
+    lines = text.strip().splitlines()
+    assert lines[2] == "| rel14 | 7 | 14 |"
+    assert lines[-1] == "| 3 others | 0 | 3 |"  # rel0 + rel1 + rel2
