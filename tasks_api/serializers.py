@@ -488,7 +488,7 @@ class PeriodicTaskSerializer(serializers.ModelSerializer):
         model = PeriodicTask
         fields = ["name", "lambda_name", "cron", "interval_s", "timezone", "payload",
                   "collection", "priority", "catch_up", "enabled", "in_code", "next_run_at",
-                  "last_run_at"]
+                  "last_run_at", "last_error"]
         read_only_fields = fields
 
     def get_fields(self) -> dict[str, serializers.Field]:

@@ -62,7 +62,7 @@ class PeriodicTaskAdmin(ConsoleAdmin):
     list_filter = (filters.LambdaFilter, "enabled", "in_code")
     search_fields = ("name",)
     list_select_related = ("lambda_ref",)
-    readonly_fields = ("in_code", "next_run_at", "last_run_at")
+    readonly_fields = ("in_code", "next_run_at", "last_run_at", "last_error")
     form = PeriodicTaskForm
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:

@@ -261,6 +261,8 @@ class PeriodicTask(models.Model):
     in_code = models.BooleanField(default=False)
     next_run_at = models.DateTimeField(null=True, blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
+    #: Why its last materialisation failed (empty once it succeeds): shown to its team.
+    last_error = models.CharField(max_length=500, blank=True, default="")
 
     def __str__(self) -> str:
         return self.name

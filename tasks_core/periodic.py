@@ -21,10 +21,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 
 from tasks_core import directory, scheduling
 from tasks_core.exceptions import (
@@ -48,6 +49,14 @@ MAX_OCCURRENCES_PER_CALL = 100
 
 #: Longest interval between two occurrences: ten years (its multiples must stay datetimes).
 MAX_INTERVAL_S = 10 * 366 * 86400.0
+#: A cron expression is refused unless it has an occurrence after this (a non-leap year start,
+#: so "0 0 29 2 *" is found in 2004; "0 0 30 2 *" never is).
+_NEVER_DUE_PROBE = datetime(2001, 1, 1, tzinfo=UTC)
+#: Seconds a schedule waits after its occurrences failed with an unexpected error (its row
+#: records the error; the other schedules of the pass go on).
+RETRY_AFTER_ERROR_S = 60.0
+#: Characters of a schedule's last error that its row keeps.
+ERROR_CHARS = 500
 
 #: A schedule given to atf.every / atf.register(schedule=): cron text, seconds or a timedelta.
 ScheduleValue = str | int | float | timedelta
@@ -87,10 +96,19 @@ def parse_schedule(schedule: ScheduleValue) -> tuple[str, float | None]:
                 f"an interval must be from 1 to {MAX_INTERVAL_S:g} seconds, not {schedule!r}")
         return "", float(schedule)
     if isinstance(schedule, str) and croniter.is_valid(schedule.strip()):
+        _check_ever_due(schedule.strip())
         return schedule.strip(), None
     raise ConfigurationError(
         f"not a schedule: {schedule!r}; give a cron expression such as '*/5 * * * *' or seconds"
     )
+
+
+def _check_ever_due(cron: str) -> None:
+    """ConfigurationError for a valid cron expression that names no date, e.g. "0 0 30 2 *"."""
+    try:
+        croniter(cron, _NEVER_DUE_PROBE).get_next(datetime)
+    except CroniterError as exc:
+        raise ConfigurationError(f"the cron expression {cron!r} is never due") from exc
 
 
 def check_timezone(name: str) -> ZoneInfo:
@@ -135,8 +153,10 @@ def next_after(after: datetime, *, cron: str, interval_s: float | None, tz: str)
     occurrences = croniter(cron, after.astimezone(check_timezone(tz)))
     found = occurrences.get_next(datetime)
     # When summer time ends, the clock shows one hour twice (fold=1 the second time). Like
-    # cron, a job at a fixed hour runs once; one whose hour is "*" runs in both.
-    while found.fold == 1 and cron.split()[1] != "*":
+    # cron, a job at a fixed hour runs once; one whose hour is "*" runs in both. The hour is
+    # read from the expanded fields, so macros such as "@hourly" have one too.
+    every_hour = occurrences.expressions[1] == "*"
+    while found.fold == 1 and not every_hour:
         found = occurrences.get_next(datetime)
     return found.astimezone(UTC)
 
@@ -297,38 +317,69 @@ def materialise_due(*, now: datetime) -> int:
 
     Rows are locked with SKIP LOCKED, so concurrent consumers share the work; the
     per-occurrence idempotency key keeps it to one task even where locks are not available.
+    Each row has a savepoint of its own: a row that fails is recorded and the others go on.
     """
     created = 0
     with transaction.atomic():
         rows = list(
             PeriodicTask.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("lambda_ref")
-            .filter(Q(next_run_at__lte=now) | Q(next_run_at__isnull=True), enabled=True)
-            .order_by("next_run_at")[:BATCH_SIZE]
+            .filter(pk__in=_fair_due_ids(now))
+            .order_by("next_run_at")
         )
         for row in rows:
             created += _materialise_row(row, now)
     return created
 
 
+def _fair_due_ids(now: datetime) -> QuerySet[PeriodicTask, int]:
+    """Ids of at most BATCH_SIZE due schedules, the oldest of each team first: a team with
+    thousands of due schedules takes its turn after every other team's oldest (PostgreSQL
+    refuses FOR UPDATE beside a window function, hence a subquery)."""
+    due = Q(next_run_at__lte=now) | Q(next_run_at__isnull=True)
+    turn = Window(RowNumber(), partition_by=[F("lambda_ref__team_id")],
+                  order_by=F("next_run_at").asc(nulls_first=True))
+    return (PeriodicTask.objects.filter(due, enabled=True).annotate(turn=turn)
+            .order_by("turn", F("next_run_at").asc(nulls_first=True), "pk")
+            .values_list("pk", flat=True)[:BATCH_SIZE])
+
+
 def _materialise_row(row: PeriodicTask, now: datetime) -> int:
+    """Schedule one row's due occurrences in a savepoint; a failure is recorded on the row."""
     try:
-        if row.next_run_at is None:
-            row.next_run_at = _row_next_after(row, now)
-            row.save(update_fields=["next_run_at"])
-            return 0
-        created, next_run_at = _due_occurrences(row, now)
-    except (ConfigurationError, ValueError) as exc:
+        with transaction.atomic():
+            return _materialise_timing(row, now)
+    except (ConfigurationError, CroniterError) as exc:
         # A bad cron or time zone typed in the console: stop it instead of failing every call.
         logger.error("periodic task %s disabled: %s", row.name, exc,
-                     extra={"action": "periodic_disabled"})
-        row.enabled = False
-        row.save(update_fields=["enabled"])
+                     extra={"action": "periodic_disabled", "periodic": row.name})
+        _record_error(row, f"disabled: {exc}", enabled=False)
+    except Exception as exc:  # noqa: BLE001 - one row must not stop every team's schedules
+        logger.exception("periodic task %s failed; retried in %g s", row.name,
+                         RETRY_AFTER_ERROR_S, extra={"action": "periodic_failed",
+                                                     "periodic": row.name})
+        _record_error(row, f"{type(exc).__name__}: {exc}",
+                      next_run_at=now + timedelta(seconds=RETRY_AFTER_ERROR_S))
+    return 0
+
+
+def _record_error(row: PeriodicTask, error: str, **fields: Any) -> None:
+    fields["last_error"] = error[:ERROR_CHARS]
+    PeriodicTask.objects.filter(pk=row.pk).update(**fields)
+
+
+def _materialise_timing(row: PeriodicTask, now: datetime) -> int:
+    if row.next_run_at is None:
+        row.next_run_at = _row_next_after(row, now)
+        row.last_error = ""
+        row.save(update_fields=["next_run_at", "last_error"])
         return 0
+    created, next_run_at = _due_occurrences(row, now)
     row.next_run_at = next_run_at
+    row.last_error = ""
     if created:
         row.last_run_at = now
-    row.save(update_fields=["next_run_at", "last_run_at"])
+    row.save(update_fields=["next_run_at", "last_run_at", "last_error"])
     return created
 
 

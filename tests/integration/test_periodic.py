@@ -209,9 +209,70 @@ def test_a_broken_console_schedule_is_disabled_not_retried_forever(db: None) -> 
                                       next_run_at=T0)
     # When it comes due
     assert periodic.materialise_due(now=T0 + seconds(1)) == 0
-    # Then it is disabled
+    # Then it is disabled, and says why
     row.refresh_from_db()
     assert row.enabled is False
+    assert "disabled" in row.last_error
+
+
+#: 2026-10-25 in Paris: at 01:00 UTC the clock goes back from 03:00 to 02:00.
+PARIS_FALL_BACK = datetime(2026, 10, 25, 1, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("bad", "error"), [
+    # an hourly macro through the repeated hour (cron.split()[1] on one field was an IndexError)
+    ({"cron": "@hourly", "timezone": "Europe/Paris",
+      "next_run_at": PARIS_FALL_BACK - seconds(3600)}, ""),
+    # a row written around the checks, whose next occurrence overflows a datetime
+    ({"interval_s": 1e300, "next_run_at": PARIS_FALL_BACK - seconds(3600)}, "OverflowError"),
+])
+def test_one_teams_bad_row_never_stops_the_pass_for_the_others(db: None, bad: dict[str, Any],
+                                                                error: str) -> None:
+    # Given team A's schedule that is due at the hour Paris clocks go back, and team B's
+    a_lambda, b_lambda = LambdaFactory(), LambdaFactory()
+    a_row = PeriodicTask.objects.create(name="a-hourly", lambda_ref=a_lambda, **bad)
+    PeriodicTask.objects.create(name="b-tick", lambda_ref=b_lambda, interval_s=1.0,
+                                next_run_at=PARIS_FALL_BACK - seconds(3600))
+    # When the consumer's pass runs at that moment
+    periodic.materialise_due(now=PARIS_FALL_BACK - seconds(3599.5))
+    # Then team B's occurrence became a task
+    assert run_ats(b_lambda) == [PARIS_FALL_BACK - seconds(3600)]
+    # And team A's row either ran (the hourly macro) or is marked with its error and retried
+    a_row.refresh_from_db()
+    assert a_row.last_error.startswith(error)
+    if not error:
+        assert run_ats(a_lambda) == [PARIS_FALL_BACK - seconds(3600)]
+        assert a_row.next_run_at == PARIS_FALL_BACK - seconds(3600) + seconds(3600)
+    else:
+        assert a_row.enabled and a_row.next_run_at == PARIS_FALL_BACK + seconds(
+            periodic.RETRY_AFTER_ERROR_S - 3599.5)
+
+
+def test_an_hourly_macro_runs_every_real_hour_through_a_paris_autumn_night(db: None) -> None:
+    # Given "@hourly" in Paris, materialised each hour of the night the clock goes back
+    lam = LambdaFactory()
+    start = PARIS_FALL_BACK - seconds(3 * 3600)
+    PeriodicTask.objects.create(name="hourly", lambda_ref=lam, cron="@hourly",
+                                timezone="Europe/Paris", next_run_at=start)
+    # When the consumer passes every hour of fake time for six hours
+    for hour in range(6):
+        periodic.materialise_due(now=start + seconds(hour * 3600 + 1))
+    # Then there was one task for every real hour, the repeated one included
+    assert run_ats(lam) == [start + seconds(hour * 3600) for hour in range(6)]
+
+
+def test_one_team_with_many_due_schedules_does_not_fill_the_pass(db: None) -> None:
+    # Given team A with more due schedules than one pass takes, all older than team B's one
+    a_lambda, b_lambda = LambdaFactory(), LambdaFactory()
+    PeriodicTask.objects.bulk_create(
+        PeriodicTask(name=f"a-{n}", lambda_ref=a_lambda, interval_s=3600.0,
+                     next_run_at=T0 - seconds(3600 + n)) for n in range(periodic.BATCH_SIZE + 50))
+    PeriodicTask.objects.create(name="b-tick", lambda_ref=b_lambda, interval_s=1.0,
+                                next_run_at=T0)
+    # When one pass runs
+    periodic.materialise_due(now=T0 + seconds(0.5))
+    # Then team B's schedule was in it
+    assert run_ats(b_lambda) == [T0]
 
 
 # --- schedules defined in code -----------------------------------------------------------
