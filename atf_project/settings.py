@@ -34,6 +34,14 @@ def env_float(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
 
 
+def env_limit_s(name: str, default: float | None) -> float | None:
+    """Seconds from the environment, where "0", "none" or an empty value mean no limit (None)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return None if raw.strip().lower() in {"", "0", "none"} else float(raw)
+
+
 def env_bool(name: str, default: bool) -> bool:
     return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
 
@@ -149,7 +157,8 @@ TEMPLATES = [
 # --- Task store -----------------------------------------------------------------------
 
 #: The task store: `sqlite:///path` (embedded default) or `postgres://user@host:port/name`.
-DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'atf.sqlite3'}")
+#: Set but empty counts as unset (a lambda host's environment often carries `DATABASE_URL=`).
+DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'atf.sqlite3'}"
 #: Name of the database the test suite creates (pytest-django); one per concurrent run.
 ATF_TEST_DATABASE_NAME = env_str("ATF_TEST_DATABASE_NAME", "test_atf")
 
@@ -204,6 +213,11 @@ CACHES = {
 
 #: Team that owns the `demo.*` lambdas.
 ATF_DEMO_TEAM = env_str("ATF_DEMO_TEAM", "demo")
+
+# --- Time limits ----------------------------------------------------------------------
+
+#: Every attempt's default time limit (tasks_core/conf.py); "0", "none" or empty: no limit.
+ATF_TASK_TIMEOUT_S = env_limit_s("ATF_TASK_TIMEOUT_S", conf.ATF_TASK_TIMEOUT_S)
 
 # --- Every other ATF setting, from the variable of its own name ------------------------
 

@@ -200,10 +200,11 @@ class ScheduleTaskSerializer(StrictSerializer):
                                             max_length=limits.idempotency_key_chars())
     max_attempts = serializers.IntegerField(required=False, min_value=1,
                                             max_value=limits.MAX_ATTEMPTS)
-    timeout = serializers.FloatField(required=False, min_value=0.001,
+    timeout = serializers.FloatField(required=False, min_value=0,
                                      max_value=limits.MAX_DELAY_S,
                                      help_text="Seconds one attempt may run before it ends "
-                                               "`timeout`; default: the lambda's time limit.")
+                                               "`timeout`; 0: no limit; default: the lambda's "
+                                               "time limit.")
     after = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
                                   max_length=limits.MAX_PARENTS,
                                   help_text="Parent task ids: runs once all of them succeeded.")

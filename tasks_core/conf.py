@@ -70,8 +70,8 @@ ATF_BACKOFF_BASE_S = 1.0
 #: Longest backoff delay.
 ATF_BACKOFF_CAP_S = 600.0
 #: Seconds one attempt may run before it ends with outcome `timeout`, for lambdas registered
-#: without `timeout=`; None (or empty): no limit.
-ATF_TASK_TIMEOUT_S: float | None = None
+#: without `timeout=` (docs/lambdas.md says why ten minutes); 0 or None: no limit.
+ATF_TASK_TIMEOUT_S: float | None = 600.0
 #: Seconds a timed-out lambda has to stop once interrupted; then its worker process hands back
 #: its buffered tasks and exits (status 76) for its supervisor to restart it.
 ATF_TIMEOUT_GRACE_S = 5.0

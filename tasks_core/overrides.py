@@ -88,8 +88,8 @@ OPTIONS: tuple[Option, ...] = (
            "seconds of the first retry's backoff ceiling"),
     Option("backoff_cap", "backoff_cap_s", _positive(MAX_SECONDS), False,
            "most seconds of backoff before a retry"),
-    Option("timeout", "timeout_s", _positive(MAX_SECONDS), False,
-           "seconds one attempt may run (none: no limit)"),
+    Option("timeout", "timeout_s", _not_negative, False,
+           "seconds one attempt may run (0: no limit)"),
 )
 BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
 

@@ -75,9 +75,9 @@ def use_scheduler(scheduler: Scheduler) -> None:
 
 
 def _default_timeout_s() -> float | None:
-    """ATF_TASK_TIMEOUT_S as seconds (from the environment it may come as text)."""
+    """ATF_TASK_TIMEOUT_S as seconds; None for no limit (the setting is 0 or None)."""
     value = settings.ATF_TASK_TIMEOUT_S
-    return None if value in (None, "") else float(value)
+    return None if value is None else float(value) or None
 
 
 def register(
@@ -93,8 +93,8 @@ def register(
 ) -> Callable[[LambdaFunction], RegisteredLambda]:
     """Decorator: register `func(ctx, payload)` as the lambda `name` with these options.
 
-    `timeout` is the seconds one attempt may run (default ATF_TASK_TIMEOUT_S; neither: no
-    limit); an attempt past it ends with outcome `timeout` and is retried like a failure.
+    `timeout` is the seconds one attempt may run (default ATF_TASK_TIMEOUT_S; 0: no limit);
+    an attempt past it ends with outcome `timeout` and is retried like a failure.
     """
     options = LambdaOptions(
         team=team or settings.ATF_DEFAULT_TEAM,
@@ -103,10 +103,10 @@ def register(
         backoff_base_s=settings.ATF_BACKOFF_BASE_S if backoff_base is None else backoff_base,
         backoff_cap_s=backoff_cap or settings.ATF_BACKOFF_CAP_S,
         quota_per_s=quota,
-        timeout_s=_default_timeout_s() if timeout is None else timeout,
+        timeout_s=_default_timeout_s() if timeout is None else (timeout or None),
     )
-    if options.timeout_s is not None and not options.timeout_s > 0:
-        raise ValueError(f"lambda {name!r}: timeout must be a number of seconds above 0")
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"lambda {name!r}: timeout must be a number of seconds (0: no limit)")
 
     def decorate(func: LambdaFunction) -> RegisteredLambda:
         registered = RegisteredLambda(name, func, options)

@@ -136,8 +136,9 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
             f"max_attempts must be a whole number from 1 to {limits.MAX_ATTEMPTS}."
         ]
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                                or not 0 < timeout <= limits.MAX_DELAY_S):
-        errors["timeout"] = ["timeout must be a number of seconds, more than 0."]
+                                or not 0 <= timeout <= limits.MAX_DELAY_S):
+        errors["timeout"] = [f"timeout must be a number of seconds from 0 (no limit) to "
+                             f"{limits.MAX_DELAY_S:.0f}."]
     parents = tuple(after or ())
     if len(parents) > limits.MAX_PARENTS:
         errors["after"] = [f"A task waits for at most {limits.MAX_PARENTS} parents."]

@@ -12,6 +12,7 @@ from tasks_core import atf
 from tasks_core.models import TaskAttempt, TaskEntity
 from tests.acceptance.test_workers import FAST
 from tests.conftest import Processes, subprocess_env, wait_for
+from tests.remote import Workers
 from workers.worker import EXIT_HUNG
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -52,16 +53,20 @@ def test_an_attempt_past_its_time_limit_ends_timeout_and_its_executor_goes_on(
     assert worker.poll() is None
 
 
-def test_the_lambdas_time_limit_applies_when_the_task_has_none(
-        processes: Processes, env: dict[str, str]) -> None:
-    # Given a default time limit of 1 s for every lambda, and a task without its own
+@pytest.mark.parametrize("kind", ["direct"])
+def test_the_default_time_limit_applies_when_neither_task_nor_lambda_has_one(
+        processes: Processes, env: dict[str, str], kind: str) -> None:
+    # Given a default time limit of 1 s, and a task of a lambda registered without one
     env = {**env, "ATF_TASK_TIMEOUT_S": "1"}
     slow = atf.schedule("demo.sleep", {"seconds": 30}, max_attempts=1)
+    # When a consumer and a worker of each kind run it
     processes.start("runconsumer", env=env)
-    processes.start("runworker", "demo.sleep", "--threads", "1", env=env)
-    # Then its attempt ends `timeout`, and with no attempt left the task is dead
+    Workers(kind, processes, env).start("demo.sleep", "--threads", "1")
+    # Then its attempt ends `timeout` at the default, and with no attempt left it is dead
     wait_for(lambda: status(slow) == "dead", timeout_s=30, message="the task dead")
-    assert [a.outcome for a in attempts(slow)] == ["timeout"]
+    (attempt,) = attempts(slow)
+    assert attempt.outcome == "timeout"
+    assert (attempt.ended_at - attempt.started_at).total_seconds() < 2.5
 
 
 def test_a_lambda_that_ignores_its_interrupt_makes_its_process_exit_for_a_restart(

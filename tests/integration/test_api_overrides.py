@@ -68,7 +68,7 @@ def test_an_override_survives_a_code_sync(alice: Member) -> None:
     ({"heartbeat_timeout": 1}, "heartbeat_timeout"),
     ({"backoff_base": -1}, "backoff_base"),
     ({"backoff_cap": 0}, "backoff_cap"),
-    ({"timeout": 0}, "timeout"),
+    ({"timeout": -1}, "timeout"),
     ({"speed": 1}, "speed"),
 ])
 def test_a_bad_value_is_a_400_naming_the_field_and_changes_nothing(alice: Member, body: dict,

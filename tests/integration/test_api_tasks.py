@@ -52,14 +52,15 @@ def test_schedule_with_a_time_limit(alice: Member) -> None:
     assert response.status_code == 201, response.json()
     assert response.json()["timeout"] == 2.5
     assert TaskEntity.objects.get(pk=response.json()["id"]).timeout_s == 2.5
-    # ...without one it has none of its own
+    # ...without one it has none of its own, and 0 is its own "no limit"
     assert schedule(alice).json()["timeout"] is None
-    # ...and a time limit that is not a positive number is a field error, nothing created
-    for bad in (0, -1, "soon"):
+    assert schedule(alice, timeout=0).json()["timeout"] == 0
+    # ...and a time limit that is not a number of seconds is a field error, nothing created
+    for bad in (-0.5, -1, "soon"):
         response = schedule(alice, timeout=bad)
         assert response.status_code == 400
         assert "timeout" in response.json()
-    assert TaskEntity.objects.count() == 2
+    assert TaskEntity.objects.count() == 3
 
 
 def test_schedule_with_defaults(alice: Member) -> None:

@@ -71,7 +71,7 @@ def test_code_clears_one_override_and_reset_clears_all(mailer: Lambda) -> None:
     (("--max-attempts", "two"), "--max-attempts two: Give a number"),
     (("--max-attempts", "1.5"), "--max-attempts 1.5: Give a whole number"),
     (("--heartbeat-timeout", "3"), "--heartbeat-timeout 3: Give more than 15"),
-    (("--timeout", "0"), "--timeout 0: Give a number above 0"),
+    (("--timeout", "-1"), "--timeout -1: Give 0 or more"),
 ])
 def test_a_bad_value_is_a_clear_error_and_changes_nothing(mailer: Lambda, args: tuple[str, ...],
                                                           message: str) -> None:

@@ -94,7 +94,7 @@ def test_clearing_an_override_returns_to_the_codes_current_value(lam: Lambda) ->
     ({"backoff_base": -1}, "backoff_base"),
     ({"backoff_cap": 0}, "backoff_cap"),
     ({"backoff_cap": 1e12}, "backoff_cap"),
-    ({"timeout": 0}, "timeout"),
+    ({"timeout": -0.5}, "timeout"),
     ({"timeout": -5}, "timeout"),
     ({"speed": 3}, "speed"),
 ])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -65,6 +66,30 @@ def test_the_environment_sets_each_atf_setting_as_the_type_of_its_default(
     assert project_settings.env_like("X", None) is None
     monkeypatch.delenv("X")
     assert project_settings.env_like("X", 7) == 7
+
+
+@pytest.mark.parametrize(("value", "limit_s"), [
+    ("90", 90.0), ("0", None), ("none", None), ("", None), (None, 600.0),
+])
+def test_the_default_time_limit_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch, value: str | None, limit_s: float | None) -> None:
+    if value is None:
+        monkeypatch.delenv("X", raising=False)
+    else:
+        monkeypatch.setenv("X", value)
+    assert project_settings.env_limit_s("X", 600.0) == limit_s
+
+
+def test_a_lambda_host_with_an_empty_database_url_starts() -> None:
+    # Given a remote worker's host whose environment has DATABASE_URL set, but empty
+    env = {**os.environ, "DATABASE_URL": "", "DJANGO_SECRET_KEY": "a-lambda-host-" * 4,
+           "DJANGO_SETTINGS_MODULE": "atf_project.worker_settings"}
+    # When its settings are loaded, Then they load, without a database
+    code = "import django; django.setup(); from django.conf import settings; " \
+           "print(settings.DATABASES['default']['ENGINE'])"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "django.db.backends.dummy"), done.stderr
 
 
 def test_the_standalone_settings_check_clean() -> None:

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasks_core import atf, scheduling, states, store
+from tasks_core import atf, conf, directory, overrides, scheduling, states, store
 from tasks_core.exceptions import InvalidTask, InvalidTransition
 from tasks_core.gating import Decision
 from tasks_core.models import Collection, Lambda, TaskAssoc, TaskAttempt, TaskEntity
@@ -375,12 +375,35 @@ def test_schedule_validates_every_field_at_once() -> None:
     assert TaskEntity.objects.count() == 0
 
 
-def test_a_time_limit_is_a_positive_number_of_seconds() -> None:
+def test_a_time_limit_is_a_number_of_seconds_and_0_is_no_limit() -> None:
     assert TaskEntity.objects.get(pk=atf.schedule("demo.noop", timeout=2.5).pk).timeout_s == 2.5
-    for bad in (0, -1, True, "5", float("inf")):
+    assert TaskEntity.objects.get(pk=atf.schedule("demo.noop", timeout=0).pk).timeout_s == 0
+    for bad in (-0.5, -1, True, "5", float("inf")):
         with pytest.raises(InvalidTask) as caught:
             atf.schedule("demo.noop", timeout=bad)
         assert set(caught.value.errors) == {"timeout"}
+
+
+@pytest.mark.parametrize(("task_s", "operator_s", "limit_s"), [
+    (None, None, conf.ATF_TASK_TIMEOUT_S),  # nobody set one: the default
+    (2.5, None, 2.5),  # the task's own
+    (0, None, None),  # the task asks for no limit
+    (None, 30, 30.0),  # an operator's, for the lambda
+    (None, 0, None),  # an operator lifts the lambda's limit
+    (5, 0, 5.0),  # the task's own wins over the operator's
+])
+def test_every_attempt_has_a_time_limit_unless_one_is_lifted(
+        now: datetime, task_s: float | None, operator_s: float | None,
+        limit_s: float | None) -> None:
+    # Given demo.noop, registered without a time limit, and maybe an operator's override
+    if operator_s is not None:
+        overrides.apply(Lambda.objects.get(name="demo.noop"), {"timeout": operator_s},
+                        by="test", now=now)
+        directory.clear()
+    # When a task of it (maybe with its own limit) is claimed
+    claimed = running(now, timeout=task_s)
+    # Then the attempt's time limit is the first one set, 0 anywhere meaning none
+    assert claimed.timeout_s == limit_s
 
 
 def test_payload_size_limit(settings: object) -> None:

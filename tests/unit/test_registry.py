@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tasks_core import atf, periodic, registry
+from tasks_core import atf, conf, periodic, registry
 from tasks_core.context import TaskContext
 from tasks_core.exceptions import ConfigurationError, DuplicateLambda, LambdaNotFound
 
@@ -30,6 +30,28 @@ def test_register_records_options_and_keeps_the_function_callable(registered: st
     ctx = TaskContext(task_id=1, attempt=1, collection="default", priority="default",
                       lambda_name=registered)
     assert lam(ctx, {"n": 4}) == {"doubled": 8}
+
+
+@pytest.mark.parametrize(("setting_s", "timeout", "limit_s"), [
+    (600.0, None, 600.0),  # registered without one: the default
+    (600.0, 30, 30),  # its own
+    (600.0, 0, None),  # its own "no limit"
+    (0, None, None),  # a deployment without a default limit
+    (None, None, None),
+])
+def test_a_lambdas_time_limit_is_its_own_else_the_default(
+        settings: object, setting_s: float | None, timeout: float | None,
+        limit_s: float | None) -> None:
+    settings.ATF_TASK_TIMEOUT_S = setting_s  # type: ignore[attr-defined]
+    lam = atf.register("tests.unit_limited", timeout=timeout)(lambda ctx, payload: None)
+    try:
+        assert lam.options.timeout_s == limit_s
+    finally:
+        registry.unregister("tests.unit_limited")
+
+
+def test_every_attempt_has_a_time_limit_by_default() -> None:
+    assert conf.ATF_TASK_TIMEOUT_S == 600.0
 
 
 def test_a_duplicate_name_raises_at_registration(registered: str) -> None:
