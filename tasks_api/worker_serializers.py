@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -12,11 +13,10 @@ from rest_framework import serializers
 from tasks_api.serializers import (
     PayloadField,
     StrictSerializer,
-    _renamed,
     plain_items,
     plain_json,
 )
-from tasks_core import limits, scheduling
+from tasks_core import limits, remote_workers, scheduling
 from tasks_core.models import TaskAttempt
 from tasks_core.remote_workers import Ending
 
@@ -27,7 +27,8 @@ MAX_ERROR_CHARS = {"type": 200, "message": 10_000, "traceback": 100_000}
 _MAX_ID = 2**63 - 1
 #: What a worker may report of an attempt.
 _OUTCOMES = [o.value for o in (
-    TaskAttempt.Outcome.SUCCESS, TaskAttempt.Outcome.FATAL, TaskAttempt.Outcome.RETRY)]
+    TaskAttempt.Outcome.SUCCESS, TaskAttempt.Outcome.FATAL, TaskAttempt.Outcome.RETRY,
+    TaskAttempt.Outcome.TIMEOUT)]
 _NAME = r"^[A-Za-z0-9_.:@/-]+$"
 
 
@@ -127,18 +128,21 @@ class WorkerLeasesSerializer(WorkerIdSerializer, LeasesSerializer):
                                     help_text="Also renew the worker's last_seen.")
 
 
-class ClaimedTaskSerializer(serializers.Serializer):
-    id = serializers.IntegerField(source="task_id")
-    lease = serializers.IntegerField()
-    lambda_name = serializers.CharField(source="lambda_name")
-    collection = serializers.CharField()
-    priority = serializers.CharField()
-    payload = serializers.JSONField()
-    attempt = serializers.IntegerField()
-    max_attempts = serializers.IntegerField()
+def _wire_field(kind: Any) -> serializers.Field:
+    """The schema field of one ClaimedTask field's type."""
+    nullable = type(None) in typing.get_args(kind)
+    base = next((arg for arg in typing.get_args(kind) if arg is not type(None)), kind)
+    if base is Any:
+        return serializers.JSONField()
+    field_class = {int: serializers.IntegerField, str: serializers.CharField,
+                   float: serializers.FloatField}[base]
+    return field_class(allow_null=nullable) if nullable else field_class()
 
-    def get_fields(self) -> dict[str, serializers.Field]:
-        return _renamed(super().get_fields(), lambda_name="lambda")
+
+#: A claimed task as the claim answers it: store.ClaimedTask's fields, so the API sends each
+#: one (the view answers `ClaimedTask.as_json()`; this is its schema).
+ClaimedTaskSerializer = type("ClaimedTaskSerializer", (serializers.Serializer,), {
+    name: _wire_field(kind) for name, kind in remote_workers.claimed_task_types().items()})
 
 
 class ClaimedSerializer(serializers.Serializer):

@@ -115,7 +115,7 @@ class ClaimView(WorkerView):
         claimed = remote_workers.claim(self.worker(form), queue=_shared_queue(),
                                        max_count=form.validated_data["max"],
                                        wait_s=form.validated_data["wait_s"])
-        return Response(shapes.ClaimedSerializer({"tasks": claimed}).data)
+        return Response({"tasks": [task.as_json() for task in claimed]})
 
 
 @extend_schema(tags=["worker"])

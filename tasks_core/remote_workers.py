@@ -35,7 +35,7 @@ class Ending:
 
     task_id: int
     lease: int
-    outcome: str  #: "success", "fatal" or "retry"
+    outcome: str  #: "success", "fatal", "retry" or "timeout"
     value: Any = None
     error: Mapping[str, str] | None = None
     delay_s: float | None = None
@@ -45,6 +45,11 @@ class Ending:
         return store.Result(outcome=store.Outcome(self.outcome), value=self.value,
                             error=dict(self.error) if self.error else None,
                             delay_s=self.delay_s, started_at=self.started_at, worker=worker_id)
+
+
+def claimed_task_types() -> dict[str, Any]:
+    """Each field of a claimed task as the claim answers it, with its Python type."""
+    return store.ClaimedTask.wire_types()
 
 
 def _owned(lambda_id: int, teams: Teams) -> bool:
@@ -143,20 +148,18 @@ def _claim_ready(claimer: Claimer, max_count: int) -> list[store.ClaimedTask]:
 
 
 def _tasks(leases: Mapping[int, int], teams: Teams, *,
-           attempt_known: bool) -> dict[int, store.ClaimedTask]:
+           started: bool) -> dict[int, store.ClaimedTask]:
     """The leased tasks of the caller's teams, as the store's batch statements take them.
 
-    The store reads lambda, attempt and limits from its own rows, never from the worker.
+    The store reads lambda, attempt and limits from its own rows, never from the worker; the
+    payload is left out (no write reads it).
     """
-    rows = TaskEntity.objects.filter(pk__in=list(leases)).values_list(
-        "pk", "lambda_ref_id", "collection", "priority", "attempts", "max_attempts")
+    columns = [column for column in store.CLAIMED_COLUMNS if column != "payload"]
+    rows = TaskEntity.objects.filter(pk__in=list(leases)).values_list(*columns)
     return {
-        pk: store.ClaimedTask(task_id=pk, lease=leases[pk],
-                              lambda_name=directory.by_id(lambda_id).name,
-                              collection=collection, priority=priority, payload=None,
-                              attempt=attempts if attempt_known else attempts + 1,
-                              max_attempts=max_attempts)
-        for pk, lambda_id, collection, priority, attempts, max_attempts in rows
+        pk: store.ClaimedTask.from_row(pk, leases[pk], lambda_id, collection, priority, None,
+                                       *rest, started=started)
+        for pk, _lease, lambda_id, collection, priority, *rest in rows
         if _owned(lambda_id, teams)
     }
 
@@ -169,7 +172,7 @@ def start(leases: Mapping[int, int], teams: Teams) -> dict[int, bool]:
     the worker runs it now rather than leave it to its heartbeat timeout. A lease is the one
     claim's, so only the worker that holds it can be told so.
     """
-    tasks = _tasks(leases, teams, attempt_known=False)
+    tasks = _tasks(leases, teams, started=False)
     started = store.start_many(list(tasks.values()), now=timezone.now()) if tasks else []
     done = dict(zip(tasks, started, strict=True))
     if not_started := [pk for pk in tasks if not done[pk]]:
@@ -183,7 +186,7 @@ def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *,
               seen: bool) -> set[int]:
     """Renew the leases of running tasks (and the worker's last_seen); the ids lost."""
     now = timezone.now()
-    owned = _tasks(leases, teams, attempt_known=True)
+    owned = _tasks(leases, teams, started=True)
     lost = store.heartbeat({pk: leases[pk] for pk in owned}, now=now)
     if seen:
         Worker.objects.filter(pk=row.pk).update(last_seen=now)
@@ -192,7 +195,7 @@ def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *,
 
 def finish(row: Worker, endings: Sequence[Ending], teams: Teams) -> dict[int, TaskStatus | None]:
     """Record attempts' ends; per task its new status, or None when the lease was stale."""
-    tasks = _tasks({e.task_id: e.lease for e in endings}, teams, attempt_known=True)
+    tasks = _tasks({e.task_id: e.lease for e in endings}, teams, started=True)
     done = [(tasks[e.task_id], e.result(row.worker_id)) for e in endings
             if e.task_id in tasks]
     statuses = store.finish_many(done, now=timezone.now()) if done else []
@@ -203,7 +206,7 @@ def finish(row: Worker, endings: Sequence[Ending], teams: Teams) -> dict[int, Ta
 
 def release(leases: Mapping[int, int], teams: Teams) -> int:
     """Hand back claimed, unstarted tasks; how many were still claimed with these leases."""
-    tasks = _tasks(leases, teams, attempt_known=False)
+    tasks = _tasks(leases, teams, started=False)
     return store.release(list(tasks.values()), now=timezone.now()) if tasks else 0
 
 

@@ -98,11 +98,7 @@ class HttpTransport(Transport):
         answer = self._post("claim/", {"worker": self._worker_id(), "max": max_count,
                                        "wait_s": self.claim_wait_s},
                             timeout_s=self.claim_wait_s + self.timeout_s)
-        return [store.ClaimedTask(task_id=item["id"], lease=item["lease"],
-                                  lambda_name=item["lambda"], collection=item["collection"],
-                                  priority=item["priority"], payload=item["payload"],
-                                  attempt=item["attempt"], max_attempts=item["max_attempts"])
-                for item in answer["tasks"]]
+        return [store.ClaimedTask.from_json(item) for item in answer["tasks"]]
 
     def start_many(self, tasks: Sequence[store.ClaimedTask]) -> list[bool]:
         answer = self._post("start/", {"tasks": _leases(tasks)})

@@ -22,6 +22,7 @@ from tasks_core.store.create import create
 from tasks_core.store.guarded import transition
 from tasks_core.store.operators import cancel, discard, requeue, run_now
 from tasks_core.store.values import (
+    CLAIMED_COLUMNS,
     ClaimedTask,
     DueBatch,
     Lease,
@@ -41,7 +42,8 @@ from tasks_core.store.worker import (
 )
 
 __all__ = [
-    "ClaimedTask", "DueBatch", "Lease", "NewTask", "Outcome", "Result", "cancel", "claim",
-    "create", "discard", "enqueue_due", "error_info", "finish", "finish_many", "heartbeat",
-    "release", "requeue", "retrigger", "run_now", "start", "start_many", "transition",
+    "CLAIMED_COLUMNS", "ClaimedTask", "DueBatch", "Lease", "NewTask", "Outcome", "Result",
+    "cancel", "claim", "create", "discard", "enqueue_due", "error_info", "finish",
+    "finish_many", "heartbeat", "release", "requeue", "retrigger", "run_now", "start",
+    "start_many", "transition",
 ]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import traceback as traceback_module
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, get_type_hints
 
+from tasks_core import directory
 from tasks_core.models import TaskAttempt
 from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
@@ -38,19 +40,65 @@ class Lease:
     lease: int
 
 
+#: The task columns a claimed task is read from, in `ClaimedTask.from_row`'s order.
+CLAIMED_COLUMNS = ("pk", "lease", "lambda_ref_id", "collection", "priority", "payload",
+                   "attempts", "max_attempts", "timeout_s")
+#: The worker API's names for the fields it has always called otherwise.
+_WIRE_NAMES = {"task_id": "id", "lambda_name": "lambda"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClaimedTask:
-    """A task a controller holds, with what an executor needs to run it."""
+    """A task a worker holds, with everything one attempt of it needs.
+
+    The one shape of a claimed task for every worker: the store's backends build it
+    (`from_row`), the worker API sends it (`as_json`) and a remote worker reads it back
+    (`from_json`), so a field added here travels over both transports.
+    """
 
     task_id: int
-    lease: int
+    lease: int  #: the claim's lease, presented on every later write
     lambda_name: str
     collection: str
     priority: str
     payload: Any
-    attempt: int  #: the attempt about to start, counting from 1
+    attempt: int  #: the attempt about to start (or running), counting from 1
     max_attempts: int
-    timeout_s: float | None = None  #: seconds the attempt may run (task's, else lambda's)
+    timeout_s: float | None  #: seconds the attempt may run (task's, else lambda's); None: no limit
+    heartbeat_timeout_s: float  #: seconds without a heartbeat after which the attempt is lost
+
+    @classmethod
+    def from_row(cls, task_id: int, lease: int, lambda_id: int, collection: str, priority: str,
+                 payload: Any, attempts: int, max_attempts: int, timeout_s: float | None, *,
+                 started: bool = False) -> ClaimedTask:
+        """The claimed task of a row read as CLAIMED_COLUMNS; its lambda's options fill in
+        what the task leaves to them. The time limit is the task's own, else its lambda's (an
+        operator's override, else the code's, else ATF_TASK_TIMEOUT_S); 0 at any level: None,
+        no limit. `started`: the row's attempt has begun (it counts)."""
+        info = directory.by_id(lambda_id)
+        return cls(task_id=task_id, lease=lease, lambda_name=info.name, collection=collection,
+                   priority=priority, payload=payload,
+                   attempt=attempts if started else attempts + 1, max_attempts=max_attempts,
+                   timeout_s=(info.timeout_s if timeout_s is None else timeout_s) or None,
+                   heartbeat_timeout_s=info.heartbeat_timeout_s)
+
+    def as_json(self) -> dict[str, Any]:
+        """The task as the worker API's claim answers it."""
+        return {_WIRE_NAMES.get(name, name): getattr(self, name) for name in _CLAIMED_FIELDS}
+
+    @classmethod
+    def from_json(cls, item: Mapping[str, Any]) -> ClaimedTask:
+        """The task of one item of the worker API's claim answer (`as_json`'s inverse)."""
+        return cls(**{name: item[_WIRE_NAMES.get(name, name)] for name in _CLAIMED_FIELDS})
+
+    @classmethod
+    def wire_types(cls) -> dict[str, Any]:
+        """Each field of the claim answer, by its name there, with its Python type."""
+        hints = get_type_hints(cls)
+        return {_WIRE_NAMES.get(name, name): hints[name] for name in _CLAIMED_FIELDS}
+
+
+_CLAIMED_FIELDS = tuple(f.name for f in fields(ClaimedTask))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,21 +144,6 @@ class DueRow:
     max_attempts: int
     worker: str
     started_at: datetime | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClaimRow:
-    """A task a claim took, its lease already bumped."""
-
-    task_id: int
-    lease: int
-    lambda_id: int
-    collection: str
-    priority: str
-    payload: Any
-    attempts: int
-    max_attempts: int
-    timeout_s: float | None  #: the task's own time limit; None: its lambda's
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from tasks_core import directory, states
 from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
 from tasks_core.store import backends, decisions, guarded, timeouts
-from tasks_core.store.values import ClaimedTask, ClaimRow, Ending, Lease, Result
+from tasks_core.store.values import ClaimedTask, Ending, Lease, Result
 
 
 def _lease(task: ClaimedTask) -> Lease:
@@ -41,23 +41,8 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
     assoc = timeouts.assoc(TaskStatus.CLAIMED, lambda_ids[0], now)
     backend = backends.current()
     with _one_step(backend):
-        rows = backend.claim(leases, lambda_ids=lambda_ids, worker=worker, now=now,
-                                        assoc=assoc)
-    return [
-        ClaimedTask(task_id=row.task_id, lease=row.lease,
-                    lambda_name=directory.by_id(row.lambda_id).name, collection=row.collection,
-                    priority=row.priority, payload=row.payload, attempt=row.attempts + 1,
-                    max_attempts=row.max_attempts, timeout_s=_time_limit_s(row))
-        for row in rows
-    ]
-
-
-def _time_limit_s(row: ClaimRow) -> float | None:
-    """The claimed attempt's time limit: the task's own, else its lambda's (an operator's
-    override, else the code's, else ATF_TASK_TIMEOUT_S); 0 at any level: None, no limit."""
-    limit_s = directory.by_id(row.lambda_id).timeout_s if row.timeout_s is None \
-        else row.timeout_s
-    return limit_s or None
+        return backend.claim(leases, lambda_ids=lambda_ids, worker=worker, now=now,
+                             assoc=assoc)
 
 
 def start(task: ClaimedTask, *, now: datetime) -> bool:

@@ -99,7 +99,8 @@ def test_a_remote_worker_claims_starts_renews_and_finishes_a_task(team_a: Member
     (claimed,) = claim(team_a, worker)
     assert claimed == {"id": task_id, "lease": claimed["lease"], "lambda": "wa.work",
                        "collection": "default", "priority": "default", "payload": {"n": 0},
-                       "attempt": 1, "max_attempts": 3}
+                       "attempt": 1, "max_attempts": 3, "timeout_s": None,
+                       "heartbeat_timeout_s": 30.0}
     started = post(team_a.client, "start/", {"tasks": leases([claimed])}).json()
     assert started == {"tasks": [{"id": task_id, "started": True}]}
     beat = post(team_a.client, "heartbeat/", {"worker": worker, "tasks": leases([claimed])})

@@ -15,7 +15,7 @@ PRIORITIES = ["high", "default", "low"]
 def task(task_id: int, priority: str = "default", timeout_s: float | None = None) -> ClaimedTask:
     return ClaimedTask(task_id=task_id, lease=1, lambda_name="demo.noop", collection="default",
                        priority=priority, payload={}, attempt=1, max_attempts=3,
-                       timeout_s=timeout_s)
+                       timeout_s=timeout_s, heartbeat_timeout_s=30.0)
 
 
 def test_the_controller_claims_only_for_executors_with_nothing_to_run_next() -> None:

@@ -30,7 +30,8 @@ def raising() -> Iterator[list[BaseException]]:
 def run(exc: BaseException, to_raise: list[BaseException]) -> object:
     to_raise.append(exc)
     task = ClaimedTask(task_id=1, lease=1, lambda_name=NAME, collection="default",
-                       priority="default", payload={}, attempt=1, max_attempts=3)
+                       priority="default", payload={}, attempt=1, max_attempts=3,
+                       timeout_s=None, heartbeat_timeout_s=30.0)
     ctx = TaskContext(task_id=1, attempt=1, collection="default", priority="default",
                       lambda_name=NAME)
     return run_lambda(task, ctx, worker="w1")

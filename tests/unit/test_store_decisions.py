@@ -77,7 +77,8 @@ def test_gates_drop_or_postpone_a_collection_and_final_rows_are_left_alone() -> 
 
 def claimed(attempt: int = 1, max_attempts: int = 3) -> ClaimedTask:
     return ClaimedTask(task_id=7, lease=5, lambda_name="x", collection="default",
-                       priority="default", payload={}, attempt=attempt, max_attempts=max_attempts)
+                       priority="default", payload={}, attempt=attempt, max_attempts=max_attempts,
+                       timeout_s=None, heartbeat_timeout_s=30.0)
 
 
 def end(result: Result, task: ClaimedTask | None = None) -> tuple[TaskStatus, object, object]:

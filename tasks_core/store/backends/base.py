@@ -17,7 +17,7 @@ from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
 from tasks_core.store.values import (
     AssocChange,
-    ClaimRow,
+    ClaimedTask,
     DueRow,
     Ending,
     Lease,
@@ -101,7 +101,7 @@ class StoreBackend(ABC):
 
     @abstractmethod
     def claim(self, leases: Sequence[Lease], *, lambda_ids: list[int], worker: str,
-              now: datetime, assoc: AssocChange) -> list[ClaimRow]:
+              now: datetime, assoc: AssocChange) -> list[ClaimedTask]:
         """enqueued -> claimed, with a new lease, for tasks of `lambda_ids` whose lease is
         current; in id order."""
 

@@ -19,8 +19,9 @@ from tasks_core.models import Collection as CollectionRow
 from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store.backends.base import StoreBackend
 from tasks_core.store.values import (
+    CLAIMED_COLUMNS,
     AssocChange,
-    ClaimRow,
+    ClaimedTask,
     DueRow,
     Ending,
     Lease,
@@ -147,14 +148,13 @@ class OrmBackend(StoreBackend):
     # --- the workers ------------------------------------------------------------------------
 
     def claim(self, leases: Sequence[Lease], *, lambda_ids: list[int], worker: str,
-              now: datetime, assoc: AssocChange) -> list[ClaimRow]:
+              now: datetime, assoc: AssocChange) -> list[ClaimedTask]:
         wanted = {lease.task_id: lease.lease for lease in leases}
         rows = [
             row for row in TaskEntity.objects.select_for_update()
             .filter(pk__in=list(wanted), status=TaskStatus.ENQUEUED, lambda_ref_id__in=lambda_ids)
             .order_by("pk")
-            .values_list("pk", "lease", "lambda_ref_id", "collection", "priority", "payload",
-                         "attempts", "max_attempts", "timeout_s")
+            .values_list(*CLAIMED_COLUMNS)
             if wanted[row[0]] == row[1]
         ]
         ids = [row[0] for row in rows]
@@ -162,13 +162,7 @@ class OrmBackend(StoreBackend):
             status=TaskStatus.CLAIMED, lease=F("lease") + 1, worker=worker, claimed_at=now
         )
         TaskAssoc.objects.filter(task_id__in=ids).update(**_assoc(assoc))
-        return [
-            ClaimRow(task_id=pk, lease=lease + 1, lambda_id=lambda_id, collection=collection,
-                     priority=priority, payload=payload, attempts=attempts,
-                     max_attempts=max_attempts, timeout_s=timeout_s)
-            for pk, lease, lambda_id, collection, priority, payload, attempts, max_attempts,
-            timeout_s in rows
-        ]
+        return [ClaimedTask.from_row(pk, lease + 1, *rest) for pk, lease, *rest in rows]
 
     def start(self, leases: Sequence[Lease], assocs: Mapping[int, AssocChange], *,
               now: datetime) -> set[int]:

@@ -28,7 +28,7 @@ from tasks_core.models import (
 )
 from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store.backends.orm import OrmBackend, due_row
-from tasks_core.store.values import AssocChange, ClaimRow, DueRow, Ending, Lease
+from tasks_core.store.values import AssocChange, ClaimedTask, DueRow, Ending, Lease
 
 _TABLES = {
     "collection": Collection._meta.db_table,
@@ -306,7 +306,7 @@ class PostgresBackend(OrmBackend):
                                   "trigger": assoc.next_trigger_at})
 
     def claim(self, leases: Sequence[Lease], *, lambda_ids: list[int], worker: str,
-              now: datetime, assoc: AssocChange) -> list[ClaimRow]:
+              now: datetime, assoc: AssocChange) -> list[ClaimedTask]:
         leases = sorted(leases, key=lambda lease: lease.task_id)  # the lock order
         rows = _execute(_CLAIM, {
             "ids": [lease.task_id for lease in leases],
@@ -316,11 +316,9 @@ class PostgresBackend(OrmBackend):
             "expected": TaskStatus.ENQUEUED.value, "target": TaskStatus.CLAIMED.value,
         })
         return [
-            ClaimRow(task_id=pk, lease=lease, lambda_id=lambda_id, collection=collection,
-                     priority=priority, payload=json.loads(payload), attempts=attempts,
-                     max_attempts=max_attempts, timeout_s=timeout_s)
-            for pk, lease, lambda_id, collection, priority, payload, attempts, max_attempts,
-            timeout_s in rows
+            ClaimedTask.from_row(pk, lease, lambda_id, collection, priority, json.loads(payload),
+                                 *rest)
+            for pk, lease, lambda_id, collection, priority, payload, *rest in rows
         ]
 
     def start(self, leases: Sequence[Lease], assocs: Mapping[int, AssocChange], *,

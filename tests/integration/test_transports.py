@@ -1,0 +1,170 @@
+"""The same worker behaviours over both transports: a worker that reaches the store itself
+(direct) and one that reaches it only through the worker API (remote, over HTTP).
+
+Each test runs once per transport, so a field of the claimed task that one side drops, or a
+call that one side carries out differently, fails here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tasks_core import atf, directory, lambda_sync, overrides, queues, store
+from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity
+from tasks_core.states import TaskStatus
+from tests.conftest import wait_for
+from tests.remote import worker_token
+from workers.consumer import Consumer
+from workers.http_transport import HttpTransport
+from workers.transport import DirectTransport, Transport, WorkerInfo
+from workers.worker import WorkerProcess
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+WORKER = WorkerInfo(worker_id="tests:1:transports", host="tests", pid=1,
+                    lambdas=("demo.sleep", "demo.noop"), threads=1)
+
+
+@pytest.fixture(params=["direct", "remote"])
+def transport(request: pytest.FixtureRequest, queue: queues.QueueBackend) -> Iterator[Transport]:
+    """Each kind of worker's way to ATF; the remote one talks to this test's live API."""
+    lambda_sync.sync_to_store()
+    chosen: Transport
+    if request.param == "direct":
+        chosen = DirectTransport(queue)
+    else:
+        url = request.getfixturevalue("live_server").url
+        chosen = HttpTransport(url=url, token=worker_token(), claim_wait_s=0.2, timeout_s=10)
+    yield chosen
+    chosen.close()
+
+
+@pytest.fixture
+def consumer(queue: queues.QueueBackend) -> Consumer:
+    return Consumer(batch_size=500, poll_interval_s=0.1, queue=queue)
+
+
+def claim_one(transport: Transport, consumer: Consumer) -> store.ClaimedTask:
+    """Enqueue what is due, register, and claim the one task."""
+    consumer.run_pass()
+    transport.register(WORKER)
+    (claimed,) = wait_for(lambda: transport.claim(10), message="a claimed task")
+    return claimed
+
+
+def running(transport: Transport, consumer: Consumer) -> store.ClaimedTask:
+    """A task claimed and started over `transport`."""
+    claimed = claim_one(transport, consumer)
+    assert transport.start_many([claimed]) == [True]
+    return claimed
+
+
+def test_a_claimed_task_carries_everything_its_attempt_needs(transport: Transport,
+                                                             consumer: Consumer) -> None:
+    # Given a task with its own priority, collection, payload, attempts and time limit
+    task = atf.schedule("demo.sleep", {"seconds": 1, "note": "é"}, priority="high",
+                        collection="transports", max_attempts=4, timeout=2.5)
+    # When a worker claims it
+    claimed = claim_one(transport, consumer)
+    # Then the claimed task is the whole of it, with its lambda's heartbeat timeout
+    row = TaskEntity.objects.get(pk=task.pk)
+    assert claimed == store.ClaimedTask(
+        task_id=task.pk, lease=row.lease, lambda_name="demo.sleep", collection="transports",
+        priority="high", payload={"seconds": 1, "note": "é"}, attempt=1, max_attempts=4,
+        timeout_s=2.5, heartbeat_timeout_s=directory.by_name("demo.sleep").heartbeat_timeout_s)
+
+
+def test_a_task_without_a_time_limit_gets_its_lambdas(transport: Transport,
+                                                      consumer: Consumer) -> None:
+    # Given an operator's time limit of 7 s for the lambda, and a task without one of its own
+    overrides.apply(Lambda.objects.get(name="demo.sleep"), {"timeout": 7}, by="tests",
+                    now=timezone.now())
+    directory.clear()
+    atf.schedule("demo.sleep", {"seconds": 1})
+    # Then the claimed task carries the lambda's
+    assert claim_one(transport, consumer).timeout_s == 7
+
+
+def test_an_attempt_past_its_time_limit_ends_timeout(transport: Transport,
+                                                     consumer: Consumer) -> None:
+    # Given a task that would sleep 30 s with a time limit of 1 s and one attempt
+    task = atf.schedule("demo.sleep", {"seconds": 30}, timeout=1, max_attempts=1)
+    consumer.run_pass()
+    # When a worker over this transport runs it
+    worker = WorkerProcess(["demo.sleep"], threads=1, transport=transport)
+    thread = threading.Thread(target=worker.run, name="WorkerUnderTest")
+    thread.start()
+    try:
+        wait_for(lambda: TaskEntity.objects.get(pk=task.pk).status == TaskStatus.DEAD,
+                 timeout_s=20, message="the task dead")
+    finally:
+        worker.stop()
+        thread.join(30)
+    # Then its one attempt ended `timeout` about a second after it began
+    (attempt,) = TaskAttempt.objects.filter(task_id=task.pk)
+    assert attempt.outcome == "timeout"
+    assert attempt.error["type"] == "TimeLimitExceeded"
+    assert (attempt.ended_at - attempt.started_at).total_seconds() < 2.5
+
+
+def test_a_heartbeat_renews_a_current_lease_and_reports_a_stale_one(transport: Transport,
+                                                                    consumer: Consumer) -> None:
+    atf.schedule("demo.noop")
+    task = running(transport, consumer)
+    before = TaskEntity.objects.get(pk=task.task_id).heartbeat_at
+    # When the worker heartbeats with its lease, Then the lease is renewed
+    assert transport.heartbeat({task.task_id: task.lease}) == set()
+    assert TaskEntity.objects.get(pk=task.task_id).heartbeat_at > before
+    # ...and with any other lease, the task is reported lost
+    assert transport.heartbeat({task.task_id: task.lease - 1}) == {task.task_id}
+
+
+def test_a_result_under_a_lease_that_moved_on_is_refused(transport: Transport,
+                                                         consumer: Consumer) -> None:
+    # Given a running task whose worker went silent past its heartbeat timeout, so that the
+    # consumer enqueued it again under a new lease
+    atf.schedule("demo.noop")
+    task = running(transport, consumer)
+    later = timezone.now() + timedelta(seconds=task.heartbeat_timeout_s + 1)
+    consumer.clock = lambda: later
+    consumer.run_pass()
+    assert TaskEntity.objects.get(pk=task.task_id).lease != task.lease
+    # When the first worker reports its result, Then it is refused and nothing is written
+    result = store.Result(outcome=store.Outcome.SUCCESS, value={"late": True},
+                          started_at=timezone.now(), worker=WORKER.worker_id)
+    assert transport.finish_many([(task, result)]) == [None]
+    assert TaskEntity.objects.get(pk=task.task_id).result is None
+    # ...and its heartbeat finds the lease lost
+    assert transport.heartbeat({task.task_id: task.lease}) == {task.task_id}
+
+
+def test_a_result_is_recorded_with_its_attempt(transport: Transport, consumer: Consumer) -> None:
+    atf.schedule("demo.noop")
+    task = running(transport, consumer)
+    result = store.Result(outcome=store.Outcome.SUCCESS, value={"rows": [1, "é", None]},
+                          started_at=timezone.now(), worker=WORKER.worker_id)
+    assert transport.finish_many([(task, result)]) == [TaskStatus.SUCCESS]
+    row = TaskEntity.objects.get(pk=task.task_id)
+    assert (row.status, row.result) == (TaskStatus.SUCCESS, {"rows": [1, "é", None]})
+    (attempt,) = TaskAttempt.objects.filter(task_id=task.task_id)
+    assert (attempt.number, attempt.outcome, attempt.worker) == (1, "success", WORKER.worker_id)
+
+
+def test_a_retry_waits_its_explicit_delay(transport: Transport, consumer: Consumer) -> None:
+    atf.schedule("demo.noop", max_attempts=3)
+    task = running(transport, consumer)
+    # When the attempt asks to be retried after 600 s (atf.Retry(delay=600))
+    result = store.Result(outcome=store.Outcome.RETRY, delay_s=600.0,
+                          error={"type": "Retry", "message": "later", "traceback": ""},
+                          started_at=timezone.now(), worker=WORKER.worker_id)
+    finished_at = timezone.now()
+    assert transport.finish_many([(task, result)]) == [TaskStatus.RETRYING]
+    # Then the task is due again 600 s later, not after its backoff
+    due_at = TaskAssoc.objects.get(task_id=task.task_id).next_trigger_at
+    due_in_s = (due_at - finished_at).total_seconds()
+    assert 599 <= due_in_s <= 605
