@@ -7,6 +7,8 @@ from rest_framework.exceptions import NotFound
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
+from tasks_api.serializers import BODY_PAGE_SIZE
+
 
 class TaskCursorPagination(CursorPagination):
     """`?cursor=` from `next`/`previous`; `?page_size=` up to 1000."""
@@ -15,6 +17,12 @@ class TaskCursorPagination(CursorPagination):
     page_size = settings.ATF_API_PAGE_SIZE
     page_size_query_param = "page_size"
     max_page_size = 1000
+
+    def get_page_size(self, request: Request) -> int | None:
+        size = super().get_page_size(request)
+        if size is not None and request.query_params.get("fields"):
+            return min(size, BODY_PAGE_SIZE)  # pages of payloads or results: bytes bounded
+        return size
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         cursor = super().decode_cursor(request)

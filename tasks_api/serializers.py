@@ -177,12 +177,23 @@ class TaskDetailSerializer(TaskSerializer):
         read_only_fields = fields
 
 
-class TaskSummarySerializer(TaskSerializer):
-    """A task in a list: without its payload, unless the list asks for it (`?fields=payload`)."""
+#: Most tasks on a page that shows payloads or results: 20 of 256 KiB each is 10 MiB at most
+#: with the default limits.
+BODY_PAGE_SIZE = 20
+#: A task's fields that may be large (ATF_MAX_PAYLOAD_BYTES, ATF_MAX_RESULT_BYTES): lists leave
+#: them out unless `?fields=` names them.
+BODIES = ("payload", "result")
 
-    class Meta(TaskSerializer.Meta):
-        fields = [name for name in TaskSerializer.Meta.fields if name != "payload"]
-        read_only_fields = fields
+
+class TaskSummarySerializer(TaskSerializer):
+    """A task in a list: without its payload and result, unless the list asks for them
+    (`?fields=payload`, `?fields=result`, `?fields=payload,result`; context "bodies")."""
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        for name in set(BODIES) - set(self.context.get("bodies", ())):
+            del fields[name]
+        return fields
 
 
 class ScheduleTaskSerializer(StrictSerializer):
@@ -333,14 +344,15 @@ def _flatten(detail: Any) -> Any:
 
 
 class ListQuerySerializer(StrictSerializer):
-    """What every task list takes: its page, and `fields=payload` to show payloads."""
+    """What every task list takes: its page, and `fields=` to show payloads or results."""
 
     cursor = serializers.CharField(required=False)
     page_size = serializers.CharField(required=False)
     # Declared under another name: a serializer's `fields` attribute is taken.
     extra_fields = serializers.ChoiceField(
-        required=False, choices=["payload"],
-        help_text="payload: show each task's payload (lists leave it out).")
+        required=False, choices=["payload", "result", "payload,result"],
+        help_text="show each task's payload, result or both (lists leave them out); a page "
+                  f"that shows them holds at most {BODY_PAGE_SIZE} tasks.")
 
     def get_fields(self) -> dict[str, serializers.Field]:
         return _renamed(super().get_fields(), lambda_name="lambda", extra_fields="fields")

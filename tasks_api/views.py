@@ -62,12 +62,22 @@ def _query(serializer_class: type[_Form], request: Request) -> _Form:
 
 
 class PayloadOnRequest(viewsets.GenericViewSet[TaskEntity]):
-    """Lists leave payloads out (a page of big payloads is huge) unless `?fields=payload`."""
+    """Lists leave payloads and results out (a page of big ones is huge) unless `?fields=`
+    names them; such a page holds at most serializers.BODY_PAGE_SIZE tasks."""
 
     def get_serializer_class(self) -> type[serializers.TaskSerializer]:
-        if self.action == "list" and self.request.query_params.get("fields") != "payload":
+        if self.action == "list":
             return serializers.TaskSummarySerializer
         return serializers.TaskSerializer
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "bodies": list_bodies(self.request)}
+
+
+def list_bodies(request: Request) -> list[str]:
+    """The large fields (payload, result) a list request asks for with `?fields=`."""
+    asked = request.query_params.get("fields", "").split(",")
+    return [name for name in serializers.BODIES if name in asked]
 
 
 # --- tasks -----------------------------------------------------------------------------------

@@ -41,6 +41,9 @@ ATF_PRIORITIES = ["high", "default", "low"]
 ATF_DEFAULT_PRIORITY = "default"
 #: Largest payload accepted, in bytes of its JSON text.
 ATF_MAX_PAYLOAD_BYTES = 256 * 1024
+#: Largest result a lambda may return, in bytes of its JSON text; a larger one ends the attempt
+#: as a fatal failure (ResultTooLarge), on direct and remote workers alike.
+ATF_MAX_RESULT_BYTES = 256 * 1024
 #: Deepest nesting of objects and arrays in a payload.
 ATF_MAX_PAYLOAD_DEPTH = 100
 #: Most tasks in one schedule_many call or batch request.

@@ -6,7 +6,9 @@ The store's writes (tasks_core.store.backends) carry out what these decide.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import json
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -104,16 +106,31 @@ def plan_due(rows: Sequence[DueRow], *, decide: Callable[[str], Decision],
 # --- how an attempt ends -------------------------------------------------------------------------
 
 
+def bounded(result: Result, *, max_result_bytes: int) -> Result:
+    """`result`, or a fatal ResultTooLarge in its place when its value's JSON text is over
+    `max_result_bytes` (the same result would come back from every retry)."""
+    if result.outcome is not Outcome.SUCCESS:
+        return result
+    size = len(json.dumps(result.value, separators=(",", ":")).encode())
+    if size <= max_result_bytes:
+        return result
+    message = f"the result is {size} bytes; the limit is {max_result_bytes} (ATF_MAX_RESULT_BYTES)"
+    return dataclasses.replace(result, outcome=Outcome.FATAL, value=None, error={
+        "type": "ResultTooLarge", "message": message, "traceback": ""})
+
+
 def ending(task: ClaimedTask, result: Result, *, now: datetime, timeouts: states.Timeouts,
            backoff_base_s: float, backoff_cap_s: float, timeout_grace_s: float,
-           rand: Callable[[], float] = random.random) -> Ending:
+           max_result_bytes: int, rand: Callable[[], float] = random.random) -> Ending:
     """What finishing one attempt writes.
 
-    success -> success; fatal -> fatal_failure; retry or timeout -> retrying after the explicit
-    delay or the lambda's backoff (`rand` draws its jitter), or dead when the attempts are used
-    up. A timed-out lambda may run on for the worker's grace (`timeout_grace_s`), after which
-    its process exits, so its task is not retried before twice that (workers/time_limits.py).
+    success -> success (fatal_failure when its result is over `max_result_bytes`); fatal ->
+    fatal_failure; retry or timeout -> retrying after the explicit delay or the lambda's
+    backoff (`rand` draws its jitter), or dead when the attempts are used up. A timed-out
+    lambda may run on for the worker's grace (`timeout_grace_s`), after which its process
+    exits, so its task is not retried before twice that (workers/time_limits.py).
     """
+    result = bounded(result, max_result_bytes=max_result_bytes)
     delay_s = None
     if result.outcome is Outcome.SUCCESS:
         target = TaskStatus.SUCCESS

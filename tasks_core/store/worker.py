@@ -86,7 +86,8 @@ def _ending(task: ClaimedTask, result: Result, now: datetime) -> Ending:
     info = directory.by_name(task.lambda_name)
     return decisions.ending(task, result, now=now, timeouts=timeouts.of_lambda(info.id),
                             backoff_base_s=info.backoff_base_s, backoff_cap_s=info.backoff_cap_s,
-                            timeout_grace_s=settings.ATF_TIMEOUT_GRACE_S)
+                            timeout_grace_s=settings.ATF_TIMEOUT_GRACE_S,
+                            max_result_bytes=settings.ATF_MAX_RESULT_BYTES)
 
 
 def finish(task: ClaimedTask, result: Result, *, now: datetime) -> TaskStatus | None:

@@ -134,6 +134,26 @@ def test_a_retry_and_a_fatal_outcome_are_recorded_as_the_store_decides(
     assert TaskEntity.objects.get(pk=first["id"]).last_error["type"] == "Boom"
 
 
+def test_a_result_over_the_limit_ends_the_task_as_a_failure_its_owner_sees(
+        team_a: Member, consumer: Consumer, settings: Any) -> None:
+    # Given a remote worker's running task, and a result limit of 1 KiB
+    settings.ATF_MAX_RESULT_BYTES = 1024
+    worker = register(team_a, "host-a:1:big")
+    ready_tasks(team_a, consumer)
+    (claimed,) = claim(team_a, worker)
+    post(team_a.client, "start/", {"tasks": leases([claimed])})
+    # When it finishes with a 2 KiB result
+    done = finish(team_a, worker, [claimed], result={"blob": "x" * 2048})
+    # Then the attempt ended as a fatal failure, and the lambda's owner reads why
+    assert done == [{"id": claimed["id"], "status": "fatal_failure"}]
+    owner = token_client(team_a.user, team_a.team)
+    shown = owner.get(f"/api/v1/tasks/{claimed['id']}/").json()
+    assert (shown["status"], shown["result"]) == ("fatal_failure", None)
+    assert shown["last_error"]["type"] == "ResultTooLarge"
+    assert "the limit is 1024 (ATF_MAX_RESULT_BYTES)" in shown["last_error"]["message"]
+    assert shown["attempt_history"][0]["outcome"] == "fatal"
+
+
 def test_a_stale_lease_is_refused_per_item_and_changes_nothing(team_a: Member,
                                                                consumer: Consumer) -> None:
     # Given two running tasks, one of which another worker took over since (its lease moved)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -37,25 +37,28 @@ from workers.transport import DirectTransport
 # Results are written by the real result-writer thread, so tests commit for real.
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
-NOT_JSON_RESULTS = {
-    "tests.bad_input.returns_set": lambda: {1, 2},
-    "tests.bad_input.returns_nan": lambda: {"ratio": float("nan")},
-    "tests.bad_input.returns_object": lambda: object(),
-    "tests.bad_input.returns_bytes": lambda: b"\xff\xfe",
+#: Test-only lambdas whose return value cannot be stored, and the error each attempt ends with.
+ODD_RESULTS: dict[str, tuple[Callable[[], Any], str]] = {
+    "tests.bad_input.returns_set": (lambda: {1, 2}, "ResultNotJSON"),
+    "tests.bad_input.returns_nan": (lambda: {"ratio": float("nan")}, "ResultNotJSON"),
+    "tests.bad_input.returns_object": (lambda: object(), "ResultNotJSON"),
+    "tests.bad_input.returns_bytes": (lambda: b"\xff\xfe", "ResultNotJSON"),
+    "tests.bad_input.returns_too_much": (
+        lambda: payload_of_size(settings.ATF_MAX_RESULT_BYTES + 1), "ResultTooLarge"),
 }
 
 
 @pytest.fixture
 def odd_lambdas() -> Iterator[list[str]]:
-    """Test-only lambdas whose return value is not JSON."""
-    for name, value in NOT_JSON_RESULTS.items():
+    """Test-only lambdas whose return value cannot be stored."""
+    for name, (value, _error) in ODD_RESULTS.items():
         def returns(ctx: atf.TaskContext, payload: Any, value: Any = value) -> Any:
             return value()
 
         registry.register(name, team=settings.ATF_DEMO_TEAM, max_attempts=3)(returns)
     lambda_sync.sync_to_store()
-    yield list(NOT_JSON_RESULTS)
-    for name in NOT_JSON_RESULTS:
+    yield list(ODD_RESULTS)
+    for name in ODD_RESULTS:
         registry.unregister(name)
     lambda_sync.sync_to_store()
 
@@ -334,21 +337,20 @@ def test_a_lambda_the_code_no_longer_has_fails_retriably_with_its_name(pipeline:
     assert "tests.bad_input.vanishing" in row.last_error["message"]
 
 
-def test_a_lambda_returning_something_that_is_not_json_fails_clearly(
+def test_a_lambda_returning_something_that_cannot_be_stored_fails_clearly(
     pipeline: Pipeline, odd_lambdas: list[str]
 ) -> None:
-    # Given one task per lambda whose result is not JSON
+    # Given one task per lambda whose result is not JSON, or over ATF_MAX_RESULT_BYTES
     tasks = {name: atf.schedule(name) for name in odd_lambdas}
     pipeline.watch(*odd_lambdas)
     # When the pipeline runs them
     pipeline.run()
-    # Then each ends fatal_failure (retrying would not help) with a ResultNotJSON error
-    for task in tasks.values():
+    # Then each ends fatal_failure (retrying would not help) with an error that says why
+    for name, task in tasks.items():
         row = TaskEntity.objects.get(pk=task.pk)
-        assert row.status == "fatal_failure"
-        assert row.last_error["type"] == "ResultNotJSON"
-        assert "not JSON" in row.last_error["message"]
-        assert row.result is None
+        assert (row.status, row.result) == ("fatal_failure", None)
+        assert row.last_error["type"] == ODD_RESULTS[name][1]
+        assert row.last_error["message"]
 
 
 # --- the API, where bad bytes first arrive --------------------------------------------------

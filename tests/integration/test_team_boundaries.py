@@ -8,6 +8,7 @@ from datetime import datetime
 import pytest
 from django.test import Client, override_settings
 
+from tasks_api import serializers
 from tasks_core.models import Collection, TaskEntity, Worker
 from tests.factories import TaskFactory, TeamFactory
 from tests.integration.test_api_support import Member, schedule, token_client
@@ -107,20 +108,29 @@ def test_a_batch_creates_a_bounded_number_of_collections(alice: Member) -> None:
     assert batch("old", "c1", "c2", "c3") == 201
 
 
-def test_lists_leave_payloads_out_unless_asked(alice: Member) -> None:
-    # Given a task with a payload, which is also dead
-    task = schedule(alice, payload={"big": "x" * 1000}).json()
-    TaskEntity.objects.filter(pk=task["id"]).update(status="dead")
+def test_lists_leave_payloads_and_results_out_unless_asked(alice: Member) -> None:
+    # Given 25 dead tasks, each with a payload and a result
+    body = {"tasks": [{"lambda": alice.lam.name, "payload": {"big": "x" * 1000}}] * 25}
+    created = alice.client.post("/api/v1/tasks/batch/", body, format="json").json()["tasks"]
+    TaskEntity.objects.filter(pk__in=[t["id"] for t in created]).update(
+        status="dead", result={"out": "y" * 1000})
     for path in ("/api/v1/tasks/", "/api/v1/dead-letters/"):
-        # Then a list leaves the payload out, and shows it when asked to
-        plain = alice.client.get(path).json()["results"]
-        asked = alice.client.get(path + "?fields=payload").json()["results"]
-        assert [t["id"] for t in plain] == [task["id"]]
-        assert "payload" not in plain[0] and asked[0]["payload"] == {"big": "x" * 1000}
+        # Then a list leaves payloads and results out, and shows what it is asked for
+        def page(fields: str = "", path: str = path) -> list[dict]:
+            return alice.client.get(path + fields).json()["results"]
+
+        plain, payloads = page(), page("?fields=payload")
+        results, both = page("?fields=result&page_size=1000"), page("?fields=payload,result")
+        assert len(plain) == 25 and not {"payload", "result"} & set(plain[0])
+        assert payloads[0]["payload"] == {"big": "x" * 1000} and "result" not in payloads[0]
+        assert results[0]["result"] == {"out": "y" * 1000} and "payload" not in results[0]
+        assert both[0]["payload"] == {"big": "x" * 1000} and both[0]["result"]
+        # And a page that shows them holds at most 20 tasks, whatever page_size asks
+        assert {len(payloads), len(results), len(both)} == {serializers.BODY_PAGE_SIZE}
         assert alice.client.get(path + "?fields=secret").status_code == 400
-    # And the task itself still shows it
-    assert alice.client.get(f"/api/v1/tasks/{task['id']}/").json()["payload"] == {
-        "big": "x" * 1000}
+    # And the task itself still shows both
+    shown = alice.client.get(f"/api/v1/tasks/{created[0]['id']}/").json()
+    assert (shown["payload"], shown["result"]) == ({"big": "x" * 1000}, {"out": "y" * 1000})
 
 
 def test_a_batch_sent_again_answers_the_same_tasks(alice: Member) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -81,15 +82,19 @@ def claimed(attempt: int = 1, max_attempts: int = 3) -> ClaimedTask:
                        timeout_s=None, heartbeat_timeout_s=30.0)
 
 
+#: The lambda's and the settings' part of ending(): backoff, grace and the result limit.
+POLICY: dict[str, Any] = {"now": NOW, "timeouts": TIMEOUTS, "backoff_base_s": 2,
+                          "backoff_cap_s": 100, "timeout_grace_s": 5, "max_result_bytes": 64}
+
+
 def end(result: Result, task: ClaimedTask | None = None) -> tuple[TaskStatus, object, object]:
-    e = ending(task or claimed(), result, now=NOW, timeouts=TIMEOUTS, backoff_base_s=2,
-               backoff_cap_s=100, timeout_grace_s=5, rand=lambda: 0.5)
+    e = ending(task or claimed(), result, rand=lambda: 0.5, **POLICY)
     return e.status, e.assoc.status, e.assoc.next_trigger_at
 
 
 def test_success_keeps_the_result_and_ends_the_task() -> None:
     e = ending(claimed(), Result(outcome=Outcome.SUCCESS, value={"ok": 1}, worker="w9"),
-               now=NOW, timeouts=TIMEOUTS, backoff_base_s=2, backoff_cap_s=100, timeout_grace_s=5)
+               **POLICY)
     assert (e.status, e.result, e.finished_at, e.outcome, e.worker) == (
         TaskStatus.SUCCESS, {"ok": 1}, NOW, Outcome.SUCCESS, "w9")
     assert (e.assoc.status, e.assoc.next_trigger_at) == (AssocStatus.COMPLETED, None)
@@ -97,10 +102,23 @@ def test_success_keeps_the_result_and_ends_the_task() -> None:
 
 
 def test_fatal_ends_at_once_with_its_error_and_no_result() -> None:
-    e = ending(claimed(), Result(outcome=Outcome.FATAL, value={"x": 1}, error=ERROR), now=NOW,
-               timeouts=TIMEOUTS, backoff_base_s=2, backoff_cap_s=100, timeout_grace_s=5)
+    e = ending(claimed(), Result(outcome=Outcome.FATAL, value={"x": 1}, error=ERROR), **POLICY)
     assert (e.status, e.result, e.error, e.finished_at) == (TaskStatus.FATAL_FAILURE, None,
                                                             ERROR, NOW)
+
+
+@pytest.mark.parametrize(("value", "status"), [
+    ("x" * 62, TaskStatus.SUCCESS),  # 64 bytes of JSON text: at the limit
+    ("x" * 63, TaskStatus.FATAL_FAILURE),
+    ({"k": ["x" * 27, "y" * 27]}, TaskStatus.FATAL_FAILURE),  # 69 bytes in all
+])
+def test_a_result_over_the_limit_ends_the_attempt_as_a_fatal_failure(value: object,
+                                                                     status: TaskStatus) -> None:
+    e = ending(claimed(), Result(outcome=Outcome.SUCCESS, value=value), **POLICY)
+    assert e.status is status
+    if status is TaskStatus.FATAL_FAILURE:
+        assert (e.result, e.outcome, e.error["type"]) == (None, Outcome.FATAL, "ResultTooLarge")
+        assert "the limit is 64 (ATF_MAX_RESULT_BYTES)" in e.error["message"]
 
 
 def test_a_retry_waits_its_explicit_delay_or_the_backoff() -> None:
@@ -114,7 +132,7 @@ def test_a_retry_waits_its_explicit_delay_or_the_backoff() -> None:
 
 def test_a_retry_on_the_last_attempt_goes_dead_and_the_attempt_says_so() -> None:
     e = ending(claimed(attempt=3, max_attempts=3), Result(outcome=Outcome.RETRY, error=ERROR),
-               now=NOW, timeouts=TIMEOUTS, backoff_base_s=2, backoff_cap_s=100, timeout_grace_s=5)
+               **POLICY)
     assert (e.status, e.outcome, e.finished_at) == (TaskStatus.DEAD, Outcome.DEAD, NOW)
     assert e.assoc.next_trigger_at is None
 
@@ -124,8 +142,7 @@ def test_a_timed_out_attempt_waits_out_the_workers_grace_and_keeps_its_outcome()
     # backoff would say 0.5 * 2 = 1 s; the grace of 5 s makes it twice that
     assert end(timed_out) == (TaskStatus.RETRYING, AssocStatus.STARTED,
                               NOW + timedelta(seconds=10))
-    last = ending(claimed(attempt=3, max_attempts=3), timed_out, now=NOW, timeouts=TIMEOUTS,
-                  backoff_base_s=2, backoff_cap_s=100, timeout_grace_s=5)
+    last = ending(claimed(attempt=3, max_attempts=3), timed_out, **POLICY)
     assert (last.status, last.outcome) == (TaskStatus.DEAD, Outcome.TIMEOUT)
 
 
