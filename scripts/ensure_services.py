@@ -303,10 +303,26 @@ def ensure_chromium() -> None:
                    CHROMIUM)
 
 
+# --- promtool for the alert rules' tests -----------------------------------------------------
+
+def ensure_promtool() -> None:
+    """promtool (Debian's `prometheus` package), which checks and unit-tests the shipped alert
+    rules (deploy/prometheus/); not fatal: those tests say themselves that they cannot run."""
+    if shutil.which("promtool"):
+        logger.info("promtool: using %s", shutil.which("promtool"))
+        return
+    if apt_install("prometheus") and shutil.which("promtool"):
+        logger.info("promtool: installed %s", shutil.which("promtool"))
+        return
+    logger.warning("promtool: not found; the alert rules' tests need it "
+                   "(apt-get install prometheus)")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("services", nargs="+",
-                        help="redis, postgres, chromium; or `apt PACKAGE ...` to install packages")
+                        help="redis, postgres, chromium, promtool; or `apt PACKAGE ...` to "
+                             "install packages")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="==> %(message)s", stream=sys.stdout)
     steps: dict[str, Callable[[], None]] = {
@@ -314,6 +330,7 @@ def main(argv: list[str]) -> int:
         "postgres": lambda: ensure_postgres(os.environ.get("DATABASE_URL")
                                             or DEFAULT_DATABASE_URL),
         "chromium": ensure_chromium,
+        "promtool": ensure_promtool,
     }
     try:
         if args.services[0] == "apt":

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection
+from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
@@ -28,9 +29,10 @@ from rest_framework.views import APIView
 from tasks_api import permissions, scopes
 from tasks_api.policy import ApiPolicy
 from tasks_api.renderers import FirstRenderer, JsonErrorsMixin, PrometheusRenderer
-from tasks_core import queues, stats
+from tasks_core import consumer_liveness, incident_stats, queues, stats
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Lambda
+from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
 
@@ -93,10 +95,12 @@ class StoreCollector(Collector):
         window_s = settings.ATF_METRICS_WINDOW_S
         tasks = GaugeMetricFamily("atf_tasks", "Tasks in the store by lambda and status.",
                                   labels=["lambda", "status"])
-        for name, counts in sorted(stats.status_counts_by_lambda(
-                lambda_ids=self.lambda_ids).items()):
-            for status, n in sorted(counts.items()):
-                tasks.add_metric([name, status], n)
+        counts = stats.status_counts_by_lambda(lambda_ids=self.lambda_ids)
+        # Every lambda and status, zeros included: an alert on a change (dead letters growing)
+        # then sees a series start at 0 rather than appear at its first task.
+        for name in self._lambdas().values_list("name", flat=True):
+            for status in sorted(TaskStatus):
+                tasks.add_metric([name, status.value], counts.get(name, {}).get(status, 0))
         yield tasks
         yield from self._queue_depths()
         histogram = stats.latency_histogram(
@@ -110,11 +114,47 @@ class StoreCollector(Collector):
             buckets=buckets, gsum_value=histogram.sum_s)
         yield GaugeMetricFamily("atf_workers", "Live worker processes.",
                                 value=stats.live_workers(now=now, lambda_ids=self.lambda_ids))
+        yield from self._incident_signs(now, window_s)
 
-    def _queue_depths(self) -> Iterator[Metric]:
+    def _incident_signs(self, now: datetime, window_s: float) -> Iterator[Metric]:
+        """What the shipped alert rules watch (tasks_core.incident_stats)."""
+        ids = self.lambda_ids
+        oldest = GaugeMetricFamily("atf_oldest_due_task_seconds",
+                                   "Seconds the oldest due task that has not started has waited.",
+                                   labels=["lambda"])
+        for name, age_s in sorted(incident_stats.oldest_due_s(now=now, lambda_ids=ids).items()):
+            oldest.add_metric([name], age_s)
+        yield oldest
+        serving = GaugeMetricFamily("atf_lambda_workers", "Live worker processes that serve "
+                                    "the lambda.", labels=["lambda"])
+        for name, n in incident_stats.workers_by_lambda(now=now, lambda_ids=ids).items():
+            serving.add_metric([name], n)
+        yield serving
+        lost = GaugeMetricFamily("atf_lost_attempts", f"Attempts that lost their worker (no "
+                                 f"heartbeat in time) in the last {window_s:g} s.",
+                                 labels=["lambda"])
+        since = now - timedelta(seconds=window_s)
+        for name, n in sorted(incident_stats.lost_attempts(since=since, lambda_ids=ids).items()):
+            lost.add_metric([name], n)
+        yield lost
+        gates = GaugeMetricFamily("atf_lambda_gate", "1 for the lambda's gate state now.",
+                                  labels=["lambda", "state"])
+        for name, state in incident_stats.gates(now=now, lambda_ids=ids).items():
+            gates.add_metric([name, state], 1)
+        yield gates
+        if (passed_s := consumer_liveness.last_pass_s()) is not None:
+            yield GaugeMetricFamily("atf_consumer_pass_age_seconds",
+                                    "Seconds since a consumer last finished a pass.",
+                                    value=max(now.timestamp() - passed_s, 0.0))
+
+    def _lambdas(self) -> QuerySet[Lambda]:
         lambdas = Lambda.objects.order_by("name")
         if self.lambda_ids is not None:
             lambdas = lambdas.filter(pk__in=self.lambda_ids)
+        return lambdas
+
+    def _queue_depths(self) -> Iterator[Metric]:
+        lambdas = self._lambdas()
         up = GaugeMetricFamily("atf_queue_up", "1 when the queue service answered.")
         try:
             depths = stats.queue_depths(list(lambdas.values_list("name", flat=True)))

@@ -237,7 +237,12 @@ class TaskAttempt(models.Model):
 
     class Meta:
         ordering = ["task", "number"]
-        indexes = [models.Index(fields=["task", "number"], name="attempt_task_number")]
+        indexes = [
+            models.Index(fields=["task", "number"], name="attempt_task_number"),
+            # /metrics counts recent lost attempts (heartbeat losses) on every scrape.
+            models.Index(fields=["ended_at"], name="attempt_lost_ended",
+                         condition=models.Q(outcome="lost")),
+        ]
 
 
 class PeriodicTask(models.Model):

@@ -24,7 +24,8 @@ def channel() -> str:
     return f"{settings.ATF_QUEUE_PREFIX}:wakeup"
 
 
-def _redis() -> redis.Redis:
+def client() -> redis.Redis:
+    """This process's client of ATF's Redis (short timeouts: a caller must not wait on it)."""
     global _client
     with _client_lock:
         if _client is None:
@@ -35,7 +36,7 @@ def _redis() -> redis.Redis:
 
 def _publish() -> None:
     try:
-        _redis().publish(channel(), b"1")
+        client().publish(channel(), b"1")
     except redis.RedisError as exc:
         logger.debug("wake-up not sent (the consumer's poll will find the task): %s", exc)
 

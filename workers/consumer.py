@@ -24,7 +24,16 @@ from django.conf import settings
 from django.db.models import Exists, Min, OuterRef, QuerySet
 from django.utils import timezone
 
-from tasks_core import gating, overrides, periodic, queues, retention, store, wakeup
+from tasks_core import (
+    consumer_liveness,
+    gating,
+    overrides,
+    periodic,
+    queues,
+    retention,
+    store,
+    wakeup,
+)
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, TaskAssoc, Worker
 from tasks_core.states import AssocStatus
@@ -298,6 +307,7 @@ class Consumer:
                 summary = self.run_pass()
                 totals.add(summary)
                 if time.monotonic() - self._housekept_s >= HOUSEKEEPING_INTERVAL_S:
+                    consumer_liveness.passed(self._pass_now)
                     self.housekeep(self.clock())
                     self._housekept_s = time.monotonic()
                 # Periodic occurrences become ordinary tasks, due at their own time (a task due
