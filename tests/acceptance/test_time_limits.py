@@ -53,7 +53,7 @@ def test_an_attempt_past_its_time_limit_ends_timeout_and_its_executor_goes_on(
     assert worker.poll() is None
 
 
-@pytest.mark.parametrize("kind", ["direct"])
+@pytest.mark.parametrize("kind", ["direct", "remote"])
 def test_the_default_time_limit_applies_when_neither_task_nor_lambda_has_one(
         processes: Processes, env: dict[str, str], kind: str) -> None:
     # Given a default time limit of 1 s, and a task of a lambda registered without one
