@@ -17,7 +17,6 @@ from django.db import DatabaseError, connection
 from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -27,6 +26,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from tasks_api import permissions, scopes
+from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.renderers import FirstRenderer, JsonErrorsMixin, PrometheusRenderer
 from tasks_core import consumer_liveness, incident_stats, queues, stats

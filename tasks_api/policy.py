@@ -1,9 +1,11 @@
 """The API's own DRF policy, so that it holds in any project whatever its REST_FRAMEWORK says.
 
-A host project's defaults (its authentication, an AllowAny permission, its renderers) never
-reach ATF's views: each view takes its authentication, permissions, parsers, renderers,
-throttling, schema and error handling from `ApiPolicy` (or sets its own, as the probes do),
-built from `tasks_api.defaults.REST_FRAMEWORK`.
+A host project's defaults (its authentication, an AllowAny permission, its renderers, its
+pagination, filters or versioning, its schema class, its error handler) never reach ATF's
+views: each view takes all of them from `ApiPolicy` (or sets its own, as the probes and the
+schema views do), built from `tasks_api.defaults.REST_FRAMEWORK`. What DRF reads from
+REST_FRAMEWORK for every view alike (date formats, the non-field errors key) cannot be kept per
+view: `tasks_api.checks` warns about those (atf.W003).
 """
 
 from __future__ import annotations
@@ -13,9 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import import_string
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.filters import BaseFilterBackend
+from rest_framework.metadata import BaseMetadata, SimpleMetadata
+from rest_framework.negotiation import BaseContentNegotiation, DefaultContentNegotiation
+from rest_framework.pagination import BasePagination
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
 from rest_framework.throttling import BaseThrottle
+from rest_framework.versioning import BaseVersioning
 
 from tasks_api.defaults import REST_FRAMEWORK
 
@@ -37,6 +44,12 @@ class ApiPolicy:
     parser_classes: Sequence[type[BaseParser]] = _classes("DEFAULT_PARSER_CLASSES")
     renderer_classes: Sequence[type[BaseRenderer]] = _classes("DEFAULT_RENDERER_CLASSES")
     throttle_classes: Sequence[type[BaseThrottle]] = _classes("DEFAULT_THROTTLE_CLASSES")
+    content_negotiation_class: type[BaseContentNegotiation] = DefaultContentNegotiation
+    metadata_class: type[BaseMetadata] | None = SimpleMetadata
+    versioning_class: type[BaseVersioning] | None = None
+    # A list view names its own pagination; filters are its query serializers' job.
+    pagination_class: type[BasePagination] | None = None
+    filter_backends: Sequence[type[BaseFilterBackend]] = ()
     schema = import_string(REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"])()
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Any]:

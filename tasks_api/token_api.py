@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models import QuerySet
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -14,6 +13,7 @@ from rest_framework.response import Response
 
 from tasks_api import permissions, tokens
 from tasks_api.models import ApiToken, Scope
+from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.serializers import StrictSerializer
 from tasks_api.views import _errors

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from tasks_api import permissions, serializers
+from tasks_api.openapi import extend_schema
 from tasks_api.pagination import TaskCursorPagination
 from tasks_api.policy import ApiPolicy
 from tasks_core import limits, operations, periodic, scheduling, stats

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
@@ -21,6 +20,7 @@ from rest_framework.views import APIView
 
 from tasks_api import worker_serializers as shapes
 from tasks_api.memory import ShortMemory
+from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.scopes import WorkerOnly, worker_team_id
 from tasks_api.views import _errors

@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from tasks_console import (  # noqa: F401
+    dashboard_admin,
     display,
     filters,
     gate_admin,

@@ -24,3 +24,14 @@ class DeadLetter(TaskEntity):
         proxy = True
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
+
+
+class Dashboard(models.Model):
+    """The dashboard's row in the admin's list of models (*ATF console › Dashboard*); no table:
+    its admin page is the dashboard (tasks_console.dashboard_admin)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"

@@ -1,4 +1,9 @@
-"""The dashboard: the console's front page, and the JSON its page polls to redraw itself."""
+"""The dashboard: the console's front page, and the JSON its page polls to redraw itself.
+
+The admin serves both at its *ATF console › Dashboard* entry (tasks_console.dashboard_admin);
+`tasks_console.urls` serves them wherever a project mounts it (the standalone service: as the
+admin's front page).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, JsonResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
@@ -23,18 +29,24 @@ def _content(request: HttpRequest) -> dict:
     return dashboard.build(request.user, timezone.now())
 
 
-@never_cache
-@staff_member_required
-def index(request: HttpRequest) -> TemplateResponse:
-    """The dashboard page, with the admin's list of models under it."""
+def page(request: HttpRequest, *, data_url: str) -> TemplateResponse:
+    """The dashboard page, redrawn from `data_url`, with the admin's list of models under it."""
     context = {
         **admin.site.each_context(request),
         **_content(request),
         "title": "Dashboard",
         "refresh_s": REFRESH_S,
+        "data_url": data_url,
         "app_list": admin.site.get_app_list(request),
     }
     return TemplateResponse(request, "tasks_console/dashboard.html", context)
+
+
+@never_cache
+@staff_member_required
+def index(request: HttpRequest) -> TemplateResponse:
+    """The dashboard at `tasks_console.urls`."""
+    return page(request, data_url=reverse("tasks_console:dashboard-data"))
 
 
 @never_cache

@@ -10,6 +10,8 @@
 | atf.E006 | a number setting is not a number, or is negative (zero where it must be positive) |
 | atf.E007 | tasks_api installed without rest_framework or tasks_core (in `tasks_api.checks`) |
 | atf.W001 | tasks_api installed without drf_spectacular (the docs page cannot render) |
+| atf.W002 | tasks_api installed without drf_spectacular_sidecar (the docs page has no Swagger UI) |
+| atf.W003 | REST_FRAMEWORK sets a value DRF applies to every view, ATF's too (in `tasks_api.checks`) |
 """
 
 from __future__ import annotations
