@@ -8,8 +8,10 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
-from rest_framework.settings import DEFAULTS as DRF_DEFAULTS
+from rest_framework.settings import DEFAULTS
 
+#: DRF's own defaults, by name (its stubs type them as a TypedDict of literal keys).
+DRF_DEFAULTS: dict[str, Any] = dict(DEFAULTS)
 #: REST_FRAMEWORK keys that DRF reads for every view, so ATF's views cannot keep their own:
 #: a project's value changes what ATF's API answers or accepts.
 GLOBAL_DRF_SETTINGS = (

@@ -27,6 +27,7 @@ from rest_framework.versioning import BaseVersioning
 from tasks_api.defaults import REST_FRAMEWORK
 
 if TYPE_CHECKING:
+    from rest_framework.generics import BaseFilterProtocol
     from rest_framework.permissions import _PermissionClass
 
 
@@ -45,11 +46,11 @@ class ApiPolicy:
     renderer_classes: Sequence[type[BaseRenderer]] = _classes("DEFAULT_RENDERER_CLASSES")
     throttle_classes: Sequence[type[BaseThrottle]] = _classes("DEFAULT_THROTTLE_CLASSES")
     content_negotiation_class: type[BaseContentNegotiation] = DefaultContentNegotiation
-    metadata_class: type[BaseMetadata] | None = SimpleMetadata
+    metadata_class: str | type[BaseMetadata] | None = SimpleMetadata
     versioning_class: type[BaseVersioning] | None = None
     # A list view names its own pagination; filters are its query serializers' job.
     pagination_class: type[BasePagination] | None = None
-    filter_backends: Sequence[type[BaseFilterBackend]] = ()
+    filter_backends: Sequence[type[BaseFilterBackend | BaseFilterProtocol[Any]]] = ()
     schema = import_string(REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"])()
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Any]:

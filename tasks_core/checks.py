@@ -11,7 +11,7 @@
 | atf.E007 | tasks_api installed without rest_framework or tasks_core (in `tasks_api.checks`) |
 | atf.W001 | tasks_api installed without drf_spectacular (the docs page cannot render) |
 | atf.W002 | tasks_api installed without drf_spectacular_sidecar (the docs page has no Swagger UI) |
-| atf.W003 | REST_FRAMEWORK sets a value DRF applies to every view, ATF's too (in `tasks_api.checks`) |
+| atf.W003 | REST_FRAMEWORK sets what DRF applies to all views, ATF's too (`tasks_api.checks`) |
 """
 
 from __future__ import annotations

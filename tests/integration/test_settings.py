@@ -111,6 +111,11 @@ def test_the_standalone_settings_check_clean() -> None:
         ({"ATF_RETENTION_S": -1}, ["atf.E006"]),
         ({"ATF_POLL_INTERVAL_S": "fast"}, ["atf.E006"]),
         ({"ATF_RETENTION_S": 0, "ATF_BACKOFF_BASE_S": 0}, []),
+        ({"REST_FRAMEWORK": {"NON_FIELD_ERRORS_KEY": "errors"}}, ["atf.W003"]),
+        ({"REST_FRAMEWORK": {"DATETIME_FORMAT": "%s", "URL_FORMAT_OVERRIDE": None}},
+         ["atf.W003", "atf.W003"]),
+        # DRF's own default, and a default ATF's views replace with their own
+        ({"REST_FRAMEWORK": {"DATETIME_FORMAT": "iso-8601", "PAGE_SIZE": 3}}, []),
     ],
 )
 def test_check_reports_each_misconfiguration_with_its_id(
@@ -150,7 +155,7 @@ HOST = """
 """
 
 
-ALL_APPS = ["rest_framework", "drf_spectacular", "tasks_core",
+ALL_APPS = ["rest_framework", "drf_spectacular", "drf_spectacular_sidecar", "tasks_core",
             "tasks_api", "tasks_console", "workers"]
 
 
@@ -181,3 +186,4 @@ def test_a_host_without_the_apps_the_api_needs_fails_check_with_atf_e007() -> No
     assert done.returncode != 0
     assert "(atf.E007) tasks_api needs 'rest_framework'" in done.stderr
     assert "(atf.W001) 'drf_spectacular' is not in INSTALLED_APPS" in done.stderr
+    assert "(atf.W002) 'drf_spectacular_sidecar' is not in INSTALLED_APPS" in done.stderr
