@@ -17,7 +17,7 @@ import dj_database_url
 import django
 
 from tasks_api import defaults as api_defaults
-from tasks_core import conf
+from tasks_core import conf, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -266,20 +266,19 @@ STORAGES = {
 
 LOGIN_URL = "admin:login"
 
-#: Log level of the `tasks_core` and `workers` loggers.
+#: Log level of the `tasks_core` and `workers` loggers (tasks_core.conf), and of `demo`.
 ATF_LOG_LEVEL = env_str("ATF_LOG_LEVEL", "INFO")
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "line": {"format": "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"},
+        "line": {"format": logs.LINE_FORMAT},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        "tasks_core": {"level": ATF_LOG_LEVEL},
-        "workers": {"level": ATF_LOG_LEVEL},
+        # tasks_core and workers take ATF_LOG_LEVEL when the apps load (tasks_core.logs).
         "demo": {"level": ATF_LOG_LEVEL},
     },
 }

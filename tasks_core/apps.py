@@ -37,8 +37,12 @@ class TasksCoreConfig(AppConfig):
             checks,  # noqa: F401  (registers the system checks)
             directory,
             lambda_sync,
+            logs,
             registry,
         )
+
+        # After Django applied the project's LOGGING, which keeps any level it set.
+        logs.apply_level(settings.ATF_LOG_LEVEL)
 
         # The registry holds code and the directory reads the store; neither imports what
         # schedules or syncs, so both are wired here, above them.

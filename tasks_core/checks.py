@@ -9,6 +9,7 @@
 | atf.E005 | ATF_DEFAULT_PRIORITY is not one of ATF_PRIORITIES |
 | atf.E006 | a number setting is not a number, or is negative (zero where it must be positive) |
 | atf.E007 | tasks_api installed without rest_framework or tasks_core (in `tasks_api.checks`) |
+| atf.E008 | ATF_LOG_LEVEL is not a logging level's name |
 | atf.W001 | tasks_api installed without drf_spectacular (the docs page cannot render) |
 | atf.W002 | tasks_api installed without drf_spectacular_sidecar (the docs page has no Swagger UI) |
 | atf.W003 | REST_FRAMEWORK sets what DRF applies to all views, ATF's too (`tasks_api.checks`) |
@@ -21,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 
-from tasks_core import conf
+from tasks_core import conf, logs
 
 QUEUE_BACKENDS = ("redis", "sqs")
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -81,9 +82,16 @@ def _number_errors() -> list[checks.CheckMessage]:
     return errors
 
 
+def _log_level_errors() -> list[checks.CheckMessage]:
+    if logs.level_number(settings.ATF_LOG_LEVEL) is not None:
+        return []
+    return [checks.Error(f"ATF_LOG_LEVEL is {settings.ATF_LOG_LEVEL!r}",
+                         hint="Use DEBUG, INFO, WARNING, ERROR or CRITICAL.", id="atf.E008")]
+
+
 def settings_errors() -> list[checks.CheckMessage]:
     """Every problem with the ATF settings of tasks_core, in id order."""
-    return _queue_errors() + _priority_errors() + _number_errors()
+    return _queue_errors() + _priority_errors() + _number_errors() + _log_level_errors()
 
 
 @checks.register("atf")

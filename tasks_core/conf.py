@@ -124,6 +124,13 @@ ATF_METRICS_PUBLIC = False
 #: Seconds of recent history behind the delivery-latency histogram of /metrics.
 ATF_METRICS_WINDOW_S = 300.0
 
+# --- Logging --------------------------------------------------------------------------
+
+#: Level of the `tasks_core` and `workers` loggers, unless the project's LOGGING gives them one:
+#: "DEBUG", "INFO", "WARNING", "ERROR" or "CRITICAL". runconsumer and runworker write ATF's
+#: lines to stderr when the project's logging has no handler for them.
+ATF_LOG_LEVEL = "INFO"
+
 # --- Console --------------------------------------------------------------------------
 
 #: Failed console logins for one user name from one address before that pair is locked out.

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connection
 
 from tasks_core import checks as core_checks
-from tasks_core import queues, registry
+from tasks_core import logs, queues, registry
 from tasks_core.exceptions import AtfError
 from tasks_core.liveness import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 
@@ -53,7 +53,8 @@ def require_settings() -> None:
 
 class LongRunningCommand(BaseCommand):
     """runconsumer and runworker: an ATF setting that cannot work stops them in one line, before
-    Django's own system checks (whose report is a page) run.
+    Django's own system checks (whose report is a page) run; their log lines reach stderr in
+    any project (`tasks_core.logs.for_command`).
 
     Only the checks that concern a process without a web server run: the URL, admin, template
     and static-file checks import the whole web side (the URLconf, DRF, the API schema, the
@@ -69,6 +70,11 @@ class LongRunningCommand(BaseCommand):
     def check(self, *args: Any, **kwargs: Any) -> None:
         require_settings()
         super().check(*args, **kwargs)
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        # Before anything is logged: a project without LOGGING sees the command's lines too.
+        logs.for_command(options["verbosity"])
+        return super().execute(*args, **options)
 
 
 def require_store_and_queue() -> queues.QueueBackend:

@@ -10,13 +10,17 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from tests.conftest import ROOT
+from tasks_core import atf
+from tasks_core.models import Lambda, TaskEntity
+from tests.conftest import ROOT, Processes, wait_for
 from tests.factories import TaskFactory
 from tests.integration.test_api_support import member
 
@@ -119,3 +123,47 @@ def test_the_api_and_console_hold_in_a_host_project_with_its_own_drf_defaults() 
     assert seen["dashboard"] == 200
     assert seen["dashboard_data"] == ["/admin/tasks_console/dashboard/data.json"]
     assert seen["data"] == ["panels", "updated"]
+
+
+def _finished(count: int) -> bool:
+    return TaskEntity.objects.filter(status__in=["success", "fatal_failure"]).count() >= count
+
+
+@pytest.mark.parametrize(
+    ("level", "verbosity", "says"),
+    [
+        # No ATF_LOG_LEVEL: INFO, the start lines and the summary of finished tasks
+        (None, "1", ["consumer started", "worker", "started: 2 thread(s)",
+                     "2 task(s) finished", "'success': 1"]),
+        (None, "2", ["started: 2 thread(s)", "(host.greet) succeeded"]),
+        ("WARNING", "1", []),
+    ],
+    ids=["default", "verbosity-2", "ATF_LOG_LEVEL=WARNING"],
+)
+def test_workers_say_what_they_do_in_a_host_project_without_logging(
+        processes: Processes, level: str | None, verbosity: str, says: list[str]) -> None:
+    # Given the host project (no LOGGING), its consumer and worker started as a person would
+    env = host_env(**({"HOST_ATF_LOG_LEVEL": level} if level else {}))
+
+    def start(*args: str) -> Callable[[], str]:
+        child = processes.spawn(args[0], [sys.executable, "-m", "django", *args,
+                                          "--verbosity", verbosity], env=env, cwd=ROOT)
+        return lambda: Path(child.log_path).read_text()  # type: ignore[attr-defined]
+
+    consumer_log = start("runconsumer", "--poll-interval", "0.2")
+    wait_for(lambda: Lambda.objects.filter(name="host.refuse").exists(),
+             message="the consumer to sync the host's lambdas")
+    worker_log = start("runworker", "--threads", "2")
+    # When a task succeeds and one fails for good
+    atf.schedule("host.greet", {"name": "ann"})
+    failing = atf.schedule("host.refuse", {})
+    wait_for(lambda: _finished(2), message="both tasks to finish")
+    # Then the failure is on stderr at any level, and the rest as the level says
+    error = f"ERROR MainProcess workers.results: task {failing.pk} (host.refuse) ended " \
+            "fatal_failure after attempt 1: Fatal: refused on purpose"
+    wait_for(lambda: error in worker_log(), message=f"{error!r} in the worker's output")
+    for line in says:
+        wait_for(lambda line=line: line in consumer_log() + worker_log(), timeout_s=30,
+                 message=f"{line!r} in the output")
+    if level == "WARNING":
+        assert " INFO " not in consumer_log() + worker_log()

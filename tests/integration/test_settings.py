@@ -111,6 +111,8 @@ def test_the_standalone_settings_check_clean() -> None:
         ({"ATF_RETENTION_S": -1}, ["atf.E006"]),
         ({"ATF_POLL_INTERVAL_S": "fast"}, ["atf.E006"]),
         ({"ATF_RETENTION_S": 0, "ATF_BACKOFF_BASE_S": 0}, []),
+        ({"ATF_LOG_LEVEL": "LOUD"}, ["atf.E008"]),
+        ({"ATF_LOG_LEVEL": "debug"}, []),
         ({"REST_FRAMEWORK": {"NON_FIELD_ERRORS_KEY": "errors"}}, ["atf.W003"]),
         ({"REST_FRAMEWORK": {"DATETIME_FORMAT": "%s", "URL_FORMAT_OVERRIDE": None}},
          ["atf.W003", "atf.W003"]),
