@@ -16,6 +16,8 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 CHAOS_ARGS ?=
 BENCH_ARGS ?=
+# test-matrix: the combinations to run (all by default), e.g. MATRIX="py3.13-dj6.1"
+MATRIX ?=
 
 # No `export` line: make passes variables from the environment and the command line to every
 # recipe as they are, and leaves unset ones unset (tests/settings.py then picks its defaults).
@@ -23,10 +25,12 @@ BENCH_ARGS ?=
 # PostgreSQL for the demo only when DATABASE_URL asks for it; the default is SQLite.
 DEMO_SERVICES := redis $(if $(filter postgres%,$(DATABASE_URL)),postgres)
 
-.PHONY: help venv test demo chaos lint clean bench docs fuzz
+.PHONY: help venv test demo chaos lint clean bench docs fuzz test-matrix
 
 help:
 	@echo "make test    create .venv, start Redis/PostgreSQL if needed, run the whole test suite"
+	@echo "make test-matrix  the whole suite on Python 3.11 + Django 5.2, 3.12 + 6.0, 3.13 + 6.1"
+	@echo "             (a venv each in var/matrix; MATRIX=\"py3.13-dj6.1\" picks some; see docs/testing.md)"
 	@echo "make demo    create .venv, start Redis if needed, run API + console + consumer + worker"
 	@echo "             on http://127.0.0.1:$(ATF_DEMO_PORT)/ (ATF_DEMO_PORT), scheduling demo tasks"
 	@echo "make chaos   long chaos run: 100,000 tasks, faults every few seconds, then the checks"
@@ -51,6 +55,12 @@ test: venv
 	@mkdir -p var && DATABASE_URL=sqlite:///$(CURDIR)/var/test-smoke.sqlite3 \
 	  $(VENV)/bin/pytest -m sqlite -q tests/integration/test_store.py tests/integration/test_chains.py
 	@$(MAKE) --no-print-directory docs
+
+# One virtualenv per supported Python and Django (scripts/test_matrix.py finds the interpreters
+# and says in one line which combinations it could not run).
+test-matrix: venv
+	@$(PYTHON) scripts/ensure_services.py redis postgres chromium
+	@$(PYTHON) scripts/test_matrix.py $(MATRIX) -- $(PYTEST_ARGS)
 
 demo: venv
 	@$(PYTHON) scripts/ensure_services.py $(DEMO_SERVICES)

@@ -8,6 +8,10 @@
 
 from __future__ import annotations
 
+#: The version of the atf-client distribution (clients/python/pyproject.toml reads it); it
+#: follows django-atf's (tasks_core.__version__).
+__version__ = "0.2.0.dev0"
+
 from atf_client.client import Client
 from atf_client.errors import (
     ApiError,
@@ -28,5 +32,5 @@ from atf_client.models import Call, Task
 __all__ = [
     "ApiError", "AtfClientError", "Call", "Client", "Conflict", "Forbidden", "InvalidRequest",
     "NotFound", "PayloadTooLarge", "ServerError", "Task", "Throttled", "TransportError",
-    "Unauthorized", "Unavailable",
+    "Unauthorized", "Unavailable", "__version__",
 ]

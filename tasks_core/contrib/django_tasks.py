@@ -17,8 +17,9 @@ Priorities: Django's -100..100 map onto ATF's priority names, which order tasks 
 (high before default before low), first due first within a name. 0 is ATF_DEFAULT_PRIORITY;
 1..100 are spread evenly over the names above it, -1..-100 over those below it (with the
 default names: 1..100 -> high, -1..-100 -> low). Within a name, numeric order is not kept:
-ATF keeps one queue per <lambda, priority name>. Deployments that need finer steps add names
-to ATF_PRIORITIES (docs/lambdas.md measures what that costs).
+ATF keeps one queue per <lambda, priority name>. `ATF_PRIORITIES = DJANGO_PRIORITIES` gives
+each of Django's priorities a name of its own, and so its exact order (docs/lambdas.md
+measures what that costs).
 
 Outcomes: an exception the function raises -- SystemExit, KeyboardInterrupt and other
 BaseExceptions included -- fails the attempt with that exception's class and traceback.
@@ -92,6 +93,13 @@ STATUSES: dict[TaskStatus, TaskResultStatus] = {
     TaskStatus.CANCELLED: TaskResultStatus.FAILED,
     TaskStatus.DROPPED: TaskResultStatus.FAILED,
 }
+
+
+#: ATF_PRIORITIES that keep Django's numeric order exactly: one name per priority, 100 down to
+#: -100, named `high` (100), `p99`..`p1`, `default` (0), `n1`..`n99`, `low` (-100), so the
+#: usual names stay valid for atf.schedule(). docs/lambdas.md measures what the names cost.
+DJANGO_PRIORITIES = ["high", *(f"p{n}" for n in range(TASK_MAX_PRIORITY - 1, 0, -1)),
+                     "default", *(f"n{n}" for n in range(1, TASK_MAX_PRIORITY)), "low"]
 
 
 def priority_name(priority: int) -> str:

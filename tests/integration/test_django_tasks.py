@@ -70,6 +70,11 @@ async def noop_task_async(*args: Any, **kwargs: Any) -> None:
 
 
 @task()
+async def add_async(a: int, b: int = 0) -> dict[str, int]:
+    return {"sum": a + b}
+
+
+@task()
 def calculate_meaning_of_life() -> int:
     return 42
 
@@ -363,6 +368,35 @@ def test_priorities_spread_over_more_names(settings: Any, priority: int, expecte
     assert priority_name(priority) == expected
 
 
+def test_django_priorities_give_every_priority_a_name_in_order(settings: Any) -> None:
+    settings.ATF_PRIORITIES = backend_module.DJANGO_PRIORITIES
+    names = [priority_name(priority) for priority in range(100, -101, -1)]
+    assert names == backend_module.DJANGO_PRIORITIES
+    assert (priority_name(100), priority_name(0), priority_name(-100)) == ("high", "default",
+                                                                          "low")
+
+
+def test_with_django_priorities_higher_numbers_run_first_then_the_earliest_due(
+        settings: Any) -> None:
+    # Given a name per Django priority, and tasks enqueued in no particular order
+    settings.ATF_PRIORITIES = backend_module.DJANGO_PRIORITIES
+    now = timezone.now()
+    enqueued = [(priority, noop_task.using(priority=priority,
+                                           run_after=now - timedelta(minutes=minutes)).enqueue())
+                for priority, minutes in [(2, 1), (10, 1), (100, 1), (50, 1), (-5, 1), (0, 1),
+                                          (10, 5), (-100, 1)]]
+    # When the consumer takes them
+    lam = Lambda.objects.get(name=backend_module.LAMBDA_NAME)
+    batch = store.enqueue_due(lam.pk, limit=100, now=now, skip_collections=[],
+                              decide=lambda collection: Decision.ENQUEUE)
+    # Then they are pushed highest number first and, within a number, the earliest due first
+    order = {int(result.id): (priority, result) for priority, result in enqueued}
+    pushed = [order[message.task_id][0] for _name, message in batch.messages]
+    assert pushed == [100, 50, 10, 10, 2, 0, -5, -100]
+    tens = [order[message.task_id][1] for _name, message in batch.messages][2:4]
+    assert tens[0].task.run_after < tens[1].task.run_after
+
+
 def test_enqueue_with_priority() -> None:
     result = noop_task.using(priority=10).enqueue()
     assert TaskEntity.objects.get(pk=int(result.id)).priority == "high"
@@ -430,8 +464,9 @@ def test_a_result_comes_back_with_its_return_value() -> None:
     assert result.last_attempted_at == result.started_at
 
 
-def test_arguments_reach_the_function() -> None:
-    result = add.enqueue(2, b=40)
+@pytest.mark.parametrize("func", [add, add_async])
+def test_arguments_reach_the_function(func: Any) -> None:
+    result = func.enqueue(2, b=40)
     run_due()
     result.refresh()
     assert result.return_value == {"sum": 42}

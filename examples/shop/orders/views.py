@@ -10,6 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from orders.models import Order
+from orders.tasks import thank_customer
 from tasks_core import atf
 
 #: Most items of one kind an order may take (the shop's whole stock).
@@ -23,7 +24,8 @@ class OutOfStock(Exception):
 @csrf_exempt
 @require_POST
 def place_order(request: HttpRequest) -> JsonResponse:
-    """POST {"email", "item", "quantity"}: 201 with the order and its receipt task, or 409."""
+    """POST {"email", "item", "quantity"}: 201 with the order, its receipt task and the result
+    id of its thank-you (a Django task), or 409."""
     try:
         body = json.loads(request.body)
         email, item, quantity = body["email"], body["item"], int(body["quantity"])
@@ -33,9 +35,10 @@ def place_order(request: HttpRequest) -> JsonResponse:
         with transaction.atomic():
             order = Order.objects.create(email=email, item=item, quantity=quantity)
             task = atf.schedule("orders.send_receipt", {"order_id": order.pk})
+            thanks = thank_customer.enqueue(order.pk)
             if quantity > STOCK:
-                # Rolls back the order and its receipt task alike: no receipt for it, ever.
+                # Rolls back the order and both its tasks alike: no receipt for it, ever.
                 raise OutOfStock
     except OutOfStock:
         return JsonResponse({"detail": f"Only {STOCK} in stock."}, status=409)
-    return JsonResponse({"order": order.pk, "task": task.id}, status=201)
+    return JsonResponse({"order": order.pk, "task": task.id, "thanks": thanks.id}, status=201)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("SHOP_SECRET_KEY", "example-shop-not-secret")
@@ -25,6 +27,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",  # the templates of the API's docs page
+    # Django 6 has the tasks framework built in; on 5.2 the django-tasks backport provides it.
+    *(["django_tasks"] if django.VERSION < (6, 0) else []),
     # ATF: the task store, its REST API, its console (in this project's admin) and its workers.
     "tasks_core",
     "tasks_api",
@@ -75,6 +79,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # ATF: the one setting it cannot default.
 ATF_REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 ATF_QUEUE_PREFIX = os.environ.get("SHOP_QUEUE_PREFIX", "shop")
+
+# Django's tasks framework: `@task` functions (orders/tasks.py) run as ATF tasks.
+TASKS = {"default": {"BACKEND": "tasks_core.contrib.django_tasks.ATFBackend"}}
 
 # The shop's own API policy is open; ATF's API keeps its own (token or session, team-scoped).
 REST_FRAMEWORK = {
