@@ -8,11 +8,11 @@ know itself to the backend's `task_class`. `ATFTask` takes ATF's:
 
     send_receipt.using(idempotency_key=f"receipt-{order.pk}").enqueue(order.pk)
 
-Per task: `max_attempts`, `timeout` (seconds an attempt may run) and `collection` (default:
-the queue name). With `lambda_name` the function runs as an ATF lambda of its own, which takes
-the lambda's options too: `team`, `quota` (tasks a second), `heartbeat_timeout`,
-`backoff_base` and `backoff_cap`. `idempotency_key` is given per enqueue, through `using()`.
-Any other option is refused with the list of those there are.
+Per task: `max_attempts`, `timeout` (seconds an attempt may run; 0: no limit) and
+`collection` (default: the queue name). With `lambda_name` the function runs as an ATF lambda
+of its own, which takes the lambda's options too: `team`, `quota` (tasks a second),
+`heartbeat_timeout`, `backoff_base` and `backoff_cap`. `idempotency_key` is given per
+enqueue, through `using()`. Any other option is refused with the list of those there are.
 """
 
 from __future__ import annotations
@@ -77,13 +77,14 @@ class ATFTask(Task):
         if self.max_attempts is not None and not (isinstance(self.max_attempts, int)
                                                   and self.max_attempts >= 1):
             errors.append("max_attempts must be a whole number of at least 1")
-        for name in ("timeout", "quota", "heartbeat_timeout", "backoff_cap"):
+        for name in ("quota", "heartbeat_timeout", "backoff_cap"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int | float) and value > 0):
                 errors.append(f"{name} must be a number above 0")
-        if self.backoff_base is not None and not (isinstance(self.backoff_base, int | float)
-                                                  and self.backoff_base >= 0):
-            errors.append("backoff_base must be a number of seconds, 0 or more")
+        for name in ("timeout", "backoff_base"):  # a timeout of 0 lifts the time limit
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int | float) and value >= 0):
+                errors.append(f"{name} must be a number of seconds, 0 or more")
         return errors
 
 

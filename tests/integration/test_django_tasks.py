@@ -288,7 +288,7 @@ def test_an_unknown_task_option_is_refused_with_the_known_ones() -> None:
 @pytest.mark.parametrize(("options", "message"), [
     ({"backoff_cap": 60}, "backoff_cap need the task to run as a lambda of its own"),
     ({"max_attempts": 0}, "max_attempts must be a whole number of at least 1"),
-    ({"timeout": -1}, "timeout must be a number above 0"),
+    ({"timeout": -1}, "timeout must be a number of seconds, 0 or more"),
 ])
 def test_bad_task_options_are_invalid(options: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidTaskError, match=message):
