@@ -108,6 +108,9 @@ def test_the_wheel_and_sdist_pass_twine_check_and_hold_only_the_apps(dist: Path)
             "Classifier: Framework :: Django :: 6.1"} <= set(metadata)
     assert any(line.startswith("Requires-Dist: atf-client") and "extra == \"client\"" in line
                for line in metadata)
+    (entry_points,) = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    assert "atf = workers.pytest_plugin" in zipfile.ZipFile(_wheel(dist)).read(
+        entry_points).decode()
 
 
 def test_the_client_is_a_distribution_of_its_own_that_needs_only_requests(

@@ -1,0 +1,109 @@
+"""`workers.testing.run_due_tasks` and the `run_due_tasks` fixture: the tasks a test scheduled
+run in the test's own transaction through the real lifecycle (consumer pass, queue, claim,
+start, run, result), from pytest and from Django's TestCase."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from django.db import transaction
+from django.test import TestCase
+from django.utils import timezone
+
+from tasks_core import atf, registry, scheduling
+from tasks_core.models import TaskAttempt, TaskEntity
+from tasks_core.states import TaskStatus
+from workers.testing import TaskOutcome, run_due_tasks
+
+GREET, FLAKY = "tests.testing.greet", "tests.testing.flaky"
+RunDueTasks = Callable[..., list[TaskOutcome]]
+
+
+def greet(ctx: atf.TaskContext, payload: Any) -> dict:
+    return {"greeting": f"hello {payload['name']}"}
+
+
+def flaky(ctx: atf.TaskContext, payload: Any) -> str:
+    if ctx.attempt == 1:
+        raise ValueError("first attempts fail")
+    return "second time lucky"
+
+
+@pytest.fixture(autouse=True)
+def lambdas(redis_client: redis.Redis) -> Iterator[None]:
+    registry.register(GREET, team="testing")(greet)
+    registry.register(FLAKY, team="testing", max_attempts=3, backoff_base=60.0)(flaky)
+    yield
+    for name in (GREET, FLAKY):
+        registry.unregister(name)
+
+
+def test_a_task_scheduled_in_a_transaction_runs_and_reports_its_outcome(
+        run_due_tasks: RunDueTasks) -> None:
+    # Given a task scheduled in a transaction of the test's own
+    with transaction.atomic():
+        task = atf.schedule(GREET, {"name": "ann"})
+    # When the test runs the due tasks
+    outcomes = run_due_tasks(lambdas=[GREET, FLAKY])
+    # Then the task ran once, through the store, and its outcome says how
+    assert outcomes == [TaskOutcome(task_id=task.pk, lambda_name=GREET, attempt=1,
+                                    status=TaskStatus.SUCCESS,
+                                    value={"greeting": "hello ann"}, error=None)]
+    task.refresh_from_db()
+    assert (task.status, task.attempts, task.result) == (
+        TaskStatus.SUCCESS, 1, {"greeting": "hello ann"})
+    assert list(TaskAttempt.objects.filter(task=task).values_list("worker", flat=True)) == [
+        "testing"]
+
+
+def test_a_rolled_back_task_never_runs(run_due_tasks: RunDueTasks) -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        atf.schedule(GREET, {"name": "bob"})
+        raise RuntimeError("the order failed")
+    assert run_due_tasks() == []
+
+
+def test_a_chain_runs_step_after_step(run_due_tasks: RunDueTasks) -> None:
+    first, second = atf.chain(atf.call(GREET, {"name": "one"}), atf.call(GREET, {"name": "two"}))
+    outcomes = run_due_tasks(lambdas=[GREET])
+    assert [(o.task_id, o.status) for o in outcomes] == [
+        (first.pk, TaskStatus.SUCCESS), (second.pk, TaskStatus.SUCCESS)]
+
+
+def test_a_retry_waits_for_its_backoff_and_runs_at_a_later_now(
+        run_due_tasks: RunDueTasks) -> None:
+    task = atf.schedule(FLAKY)
+    # When its first attempt fails
+    (failed,) = run_due_tasks(lambdas=[FLAKY])
+    assert (failed.status, failed.error["type"]) == (TaskStatus.RETRYING, "ValueError")
+    # Then it is not due again until its backoff has passed
+    assert run_due_tasks(lambdas=[FLAKY]) == []
+    (retried,) = run_due_tasks(lambdas=[FLAKY], now=timezone.now() + timedelta(hours=1))
+    assert (retried.task_id, retried.attempt, retried.status, retried.value) == (
+        task.pk, 2, TaskStatus.SUCCESS, "second time lucky")
+
+
+def test_a_paused_lambda_holds_its_tasks_as_a_consumer_would(
+        run_due_tasks: RunDueTasks) -> None:
+    atf.schedule(GREET, {"name": "ann"})
+    scheduling.set_gate(GREET, "paused")
+    assert run_due_tasks(lambdas=[GREET]) == []
+    assert TaskEntity.objects.get().status == TaskStatus.NEW
+    scheduling.set_gate(GREET, "open")
+    assert [o.status for o in run_due_tasks(lambdas=[GREET])] == [TaskStatus.SUCCESS]
+
+
+class RunDueTasksInATestCase(TestCase):
+    """Django's TestCase: the test's transaction never commits, the tasks run all the same."""
+
+    def test_tasks_scheduled_in_the_test_transaction_run(self) -> None:
+        with transaction.atomic():
+            task = atf.schedule(GREET, {"name": "cy"})
+        outcomes = run_due_tasks(lambdas=[GREET])
+        self.assertEqual([(o.task_id, o.status, o.value) for o in outcomes],
+                         [(task.pk, TaskStatus.SUCCESS, {"greeting": "hello cy"})])
+        self.assertEqual(TaskEntity.objects.get(pk=task.pk).status, TaskStatus.SUCCESS)
