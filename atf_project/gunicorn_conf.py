@@ -6,8 +6,9 @@ Remote workers long-poll: a claim waits on the server (up to ATF_WORKER_CLAIM_WA
 task is ready. A sync worker process would be tied up by each waiting claim, so a few hundred
 lambda hosts would need a few hundred processes. gthread workers hold a waiting claim on a
 thread instead: it blocks in Redis and holds no database connection (the claim hands it back
-to the pool before it waits), so 2 processes x 128 threads hold 256 waiting claims on 2 cores,
-and each process keeps ATF_DB_POOL_SIZE PostgreSQL connections however many threads it has.
+to the pool before it waits), so 2 processes x 128 threads hold 128 waiting claims on 2 cores
+(half the threads: the fair shares below), and each process keeps ATF_DB_POOL_SIZE PostgreSQL
+connections however many threads it has.
 Each value can be changed from the environment.
 """
 
@@ -26,3 +27,11 @@ graceful_timeout = int(os.environ.get("ATF_WEB_GRACEFUL_TIMEOUT_S", "25"))
 
 # The threads of one process share a pool of this many database connections.
 os.environ.setdefault("ATF_DB_POOL_SIZE", "8")
+
+# Fair shares of a process's threads (tasks_api/fair_share.py): one team's requests may hold
+# half of them, one team's waiting claims an eighth; claims wait on half of them at most, on
+# a Redis pool of that many connections of their own. Every other team keeps the rest.
+for _name, _share in (("ATF_API_CONCURRENT_PER_TEAM", 2), ("ATF_API_CONCURRENT_PER_TOKEN", 2),
+                      ("ATF_API_WAITING_CLAIMS", 2), ("ATF_API_WAITING_CLAIMS_PER_TEAM", 8),
+                      ("ATF_API_WAITING_CLAIMS_PER_TOKEN", 8)):
+    os.environ.setdefault(_name, str(max(1, threads // _share)))

@@ -24,11 +24,19 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.throttling import BaseThrottle
 from rest_framework.versioning import BaseVersioning
 
+from tasks_api import fair_share
 from tasks_api.defaults import REST_FRAMEWORK
 
 if TYPE_CHECKING:
     from rest_framework.generics import BaseFilterProtocol
     from rest_framework.permissions import _PermissionClass
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    _View = APIView
+else:
+    _View = object
 
 
 def _classes(key: str) -> list[Any]:
@@ -36,8 +44,14 @@ def _classes(key: str) -> list[Any]:
     return [import_string(path) for path in REST_FRAMEWORK[key]]
 
 
-class ApiPolicy:
-    """Put first among a view's bases: its attributes come before APIView's project defaults."""
+class ApiPolicy(_View):
+    """Put first among a view's bases: its attributes come before APIView's project defaults.
+
+    An authenticated request also holds its team's and its token's share of the process
+    (tasks_api.fair_share) from the checks of `initial` until its response is finalised.
+    """
+
+    _held_shares: list[fair_share.Share] | None = None
 
     authentication_classes: Sequence[type[BaseAuthentication]] = _classes(
         "DEFAULT_AUTHENTICATION_CLASSES")
@@ -55,3 +69,17 @@ class ApiPolicy:
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Any]:
         return import_string(REST_FRAMEWORK["EXCEPTION_HANDLER"])
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if request.user.is_authenticated:
+            shares = fair_share.request_shares(request)
+            fair_share.requests.take(shares)
+            self._held_shares = shares
+
+    def finalize_response(self, request: Request, response: Response, *args: Any,
+                          **kwargs: Any) -> Response:
+        if self._held_shares is not None:
+            fair_share.requests.give_back(self._held_shares)
+            self._held_shares = None
+        return super().finalize_response(request, response, *args, **kwargs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from django.conf import settings
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
@@ -18,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from tasks_api import fair_share
 from tasks_api import worker_serializers as shapes
 from tasks_api.memory import ShortMemory
 from tasks_api.openapi import extend_schema
@@ -32,17 +34,24 @@ from tasks_core.models import Worker
 #: (claim, heartbeat and finish each name their worker).
 _workers: ShortMemory[tuple[str, remote_workers.Teams], Worker] = ShortMemory()
 
+#: Redis connections of the queue client that serves the requests that do not wait (a thread
+#: that finds them all taken waits for one rather than failing).
+REQUEST_CONNECTIONS = 100
+
 _queue_lock = threading.Lock()
-_queue: queues.QueueBackend | None = None
+_queues: dict[str, queues.QueueBackend] = {}
 
 
-def _shared_queue() -> queues.QueueBackend:
-    """One queue client per server process; its connection pool serves every request thread."""
-    global _queue
+def _shared_queue(kind: str = "requests") -> queues.QueueBackend:
+    """One queue client per server process and kind: "requests" (its pool serves every
+    request thread), or "waits" (the waiting claims' pool of their own, as many connections as
+    ATF_API_WAITING_CLAIMS lets claims wait, so they never take the others' connections)."""
     with _queue_lock:
-        if _queue is None:
-            _queue = queues.backend()
-        return _queue
+        if kind not in _queues:
+            connections = (settings.ATF_API_WAITING_CLAIMS or None if kind == "waits"
+                           else REQUEST_CONNECTIONS)
+            _queues[kind] = queues.backend(connections=connections)
+        return _queues[kind]
 
 
 def _form(serializer_class: type[shapes.StrictSerializer], request: Request) -> Any:
@@ -112,9 +121,15 @@ class ClaimView(WorkerView):
                    responses={200: shapes.ClaimedSerializer, **_errors(400, 404, 413, 415)})
     def post(self, request: Request) -> Response:
         form = _form(shapes.ClaimSerializer, request)
-        claimed = remote_workers.claim(self.worker(form), queue=_shared_queue(),
-                                       max_count=form.validated_data["max"],
-                                       wait_s=form.validated_data["wait_s"])
+        worker, max_count = self.worker(form), form.validated_data["max"]
+        claimed = remote_workers.claim(worker, queue=_shared_queue(), max_count=max_count,
+                                       wait_s=0)
+        if not claimed and form.validated_data["wait_s"] > 0:
+            # Only a claim that must wait takes a waiting share: a ready task is always served.
+            with fair_share.waiting_claims.held(fair_share.waiting_claim_shares(request)):
+                claimed = remote_workers.claim(worker, queue=_shared_queue("waits"),
+                                               max_count=max_count,
+                                               wait_s=form.validated_data["wait_s"])
         return Response({"tasks": [task.as_json() for task in claimed]})
 
 

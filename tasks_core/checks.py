@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 
-from tasks_core import conf, logs
+from tasks_core import conf, logs, redaction
 
 QUEUE_BACKENDS = ("redis", "sqs")
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -50,7 +50,8 @@ def _queue_errors() -> list[checks.CheckMessage]:
     url = settings.ATF_REDIS_URL
     if not isinstance(url, str) or not url.startswith(REDIS_SCHEMES):
         errors.append(checks.Error(
-            f"ATF_REDIS_URL is {url!r}; ATF needs Redis for its queues and wake-ups",
+            f"ATF_REDIS_URL is {redaction.url(url) if isinstance(url, str) else url!r}; "
+            "ATF needs Redis for its queues and wake-ups",
             hint="Set ATF_REDIS_URL, e.g. 'redis://127.0.0.1:6379/0'.", id="atf.E002"))
     return errors
 

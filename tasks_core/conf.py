@@ -117,6 +117,20 @@ ATF_API_THROTTLE_RATE = "100000/min"
 #: worker it found: a token revoked, a user or membership changed, or a worker marked stopped
 #: in another process takes effect within this.
 ATF_API_AUTH_CACHE_S = 5.0
+#: Fair shares of one API server process (429 naming the setting above them; 0: no limit).
+#: The API's gunicorn config sets them from its threads per process (ATF_WEB_THREADS).
+#: Requests one team's tokens (a session: its user) may have in progress at once.
+ATF_API_CONCURRENT_PER_TEAM = 64
+#: Requests one token (a session: its user) may have in progress at once.
+ATF_API_CONCURRENT_PER_TOKEN = 64
+#: Worker API: claims that may wait for a task (a long poll) at once, in all; they block on a
+#: Redis connection pool of this size of their own, so they never take the connections that
+#: other requests use.
+ATF_API_WAITING_CLAIMS = 64
+#: Worker API: claims one team's worker tokens may have waiting at once.
+ATF_API_WAITING_CLAIMS_PER_TEAM = 16
+#: Worker API: claims one worker token may have waiting at once.
+ATF_API_WAITING_CLAIMS_PER_TOKEN = 16
 #: Tasks per page of a list, unless the caller asks for another `page_size` (at most 1000).
 ATF_API_PAGE_SIZE = 100
 #: Serve /metrics without a token (for scrapers that cannot send one); it shows every lambda.

@@ -10,14 +10,18 @@ from tasks_core.queues.base import Message, Popped, QueueBackend
 __all__ = ["Message", "Popped", "QueueBackend", "backend"]
 
 
-def backend() -> QueueBackend:
-    """A new client of the configured queue service (one per thread that blocks on it)."""
+def backend(*, connections: int | None = None) -> QueueBackend:
+    """A new client of the configured queue service (one per thread that blocks on it).
+
+    `connections` bounds a Redis client's pool: a thread that finds every connection taken
+    waits for one instead of failing (a client shared by many request threads).
+    """
     name = settings.ATF_QUEUE_BACKEND
     if name == "redis":
         from tasks_core.queues.redis import RedisQueue
 
         return RedisQueue(settings.ATF_REDIS_URL, settings.ATF_QUEUE_PREFIX,
-                          cluster=settings.ATF_REDIS_CLUSTER)
+                          cluster=settings.ATF_REDIS_CLUSTER, connections=connections)
     if name == "sqs":
         from tasks_core.queues.sqs import SqsQueue
 

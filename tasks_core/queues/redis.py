@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from itertools import groupby
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
+from tasks_core import redaction
 from tasks_core.queues.base import (
     Message,
     Popped,
@@ -34,6 +36,8 @@ _SLICE_S = 0.05
 #: Shortest BLMPOP timeout: Redis truncates the timeout to whole milliseconds, and a
 #: timeout of 0 would block forever.
 _MIN_BLOCK_S = 0.01
+#: Seconds a thread waits for a connection of a bounded pool before the pop or push fails.
+_POOL_WAIT_S = 5.0
 #: Errors of redis-py that mean "the queue service did not do it" (cluster ones included).
 _ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException)
 
@@ -48,20 +52,27 @@ class RedisQueue(QueueBackend):
     """Queues in Redis lists; `cluster=True` talks to a Redis Cluster through any of its nodes."""
 
     def __init__(self, url: str, prefix: str, *, cluster: bool = False,
-                 client: _Client | None = None) -> None:
+                 client: _Client | None = None, connections: int | None = None) -> None:
         super().__init__(prefix)
         self.url = url
         self.cluster = cluster
+        self.connections = connections
         self._client = client
 
     @property
     def client(self) -> _Client:
         """The redis-py client, made on first use (a cluster client connects when it is made)."""
         if self._client is None:
-            options = {"socket_connect_timeout": 5, "socket_timeout": None}
-            with unavailable_on(_ERRORS, f"redis connect to {self.url}"):
+            options: dict[str, Any] = {"socket_connect_timeout": 5, "socket_timeout": None}
+            if self.connections:
+                options["max_connections"] = self.connections
+            with unavailable_on(_ERRORS, f"redis connect to {redaction.url(self.url)}"):
                 if self.cluster:
                     self._client = RedisCluster.from_url(self.url, **options)
+                elif self.connections:
+                    pool = redis.BlockingConnectionPool.from_url(
+                        self.url, health_check_interval=30, timeout=_POOL_WAIT_S, **options)
+                    self._client = redis.Redis(connection_pool=pool)
                 else:
                     self._client = redis.Redis.from_url(
                         self.url, health_check_interval=30, **options
@@ -118,7 +129,7 @@ class RedisQueue(QueueBackend):
             self.client.delete(queue)
 
     def ping(self) -> None:
-        with unavailable_on(_ERRORS, f"redis ping {self.url}"):
+        with unavailable_on(_ERRORS, f"redis ping {redaction.url(self.url)}"):
             self.client.ping()
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -13,6 +14,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from tasks_api.throttling import parse_rate
+from tasks_core import redaction
 from tasks_core.models import Lambda, TaskEntity, Team
 from tasks_core.states import TaskStatus
 from tests.factories import TaskFactory
@@ -66,11 +68,29 @@ def test_probes_need_no_credentials() -> None:
     assert ready.json() == {"status": "ok", "checks": {"database": "ok", "queue": "ok"}}
 
 
-def test_readyz_answers_503_when_the_queue_is_unreachable(settings: object) -> None:
-    settings.ATF_REDIS_URL = "redis://127.0.0.1:1/0"  # type: ignore[attr-defined]
-    response = APIClient().get("/readyz")
+def test_readyz_answers_503_when_the_queue_is_unreachable_and_logs_no_password(
+        settings: object, caplog: pytest.LogCaptureFixture) -> None:
+    # Given a Redis URL with a password, on a port where nothing listens
+    settings.ATF_REDIS_URL = "redis://atf:s3cret-pw@127.0.0.1:1/0"  # type: ignore[attr-defined]
+    # When /readyz checks it
+    with caplog.at_level(logging.DEBUG):
+        response = APIClient().get("/readyz")
+    # Then it answers unavailable, and what it logged names the server but not the password
     assert response.status_code == 503
     assert response.json()["checks"] == {"database": "ok", "queue": "unavailable"}
+    assert "redis://atf:***@127.0.0.1:1/0" in caplog.text
+    assert "s3cret-pw" not in caplog.text + response.content.decode()
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+    ("rediss://user:pw@h/1?ssl_cert_reqs=none", "rediss://user:***@h/1?ssl_cert_reqs=none"),
+    ("redis://h:6379/0", "redis://h:6379/0"),
+    ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+    ("redis://u:pw@[::1", "***"),  # does not parse: shown as nothing at all
+])
+def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
+    assert redaction.url(url) == shown
 
 
 def test_docs_send_an_anonymous_browser_to_log_in() -> None:
