@@ -366,7 +366,8 @@ def test_bad_configuration_stops_the_commands_with_one_line(
 
 def test_bad_flags_are_refused() -> None:
     for args in (["runconsumer", "--batch-size", "0"], ["runconsumer", "--poll-interval", "x"],
-                 ["runworker", "--threads", "-1"], ["runworker", "no.such.lambda"]):
+                 ["runworker", "--threads", "-1"], ["runworker", "no.such.lambda"],
+                 ["runworker", "--reload", "--processes", "2"]):
         done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT,
                               env=subprocess_env(), capture_output=True, text=True, timeout=60)
         assert done.returncode != 0, args

@@ -1,4 +1,5 @@
-"""`manage.py runworker [LAMBDA ...] [--threads N] [--processes N] [--api URL --token TOKEN]`."""
+"""`manage.py runworker [LAMBDA ...] [--threads N] [--processes N] [--api URL --token TOKEN]
+[--with-consumer] [--reload]`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.core.management.base import CommandError
 
 from tasks_core import lambda_sync, registry
 from tasks_core.exceptions import AtfError
-from workers import checks, consumer, signals
+from workers import checks, consumer, reloading, signals
 from workers.supervisor import Supervisor
 from workers.transport import DirectTransport, Transport
 from workers.worker import WorkerProcess
@@ -42,6 +43,9 @@ class Command(checks.LongRunningCommand):
         parser.add_argument("--token", default=settings.ATF_API_TOKEN, metavar="TOKEN",
                             help="the worker token a remote worker presents (default "
                                  "ATF_API_TOKEN)")
+        parser.add_argument("--reload", action="store_true",
+                            help="development: restart the worker when the project's code "
+                                 "changes (Django's autoreloader, as runserver)")
         parser.add_argument("--with-consumer", action="store_true",
                             help="also run the store consumer, as a thread of this process: "
                                  "one process instead of a worker and a runconsumer, for a "
@@ -58,26 +62,36 @@ class Command(checks.LongRunningCommand):
         if options["with_consumer"] and (options["api"] or options["processes"] > 1):
             raise CommandError("--with-consumer runs the consumer in this one process: it "
                                "needs the store (no --api) and --processes 1")
+        if options["reload"]:
+            if options["processes"] > 1:
+                raise CommandError("--reload restarts one worker process: leave out --processes")
+            reloading.run(lambda on_stop: self._work(names, options, self._transport(options),
+                                                     on_stop=on_stop))
+            return
         transport = self._transport(options)
         if options["processes"] > 1:
             transport.close()
             self._supervise(names, options)
             return
+        if exit_code := self._work(names, options, transport, on_stop=signals.on_stop):
+            sys.exit(exit_code)
+
+    def _work(self, names: list[str], options: dict[str, Any], transport: Transport, *,
+              on_stop: reloading.OnStop) -> int:
+        """Run a worker of `names` in this process until it is stopped; its exit status."""
         if isinstance(transport, DirectTransport):
             lambda_sync.sync_to_store()
         try:
             if not options["lambdas"]:  # all registered: those the transport may run
                 names = self._runnable(names, transport)
             worker = WorkerProcess(names, threads=options["threads"], transport=transport)
-            signals.on_stop(worker.stop)
+            on_stop(worker.stop)
             with contextlib.ExitStack() as stack:
                 if options["with_consumer"]:
                     stack.enter_context(consumer.in_thread(consumer.from_settings()))
-                exit_code = worker.run()
+                return worker.run()
         except AtfError as exc:
             raise CommandError(str(exc)) from exc
-        if exit_code:
-            sys.exit(exit_code)
 
     @staticmethod
     def _runnable(names: list[str], transport: Transport) -> list[str]:
