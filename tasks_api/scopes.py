@@ -26,6 +26,12 @@ def is_worker_token(request: Request) -> bool:
     return isinstance(request.auth, ApiToken) and request.auth.scope == Scope.WORKER
 
 
+def worker_credential(request: Request) -> str:
+    """What a worker token's registered workers are bound to: the token itself."""
+    assert isinstance(request.auth, ApiToken)
+    return f"token:{request.auth.pk}"
+
+
 def worker_team_id(request: Request) -> int | None:
     """The team of the caller's worker token; None when the caller has none."""
     return request.auth.team_id if is_worker_token(request) else None  # type: ignore[union-attr]

@@ -94,14 +94,14 @@ def _team_for(request: Request, name: str | None) -> Team:
 @extend_schema(tags=["tokens"])
 class TokenViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                    viewsets.GenericViewSet):
-    """API tokens of the caller's teams."""
+    """API tokens that can act on the caller's teams: filed under one, or a member's full token."""
 
     serializer_class = TokenSerializer
     pagination_class = None
     lookup_value_regex = "[0-9]{1,18}"
 
     def get_queryset(self) -> QuerySet[ApiToken]:
-        return tokens.of_teams(permissions.team_ids(self.request.user))
+        return tokens.acting_on(permissions.team_ids(self.request.user))
 
     @extend_schema(responses={200: TokenSerializer(many=True), **_errors()})
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from tasks_api import token_cache
 from tasks_api.models import ApiToken, Scope
@@ -82,10 +82,16 @@ def touch(row: ApiToken, *, now: datetime) -> None:
         row.last_used_at = now
 
 
-def of_teams(team_ids: frozenset[int] | None) -> QuerySet[ApiToken]:
-    """Tokens of the given teams (None: of every team)."""
+def acting_on(team_ids: frozenset[int] | None) -> QuerySet[ApiToken]:
+    """Tokens that can act on any of the given teams (None: every token), so that a team sees
+    and may revoke each: those filed under one of them, and the full tokens of their members,
+    which act with their user's rights wherever they are filed."""
     rows = ApiToken.objects.select_related("user", "team")
-    return rows if team_ids is None else rows.filter(team_id__in=list(team_ids))
+    if team_ids is None:
+        return rows
+    ids = sorted(team_ids)
+    members = ApiToken.objects.filter(scope=Scope.FULL, user__atf_teams__in=ids).values("pk")
+    return rows.filter(Q(team_id__in=ids) | Q(pk__in=members))
 
 
 def revoke(row: ApiToken, *, now: datetime) -> ApiToken:

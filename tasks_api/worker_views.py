@@ -24,15 +24,15 @@ from tasks_api import worker_serializers as shapes
 from tasks_api.memory import ShortMemory
 from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
-from tasks_api.scopes import WorkerOnly, worker_team_id
+from tasks_api.scopes import WorkerOnly, worker_credential, worker_team_id
 from tasks_api.views import _errors
 from tasks_core import queues, remote_workers
 from tasks_core.exceptions import LambdaNotFound
 from tasks_core.models import Worker
 
-#: Running workers by id and team, read once per ATF_API_AUTH_CACHE_S rather than per call
-#: (claim, heartbeat and finish each name their worker).
-_workers: ShortMemory[tuple[str, remote_workers.Teams], Worker] = ShortMemory()
+#: Running workers by id, team and credential, read once per ATF_API_AUTH_CACHE_S rather than
+#: per call (claim, heartbeat and finish each name their worker).
+_workers: ShortMemory[tuple[str, remote_workers.Teams, str], Worker] = ShortMemory()
 
 #: Redis connections of the queue client that serves the requests that do not wait (a thread
 #: that finds them all taken waits for one rather than failing).
@@ -70,11 +70,15 @@ class WorkerView(ApiPolicy, APIView):
         assert team_id is not None, "WorkerOnly lets only worker tokens in"
         return frozenset({team_id})
 
+    def credential(self) -> str:
+        return worker_credential(self.request)
+
     def worker(self, form: shapes.WorkerIdSerializer) -> Worker:
-        """The caller's running worker named in `form` (404 otherwise). Remembered for
+        """The caller's running worker named in `form`, registered with the caller's token (404
+        otherwise: another token's worker is refused like a missing one). Remembered for
         ATF_API_AUTH_CACHE_S seconds: a worker marked stopped by another process (the consumer,
         for one not seen for ATF_WORKER_STALE_S) is refused at most that much later."""
-        key = (form.validated_data["worker"], self.teams())
+        key = (form.validated_data["worker"], self.teams(), self.credential())
         if (row := _workers.get(key)) is None:
             row = remote_workers.worker(*key)
             _workers.put(key, row)
@@ -106,7 +110,8 @@ class RegisterView(WorkerView):
         try:
             row = remote_workers.register(
                 worker_id=data["worker"], host=data["host"], pid=data["pid"],
-                lambda_names=data["lambdas"], threads=data["threads"], teams=self.teams())
+                lambda_names=data["lambdas"], threads=data["threads"], teams=self.teams(),
+                credential=self.credential())
         except LambdaNotFound as exc:
             raise ValidationError({"lambdas": [str(exc)]}) from exc
         return Response({"worker": row.worker_id}, status=status.HTTP_201_CREATED)
@@ -141,7 +146,7 @@ class StartView(WorkerView):
                    responses={200: shapes.StartedListSerializer, **_errors(400, 413, 415)})
     def post(self, request: Request) -> Response:
         started = remote_workers.start(_form(shapes.LeasesSerializer, request).leases(),
-                                       self.teams())
+                                       self.teams(), self.credential())
         return Response({"tasks": [{"id": pk, "started": ok} for pk, ok in started.items()]})
 
 
@@ -179,7 +184,8 @@ class ReleaseView(WorkerView):
                    responses={200: shapes.ReleasedSerializer, **_errors(400, 413, 415)})
     def post(self, request: Request) -> Response:
         leases = _form(shapes.LeasesSerializer, request).leases()
-        return Response({"released": remote_workers.release(leases, self.teams())})
+        return Response({"released": remote_workers.release(leases, self.teams(),
+                                                            self.credential())})
 
 
 @extend_schema(tags=["worker"])

@@ -72,6 +72,8 @@ class PriorityFilter(_ChoiceFilter):
 
 
 class TeamFilter(_ChoiceFilter):
+    """The user's teams only (Django's own filter on a team field would list every team)."""
+
     title = "team"
     parameter_name = "team"
     field = "lambda_ref__team__id"
@@ -80,6 +82,11 @@ class TeamFilter(_ChoiceFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         teams = scoping.scope(Team.objects.all(), request.user, "pk").values_list("pk", "name")
         return [(str(pk), name) for pk, name in teams]
+
+
+def team_filter(team_path: str) -> type[TeamFilter]:
+    """A TeamFilter for rows whose team is reached by `team_path`."""
+    return type(f"TeamFilter[{team_path}]", (TeamFilter,), {"field": f"{team_path}__id"})
 
 
 class ErrorTypeFilter(_ChoiceFilter):

@@ -15,7 +15,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from tasks_console import display, gates, options, scoping
+from tasks_console import display, filters, gates, options, scoping
 from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.forms import GateForm
 from tasks_console.gates import GateTarget
@@ -116,7 +116,7 @@ class GatedAdmin(ConsoleAdmin):
 class LambdaAdmin(GatedAdmin):
     team_path = "team"
     list_display = ("name", "team", "gate_display", "held_back", "options_summary", "in_code")
-    list_filter = ("gate", "team", "in_code")
+    list_filter = ("gate", filters.team_filter("team"), "in_code")
     search_fields = ("name",)
     list_select_related = ("team",)
     readonly_fields = ("gate_display", "held_back", "options_table")
@@ -151,7 +151,7 @@ class CollectionAdmin(GatedAdmin):
     team_path = "lambda_ref__team"
     related_for_gate = ("lambda_ref",)
     list_display = ("name", "lambda_ref", "gate_display", "held_back")
-    list_filter = ("gate", "lambda_ref__team")
+    list_filter = ("gate", filters.team_filter("lambda_ref__team"))
     search_fields = ("name", "lambda_ref__name")
     list_select_related = ("lambda_ref",)
     fields = ("lambda_ref", "name", "gate_display", "held_back", "gate_until")

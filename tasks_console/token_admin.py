@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from tasks_api import tokens
 from tasks_api.models import ApiToken
-from tasks_console import scoping
+from tasks_console import filters, scoping
 from tasks_console.base import ConsoleAdmin, report
+from tasks_core.access import Scope
 from tasks_core.models import Team
 
 if TYPE_CHECKING:
@@ -23,16 +24,20 @@ if TYPE_CHECKING:
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ConsoleAdmin):
-    """A console user may make tokens for their teams and revoke their teams' tokens."""
+    """A console user may make tokens for their teams, and see and revoke every token that can
+    act on them (tokens.acting_on)."""
 
-    team_path = "team"
+    team_path = None  # get_queryset scopes the rows
     list_display = ("name", "prefix_shown", "team", "user", "scope", "created_at", "expires_at",
                     "last_used_at", "active")
-    list_filter = ("scope", "team")
+    list_filter = ("scope", filters.team_filter("team"))
     list_select_related = ("team", "user")
     search_fields = ("name", "prefix")
     fields = ("name", "team", "scope", "expires_at")
     actions = ["revoke"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
+        return tokens.acting_on(Scope.of(request.user).team_ids)
 
     @admin.display(description="token")
     def prefix_shown(self, row: ApiToken) -> str:

@@ -284,6 +284,9 @@ class Worker(models.Model):
     started_at = models.DateTimeField()
     last_seen = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
+    #: Who registered it: a remote worker's token ("token:<id>"), empty for a direct worker.
+    #: Only that credential may act as this worker, or on the leases of its claims.
+    credential = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-last_seen"]

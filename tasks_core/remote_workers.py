@@ -16,6 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from tasks_core import directory, queues, store
@@ -83,22 +84,25 @@ def lambdas(names: Iterable[str], teams: Teams) -> dict[str, directory.LambdaInf
 
 
 def register(*, worker_id: str, host: str, pid: int, lambda_names: Sequence[str], threads: int,
-             teams: Teams) -> Worker:
-    """Add the worker's registry row; WorkerExists if its id is taken."""
+             teams: Teams, credential: str) -> Worker:
+    """Add the worker's registry row, bound to the `credential` that registers it;
+    WorkerExists if its id is taken."""
     lambdas(lambda_names, teams)
     now = timezone.now()
     try:
         with transaction.atomic():
             return Worker.objects.create(worker_id=worker_id, host=host, pid=pid,
                                          lambdas=list(lambda_names), threads=threads,
-                                         started_at=now, last_seen=now)
+                                         started_at=now, last_seen=now, credential=credential)
     except IntegrityError as exc:
         raise WorkerExists(f"worker {worker_id!r} is registered already") from exc
 
 
-def worker(worker_id: str, teams: Teams) -> Worker:
-    """The running worker `worker_id` if all its lambdas are the caller's; else WorkerNotFound."""
-    row = Worker.objects.filter(worker_id=worker_id, stopped_at__isnull=True).first()
+def worker(worker_id: str, teams: Teams, credential: str) -> Worker:
+    """The running worker `worker_id` if `credential` registered it and all its lambdas are the
+    caller's; else WorkerNotFound (another token's worker is not told apart from none)."""
+    row = Worker.objects.filter(worker_id=worker_id, stopped_at__isnull=True,
+                                credential=credential).first()
     if row is None:
         raise WorkerNotFound(f"no running worker {worker_id!r}")
     try:
@@ -147,15 +151,18 @@ def _claim_ready(claimer: Claimer, max_count: int) -> list[store.ClaimedTask]:
     return claimed
 
 
-def _tasks(leases: Mapping[int, int], teams: Teams, *,
-           started: bool) -> dict[int, store.ClaimedTask]:
-    """The leased tasks of the caller's teams, as the store's batch statements take them.
+def _tasks(leases: Mapping[int, int], teams: Teams, *, started: bool,
+           claimed_by: QuerySet[Worker, str] | list[str]) -> dict[int, store.ClaimedTask]:
+    """The leased tasks of the caller's teams that one of the `claimed_by` workers claimed, as
+    the store's batch statements take them: a lease is bound to the worker that claimed it, so
+    another worker (another token of the same team included) cannot act on it.
 
     The store reads lambda, attempt and limits from its own rows, never from the worker; the
     payload is left out (no write reads it).
     """
     columns = [column for column in store.CLAIMED_COLUMNS if column != "payload"]
-    rows = TaskEntity.objects.filter(pk__in=list(leases)).values_list(*columns)
+    rows = TaskEntity.objects.filter(pk__in=list(leases), worker__in=claimed_by).values_list(
+        *columns)
     return {
         pk: store.ClaimedTask.from_row(pk, leases[pk], lambda_id, collection, priority, None,
                                        *rest, started=started)
@@ -164,7 +171,12 @@ def _tasks(leases: Mapping[int, int], teams: Teams, *,
     }
 
 
-def start(leases: Mapping[int, int], teams: Teams) -> dict[int, bool]:
+def _workers_of(credential: str) -> QuerySet[Worker, str]:
+    """Ids of the workers `credential` registered (start and release name no worker)."""
+    return Worker.objects.filter(credential=credential).values_list("worker_id", flat=True)
+
+
+def start(leases: Mapping[int, int], teams: Teams, credential: str) -> dict[int, bool]:
     """claimed -> processing; per task whether it started (False: it must not run).
 
     Idempotent: a task already processing under the same lease was started by an earlier call
@@ -172,7 +184,7 @@ def start(leases: Mapping[int, int], teams: Teams) -> dict[int, bool]:
     the worker runs it now rather than leave it to its heartbeat timeout. A lease is the one
     claim's, so only the worker that holds it can be told so.
     """
-    tasks = _tasks(leases, teams, started=False)
+    tasks = _tasks(leases, teams, started=False, claimed_by=_workers_of(credential))
     started = store.start_many(list(tasks.values()), now=timezone.now()) if tasks else []
     done = dict(zip(tasks, started, strict=True))
     if not_started := [pk for pk in tasks if not done[pk]]:
@@ -186,7 +198,7 @@ def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *,
               seen: bool) -> set[int]:
     """Renew the leases of running tasks (and the worker's last_seen); the ids lost."""
     now = timezone.now()
-    owned = _tasks(leases, teams, started=True)
+    owned = _tasks(leases, teams, started=True, claimed_by=[row.worker_id])
     lost = store.heartbeat({pk: leases[pk] for pk in owned}, now=now)
     if seen:
         Worker.objects.filter(pk=row.pk).update(last_seen=now)
@@ -195,7 +207,8 @@ def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *,
 
 def finish(row: Worker, endings: Sequence[Ending], teams: Teams) -> dict[int, TaskStatus | None]:
     """Record attempts' ends; per task its new status, or None when the lease was stale."""
-    tasks = _tasks({e.task_id: e.lease for e in endings}, teams, started=True)
+    tasks = _tasks({e.task_id: e.lease for e in endings}, teams, started=True,
+                   claimed_by=[row.worker_id])
     done = [(tasks[e.task_id], e.result(row.worker_id)) for e in endings
             if e.task_id in tasks]
     statuses = store.finish_many(done, now=timezone.now()) if done else []
@@ -204,9 +217,9 @@ def finish(row: Worker, endings: Sequence[Ending], teams: Teams) -> dict[int, Ta
     return {e.task_id: written.get(e.task_id) for e in endings}
 
 
-def release(leases: Mapping[int, int], teams: Teams) -> int:
+def release(leases: Mapping[int, int], teams: Teams, credential: str) -> int:
     """Hand back claimed, unstarted tasks; how many were still claimed with these leases."""
-    tasks = _tasks(leases, teams, started=False)
+    tasks = _tasks(leases, teams, started=False, claimed_by=_workers_of(credential))
     return store.release(list(tasks.values()), now=timezone.now()) if tasks else 0
 
 

@@ -118,6 +118,19 @@ def test_another_teams_tokens_are_not_seen_nor_revoked(alice: Member, bob: Membe
     assert response.status_code == 400 and "team" in response.json()
 
 
+def test_a_team_sees_and_revokes_every_token_that_can_act_on_it(alice: Member,
+                                                                bob: Member) -> None:
+    # Given bob, who joins alice's team with a full token he made under his own team
+    alice.team.members.add(bob.user)
+    bobs = ApiToken.objects.get(user=bob.user)
+    assert bob.client.get(f"/api/v1/tasks/?lambda={alice.lam.name}").status_code == 200
+    # Then alice's team lists that token (it acts on the team) and may revoke it
+    listed = {t["id"]: t["team"] for t in alice.client.get("/api/v1/tokens/").json()}
+    assert listed[bobs.pk] == "beta"
+    assert alice.client.post(f"/api/v1/tokens/{bobs.pk}/revoke/").status_code == 200
+    assert bob.client.get("/api/v1/lambdas/").status_code == 401
+
+
 @pytest.mark.parametrize(("body", "field"), [
     ({}, "name"),
     ({"name": "a\x00b"}, "name"),

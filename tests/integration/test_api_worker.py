@@ -154,6 +154,52 @@ def test_a_result_over_the_limit_ends_the_task_as_a_failure_its_owner_sees(
     assert shown["attempt_history"][0]["outcome"] == "fatal"
 
 
+def test_a_worker_token_stops_working_when_its_user_leaves_the_team(team_a: Member) -> None:
+    # Given a worker token that works
+    worker = register(team_a, "host-a:1:leaver")
+    assert post(team_a.client, "heartbeat/", {"worker": worker, "tasks": []}).status_code == 200
+    # When its user is removed from the team
+    team_a.team.members.remove(team_a.user)
+    # Then every worker call refuses it (as every other token is refused, within the token
+    # memory's ATF_API_AUTH_CACHE_S; at once in this process)
+    for path, body in [("register/", {"worker": "host-a:2:x", "host": "h", "pid": 2,
+                                      "lambdas": [team_a.lam.name], "threads": 1}),
+                       ("claim/", {"worker": worker, "max": 1, "wait_s": 0}),
+                       ("heartbeat/", {"worker": worker, "tasks": []})]:
+        answer = post(team_a.client, path, body)
+        assert answer.status_code == 401
+        assert answer.json() == {"detail": "The token's user is no longer a member of its team."}
+
+
+def test_a_lease_is_bound_to_the_worker_that_claimed_it(team_a: Member,
+                                                        consumer: Consumer) -> None:
+    # Given a task claimed by a worker of team A, and another worker token of team A
+    worker = register(team_a, "host-a:1:owner")
+    ready_tasks(team_a, consumer)
+    (claimed,) = claim(team_a, worker)
+    other = dataclasses.replace(team_a, client=token_client(team_a.user, team_a.team,
+                                                             scope=Scope.WORKER))
+    other_worker = register(other, "host-a:2:other")
+    # When the other token starts, renews, finishes or hands back that lease, as its own
+    # worker or naming the claiming one
+    started = post(other.client, "start/", {"tasks": leases([claimed])}).json()
+    named = post(other.client, "heartbeat/", {"worker": worker, "tasks": leases([claimed])})
+    beat = post(other.client, "heartbeat/", {"worker": other_worker,
+                                             "tasks": leases([claimed])}).json()
+    ended = finish(other, other_worker, [claimed], result={"forged": True})
+    released = post(other.client, "release/", {"tasks": leases([claimed])}).json()
+    # Then nothing happened to it: its own worker still holds it and finishes it
+    assert started == {"tasks": [{"id": claimed["id"], "started": False}]}
+    assert named.status_code == 404  # another token's worker is not found
+    assert beat == {"lost": [claimed["id"]]}
+    assert ended == [{"id": claimed["id"], "status": None}]
+    assert released == {"released": 0}
+    post(team_a.client, "start/", {"tasks": leases([claimed])})
+    assert finish(team_a, worker, [claimed], result={"ok": 1}) == [
+        {"id": claimed["id"], "status": "success"}]
+    assert TaskEntity.objects.get(pk=claimed["id"]).result == {"ok": 1}
+
+
 def test_a_stale_lease_is_refused_per_item_and_changes_nothing(team_a: Member,
                                                                consumer: Consumer) -> None:
     # Given two running tasks, one of which another worker took over since (its lease moved)

@@ -70,6 +70,19 @@ def test_lists_show_only_the_users_teams(two_teams: TwoTeams) -> None:
     assert tasks == dead == {two_teams.my_task.pk}
 
 
+@pytest.mark.parametrize("url", [
+    LAMBDAS, TASKS, DEAD, reverse("admin:tasks_core_collection_changelist"),
+    reverse("admin:tasks_api_apitoken_changelist"),
+])
+def test_team_filters_list_only_the_users_teams(two_teams: TwoTeams, url: str) -> None:
+    # Given a staff member of "payments", and a team "search" they are not in
+    # When they open a list with a team filter
+    specs = two_teams.client.get(url).context["cl"].filter_specs
+    (team_filter,) = [spec for spec in specs if spec.title == "team"]
+    # Then its choices are their teams only: the other team's name is not told
+    assert [label for _value, label in team_filter.lookup_choices] == ["payments"]
+
+
 def test_another_teams_task_and_lambda_pages_are_not_found(two_teams: TwoTeams) -> None:
     # Given the other team's task and lambda
     task_page = reverse("admin:tasks_core_taskentity_change", args=[two_teams.their_task.pk])
