@@ -15,6 +15,7 @@ from django.test import TestCase
 from django.utils import timezone
 
 from tasks_core import atf, registry, scheduling
+from tasks_core.contrib.tasks_compat import TaskResultStatus, task
 from tasks_core.models import TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
 from workers.testing import TaskOutcome, run_due_tasks
@@ -95,6 +96,20 @@ def test_a_paused_lambda_holds_its_tasks_as_a_consumer_would(
     assert TaskEntity.objects.get().status == TaskStatus.NEW
     scheduling.set_gate(GREET, "open")
     assert [o.status for o in run_due_tasks(lambdas=[GREET])] == [TaskStatus.SUCCESS]
+
+
+@task()
+def double(number: int) -> int:
+    return 2 * number
+
+
+def test_a_task_function_runs_and_its_result_reads_back(run_due_tasks: RunDueTasks) -> None:
+    # Given a @task function enqueued (Django's tasks API, the ATF backend)
+    result = double.enqueue(21)
+    # When the test runs the due tasks, Then its result is Django's successful one
+    assert [o.status for o in run_due_tasks()] == [TaskStatus.SUCCESS]
+    result.refresh()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
 
 
 class RunDueTasksInATestCase(TestCase):

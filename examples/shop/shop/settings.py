@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",  # the templates of the API's docs page
+    "drf_spectacular_sidecar",  # its Swagger UI, as static files (never from a CDN)
     # Django 6 has the tasks framework built in; on 5.2 the django-tasks backport provides it.
     *(["django_tasks"] if django.VERSION < (6, 0) else []),
     # ATF: the task store, its REST API, its console (in this project's admin) and its workers.
