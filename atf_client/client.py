@@ -36,13 +36,15 @@ class Client:
 
     def schedule(self, lambda_name: str, payload: Any = None, *, collection: str | None = None,
                  priority: str | None = None, run_at: datetime | None = None,
-                 delay_s: float | None = None, idempotency_key: str | None = None,
-                 max_attempts: int | None = None, after: Iterable[int] = ()) -> Task:
-        """Schedule one task; with an idempotency key used before, the task it created then."""
+                 delay: float | None = None, idempotency_key: str | None = None,
+                 max_attempts: int | None = None, timeout: float | None = None,
+                 after: Iterable[int] = (), delay_s: float | None = None) -> Task:
+        """Schedule one task; with an idempotency key used before, the task it created then.
+        `delay_s` is the older name of `delay` (deprecated)."""
         call = Call(lambda_name=lambda_name, payload=payload, collection=collection,
-                    priority=priority, run_at=run_at, delay_s=delay_s,
+                    priority=priority, run_at=run_at, delay=delay,
                     idempotency_key=idempotency_key, max_attempts=max_attempts,
-                    after=tuple(after))
+                    timeout=timeout, after=tuple(after), delay_s=delay_s)
         return Task.from_json(self._request("POST", "v1/tasks/", call.to_json()))
 
     def schedule_many(self, calls: Iterable[Call]) -> list[Task]:

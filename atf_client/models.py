@@ -2,36 +2,47 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
 class Call:
-    """One task to schedule; unset options take the server's defaults."""
+    """One task to schedule, as the server's TaskRequest names its fields; unset options take
+    the server's defaults. `delay` and `timeout` are seconds (`delay_s` is the older name of
+    `delay`, deprecated)."""
 
     lambda_name: str
     payload: Any = None
     collection: str | None = None
     priority: str | None = None
     run_at: datetime | None = None
-    delay_s: float | None = None
+    delay: float | None = None
     idempotency_key: str | None = None
     max_attempts: int | None = None
+    timeout: float | None = None
     after: Sequence[int] = ()
+    delay_s: InitVar[float | None] = None
+
+    def __post_init__(self, delay_s: float | None) -> None:
+        if delay_s is not None:
+            warnings.warn("Call(delay_s=...) is deprecated: use delay=... (seconds)",
+                          DeprecationWarning, stacklevel=3)
+            object.__setattr__(self, "delay", delay_s)
 
     def to_json(self) -> dict[str, Any]:
         """The request body of POST /v1/tasks/ for this call."""
         body: dict[str, Any] = {"lambda": self.lambda_name}
-        options = {
-            "payload": self.payload, "collection": self.collection, "priority": self.priority,
-            "run_at": self.run_at.isoformat() if self.run_at is not None else None,
-            "delay": self.delay_s, "idempotency_key": self.idempotency_key,
-            "max_attempts": self.max_attempts, "after": list(self.after) or None,
-        }
-        body.update((name, value) for name, value in options.items() if value is not None)
+        for option in fields(self):
+            value = getattr(self, option.name)
+            if option.name == "lambda_name" or value is None or value == ():
+                continue
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            body[option.name] = list(value) if option.name == "after" else value
         return body
 
 

@@ -7,7 +7,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -197,7 +196,9 @@ class TaskSummarySerializer(TaskSerializer):
 
 
 class ScheduleTaskSerializer(StrictSerializer):
-    """One task to schedule. Scheduling itself checks the lambda, priority, size and key."""
+    """One task to schedule: a scheduling.TaskRequest as JSON. The fields below are its schema;
+    TaskRequest.from_json reads a body and tasks_core checks it (one validator, with its
+    messages), so `validated_data` is a TaskRequest."""
 
     lambda_name = serializers.CharField(max_length=limits.LAMBDA_NAME_CHARS)
     payload = PayloadField(required=False, allow_null=True)
@@ -223,124 +224,30 @@ class ScheduleTaskSerializer(StrictSerializer):
     def get_fields(self) -> dict[str, serializers.Field]:
         return _renamed(super().get_fields(), lambda_name="lambda")
 
-    def to_internal_value(self, data: Any) -> Any:
+    def to_internal_value(self, data: Any) -> scheduling.TaskRequest:
         try:
-            return super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            if not isinstance(data, Mapping) or not isinstance(exc.detail, Mapping):
-                raise
-            # Tell every problem at once: add what scheduling says about the fields that parsed.
-            # Not about "after": scheduling sees every team's tasks, so its answer would tell
-            # another team's task ids from unknown ones (the view checks parents per team).
-            more = self._scheduling_errors(data, skip={*exc.detail, "after"})
-            raise serializers.ValidationError({**more, **exc.detail}) from exc
-
-    def _scheduling_errors(self, data: Mapping[str, Any], *, skip: set[str],
-                           ) -> dict[str, list[str]]:
-        parsed: dict[str, Any] = {}
-        for name, field in self.fields.items():
-            if name in data and name not in skip:
-                try:
-                    parsed[name] = field.run_validation(data[name])
-                except serializers.ValidationError:
-                    continue
-        try:
-            scheduling.validate(parsed.pop("lambda", None), parsed.pop("payload", None),
-                                now=timezone.now(), **parsed)
+            return scheduling.TaskRequest.from_json(data)
         except InvalidTask as exc:
-            return {name: msgs for name, msgs in exc.errors.items() if name not in skip}
-        return {}
-
-
-def _max_length(field_name: str) -> int:
-    field = ScheduleTaskSerializer._declared_fields[field_name]
-    assert isinstance(field, serializers.CharField) and field.max_length is not None
-    return field.max_length
-
-
-#: The text fields a plain batch item may have, with their longest length.
-_PLAIN_TEXT = {"lambda": _max_length("lambda_name"), "collection": _max_length("collection"),
-               "priority": _max_length("priority"),
-               "idempotency_key": _max_length("idempotency_key")}
-
-
-def _plain_call(item: Any) -> dict[str, Any] | None:
-    """ScheduleTaskSerializer's answer for an item of only text fields and a payload, each
-    plainly valid; else None."""
-    if type(item) is not dict or "lambda" not in item:
-        return None
-    for name, value in item.items():
-        if name == "payload":
-            if not plain_json(value):
-                return None
-        elif (name not in _PLAIN_TEXT or type(value) is not str or not value
-              or len(value) > _PLAIN_TEXT[name] or value != value.strip()
-              or limits.bad_text(value)):
-            return None
-    return dict(item)
-
-
-class PlainScheduleList(serializers.ListSerializer):
-    """Takes a batch of plain items (the usual batch) without validating each through
-    ScheduleTaskSerializer (about 60 µs an item); any other batch is validated item by item,
-    with the usual errors."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if data and (items := plain_items(data, _plain_call)) is not None:
-            return items
-        return super().to_internal_value(data)
+            raise serializers.ValidationError(exc.errors) from exc
 
 
 class ScheduleBatchSerializer(StrictSerializer):
-    """Many tasks, all scheduled or none. Item errors are keyed "tasks[i].field"."""
+    """Many tasks, all scheduled or none; `validated_data["tasks"]` are TaskRequests. Item
+    errors are keyed "tasks[i].field"."""
 
-    tasks = PlainScheduleList(
-        child=ScheduleTaskSerializer(), allow_empty=False,
+    tasks = ScheduleTaskSerializer(
+        many=True, allow_empty=False,
         help_text="At most ATF_MAX_BATCH_SIZE tasks (1000 by default).")
 
-    def to_internal_value(self, data: Any) -> Any:
+    def to_internal_value(self, data: Any) -> dict[str, list[scheduling.TaskRequest]]:
         tasks = data.get("tasks") if isinstance(data, Mapping) else None
-        if isinstance(tasks, list):  # before validating every item of an oversize batch
-            try:
-                limits.check_batch_size(len(tasks))
-            except InvalidTask as exc:
-                raise serializers.ValidationError(exc.errors) from exc
-        try:
+        if not (isinstance(tasks, list) and tasks and data.keys() == {"tasks"}):
+            # Not an object, an unknown field, no list or an empty one: the usual errors.
             return super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            raise serializers.ValidationError(_flatten(exc.detail)) from exc
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        tasks = attrs["tasks"]
-        seen: dict[tuple[str, str], int] = {}
-        errors: dict[str, list[str]] = {}
-        for index, task in enumerate(tasks):
-            if "idempotency_key" not in task:
-                continue
-            key = (task["lambda"], task["idempotency_key"])
-            if key in seen:
-                errors[f"tasks[{index}].idempotency_key"] = [
-                    f"Repeats the idempotency key of tasks[{seen[key]}]."
-                ]
-            seen.setdefault(key, index)
-        if errors:
-            raise serializers.ValidationError(errors)
-        return attrs
-
-
-def _flatten(detail: Any) -> Any:
-    """{"tasks": [{}, {"lambda": [...]}]} -> {"tasks[1].lambda": [...]}, like schedule_many()."""
-    if not isinstance(detail, Mapping) or "tasks" not in detail:
-        return detail
-    flat = {name: value for name, value in detail.items() if name != "tasks"}
-    tasks = detail["tasks"]
-    items = tasks.items() if isinstance(tasks, Mapping) else enumerate(tasks)
-    for key, item in items:
-        if isinstance(item, Mapping):  # one item's field errors
-            flat.update({f"tasks[{key}].{field}": msgs for field, msgs in item.items()})
-        else:  # an error of the list itself ("non_field_errors", "Expected a list")
-            flat.setdefault("tasks", []).extend(item if isinstance(item, list) else [item])
-    return flat
+        try:
+            return {"tasks": scheduling.requests_from_json(tasks)}
+        except InvalidTask as exc:
+            raise serializers.ValidationError(exc.errors) from exc
 
 
 class ListQuerySerializer(StrictSerializer):

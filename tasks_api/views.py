@@ -120,15 +120,14 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         201: serializers.TaskSerializer, 200: serializers.TaskSerializer,
         **_errors(400, 403, 409, 413, 415)})
     def create(self, request: Request) -> Response:
-        options = dict(serializers.validated(serializers.ScheduleTaskSerializer, request.data))
-        lambda_name, payload = options.pop("lambda"), options.pop("payload", None)
-        permissions.check_may_schedule(request.user, [lambda_name])
-        permissions.check_may_follow(request.user, options.get("after", ()))
-        task, created = scheduling.schedule(lambda_name, payload, **options)
+        asked = serializers.validated(serializers.ScheduleTaskSerializer, request.data)
+        permissions.check_may_schedule(request.user, [asked.lambda_name])
+        permissions.check_may_follow(request.user, asked.after)
+        task, created = scheduling.schedule(asked)
         if not created:
             return Response(_shown([task])[0], status=status.HTTP_200_OK)
         # Everything about a task just created is at hand: no need to read it back.
-        setattr(task, serializers.NEW_PARENTS, options.get("after", ()))
+        setattr(task, serializers.NEW_PARENTS, asked.after)
         return Response(serializers.show_task(task), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=serializers.ScheduleBatchSerializer, responses={
@@ -136,16 +135,13 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         **_errors(400, 403, 409, 413, 415)})
     @action(detail=False, methods=["post"])
     def batch(self, request: Request) -> Response:
-        form = serializers.ScheduleBatchSerializer(data=request.data)
-        form.is_valid(raise_exception=True)
-        calls = form.validated_data["tasks"]
-        permissions.check_may_schedule(request.user, (call["lambda"] for call in calls))
-        permissions.check_may_follow(request.user,
-                                     (p for call in calls for p in call.get("after", ())))
-        tasks = scheduling.schedule_many(calls)
-        for call, task in zip(calls, tasks, strict=True):
-            if "idempotency_key" not in call:  # a new task: shown as scheduled, not read back
-                setattr(task, serializers.NEW_PARENTS, call.get("after", ()))
+        asked = serializers.validated(serializers.ScheduleBatchSerializer, request.data)["tasks"]
+        permissions.check_may_schedule(request.user, (one.lambda_name for one in asked))
+        permissions.check_may_follow(request.user, (p for one in asked for p in one.after))
+        tasks = scheduling.schedule_many(asked)
+        for one, task in zip(asked, tasks, strict=True):
+            if one.idempotency_key is None:  # a new task: shown as scheduled, not read back
+                setattr(task, serializers.NEW_PARENTS, one.after)
         return Response({"tasks": _shown(tasks)}, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None,

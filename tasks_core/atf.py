@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -19,11 +20,17 @@ from tasks_core.exceptions import ConfigurationError
 from tasks_core.models import TaskEntity
 from tasks_core.periodic import every
 from tasks_core.registry import LambdaFunction, RegisteredLambda
-from tasks_core.scheduling import Call
+from tasks_core.scheduling import TaskRequest
+
+#: One task to schedule, for `schedule_many` or as a step of `chain`:
+#: `atf.call(lambda_name, payload, priority=..., ...)`, with the options of `schedule`.
+call = TaskRequest
+#: The older name of a task request (a chain's step).
+Call = TaskRequest
 
 __all__ = [
-    "Call", "Fatal", "Retry", "TaskContext", "TimeLimitExceeded", "call", "cancel", "chain",
-    "every", "register", "schedule", "schedule_many",
+    "Call", "Fatal", "Retry", "TaskContext", "TaskRequest", "TimeLimitExceeded", "call",
+    "cancel", "chain", "every", "register", "schedule", "schedule_many",
 ]
 
 
@@ -52,17 +59,24 @@ def register(name: str, *, schedule: periodic.ScheduleValue | None = None,
     return decorate_and_schedule
 
 
-def schedule(lambda_name: str, payload: Any = None, **options: Any) -> TaskEntity:
-    """Schedule a task of `lambda_name`; options: collection, priority, run_at or delay,
-    idempotency_key, max_attempts, timeout (seconds an attempt may run), after (parent task
-    ids)."""
-    task, _created = scheduling.schedule(lambda_name, payload, **options)
+def schedule(lambda_name: str, payload: Any = None, *, collection: str | None = None,
+             priority: str | None = None, run_at: datetime | None = None,
+             delay: float | None = None, idempotency_key: str | None = None,
+             max_attempts: int | None = None, timeout: float | None = None,
+             after: Sequence[int] = ()) -> TaskEntity:
+    """Schedule a task of `lambda_name` (see TaskRequest for each option: `delay` and
+    `timeout` are seconds, `after` the parent task ids)."""
+    task, _created = scheduling.schedule(TaskRequest(
+        lambda_name, payload, collection=collection, priority=priority, run_at=run_at,
+        delay=delay, idempotency_key=idempotency_key, max_attempts=max_attempts,
+        timeout=timeout, after=after))
     return task
 
 
-def schedule_many(calls: Sequence[Mapping[str, Any]]) -> list[TaskEntity]:
-    """Schedule many tasks at once, all or none: mappings of "lambda", "payload", options."""
-    return scheduling.schedule_many(calls)
+def schedule_many(requests: Sequence[TaskRequest | Mapping[str, Any]]) -> list[TaskEntity]:
+    """Schedule many tasks at once, all or none: `atf.call(...)` requests (or mappings of
+    "lambda", "payload" and options)."""
+    return scheduling.schedule_many(requests)
 
 
 def cancel(task_id: int) -> TaskEntity:
@@ -70,11 +84,6 @@ def cancel(task_id: int) -> TaskEntity:
     return scheduling.cancel(task_id, now=timezone.now())
 
 
-def call(lambda_name: str, payload: Any = None, **options: Any) -> Call:
-    """One step of a chain."""
-    return Call(lambda_name=lambda_name, payload=payload, options=options)
-
-
-def chain(*calls: Call) -> list[TaskEntity]:
+def chain(*requests: TaskRequest) -> list[TaskEntity]:
     """Schedule steps that run one after another, each once the step before it succeeded."""
-    return scheduling.chain(*calls)
+    return scheduling.chain(*requests)

@@ -12,6 +12,7 @@ schedules none; both then go on with the next future occurrence.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -263,13 +264,18 @@ def _sync_one(spec: Spec, lambda_id: int) -> None:
 
 # --- schedules defined by operators (API, console) --------------------------------------
 
+def _request(row: PeriodicTask) -> scheduling.TaskRequest:
+    """The task request an occurrence of `row` makes (its time and key set per occurrence)."""
+    return scheduling.TaskRequest(row.lambda_ref.name, row.payload, collection=row.collection,
+                                  priority=row.priority)
+
+
 def check_row(row: PeriodicTask, *, now: datetime) -> None:
     """Raise InvalidTask with every field error of `row`: its timing, and everything its
     occurrences would be refused for when scheduled (lambda, payload, collection, priority)."""
     errors = timing_errors(cron=row.cron, interval_s=row.interval_s, tz=row.timezone)
     try:
-        scheduling.validate(row.lambda_ref.name, row.payload, collection=row.collection,
-                            priority=row.priority, now=now)
+        scheduling.validate(_request(row), now=now)
     except InvalidTask as exc:
         errors = {**exc.errors, **errors}
     if row.catch_up not in CatchUp.values:
@@ -409,11 +415,9 @@ def _due_occurrences(row: PeriodicTask, now: datetime) -> tuple[int, datetime]:
 def _schedule(row: PeriodicTask, occurrence: datetime, *, run_at: datetime,
               now: datetime) -> int:
     try:
-        _task, created = scheduling.schedule(
-            row.lambda_ref.name, row.payload, now=now, run_at=run_at,
-            collection=row.collection, priority=row.priority,
-            idempotency_key=occurrence_key(row.name, occurrence),
-        )
+        _task, created = scheduling.schedule(dataclasses.replace(
+            _request(row), run_at=run_at, idempotency_key=occurrence_key(row.name, occurrence),
+        ), now=now)
     except AtfError as exc:
         logger.error("periodic task %s: occurrence %s not scheduled: %s", row.name,
                      occurrence.isoformat(), exc, extra={"action": "periodic_failed"})

@@ -1,4 +1,5 @@
-"""schedule(), schedule_many(), cancel(), chain(): validate, then call the store in one transaction.
+"""TaskRequest, the whole of "schedule this", and schedule(), schedule_many(), cancel(), chain():
+validate a request once, then call the store in one transaction.
 
 Scheduling writes to the application's own database, so a `schedule()` inside the caller's
 `transaction.atomic()` commits or rolls back with the caller's rows.
@@ -6,16 +7,17 @@ Scheduling writes to the application's own database, so a `schedule()` inside th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
+from django.utils import dateparse, timezone
 
 from tasks_core import directory, limits, store, wakeup
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
@@ -24,18 +26,107 @@ from tasks_core.models import Collection, Lambda, TaskEntity
 
 logger = logging.getLogger(__name__)
 
-#: The options schedule() takes besides the lambda and its payload.
-OPTIONS = ("collection", "priority", "run_at", "delay", "idempotency_key", "max_attempts",
-           "timeout", "after")
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """The whole of "schedule this": one task's lambda, payload and options, as asked for.
 
-
-@dataclass(frozen=True, kw_only=True)
-class Call:
-    """One step of a chain: a lambda, its payload and schedule() options (see atf.call)."""
+    Built with typed keywords (`atf.schedule`, `atf.call`), or from JSON-shaped data with
+    `from_json` (the REST API, `schedule_many`'s mappings); `validate` checks it, once, into
+    the store's `NewTask`. Seconds are plain numbers: `delay` from now, `timeout` for one
+    attempt.
+    """
 
     lambda_name: str
     payload: Any = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    _: KW_ONLY
+    collection: str | None = None  #: None: "default"
+    priority: str | None = None  #: None: ATF_DEFAULT_PRIORITY
+    run_at: datetime | None = None  #: when it is due; not with `delay`
+    delay: float | None = None  #: seconds from now until it is due; not with `run_at`
+    idempotency_key: str | None = None  #: a second request with it returns the first task
+    max_attempts: int | None = None  #: None: the lambda's
+    timeout: float | None = None  #: seconds one attempt may run; 0: no limit; None: lambda's
+    after: Sequence[int] = ()  #: parent task ids: it runs once all of them succeeded
+
+    @classmethod
+    def from_json(cls, data: Any, *, now: datetime | None = None) -> TaskRequest:
+        """The request a JSON object names: "lambda", "payload" and the options by their names
+        here; null is the same as leaving an option out.
+
+        InvalidTask names every problem at once: what cannot be read (not an object, an
+        unknown field, no lambda, a run_at that is not ISO 8601, an `after` that is not a list
+        of ids) and what `validate` says of the rest, except of `after` (its answer would tell
+        another team's task ids from unknown ones; the caller checks parents in its scope).
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidTask({"non_field_errors": [
+                f"Invalid data. Expected a dictionary, but got {type(data).__name__}."]})
+        errors: dict[str, list[str]] = {}
+        fields: dict[str, Any] = {}
+        for key, value in data.items():
+            name = _JSON_FIELDS.get(key)
+            if name is None:
+                if len(errors) < _MOST_UNKNOWN:
+                    errors[str(key)[:100]] = ["Unknown field."]
+            elif value is not None:
+                fields[name] = value.strip() if type(value) is str and name in _TEXT else value
+        if "lambda_name" not in fields:
+            errors["lambda"] = ["This field is required."]
+        if isinstance(run_at := fields.get("run_at"), str):
+            if (parsed := _datetime(run_at)) is None:
+                errors["run_at"] = [RUN_AT_FORMAT]
+                del fields["run_at"]
+            else:
+                fields["run_at"] = parsed
+        if "after" in fields:
+            if problem := _after_error(fields["after"]):
+                errors["after"] = [problem]
+                del fields["after"]
+            else:
+                fields["after"] = tuple(fields["after"])
+        if not errors:
+            return cls(**fields)
+        try:
+            validate(cls(**{"lambda_name": "", **fields}), now=now or timezone.now())
+        except InvalidTask as exc:
+            errors = {**{name: msgs for name, msgs in exc.errors.items()
+                         if name not in errors and name != "after"}, **errors}
+        raise InvalidTask(errors)
+
+
+#: TaskRequest's fields by their names in JSON.
+_JSON_FIELDS = {("lambda" if f.name == "lambda_name" else f.name): f.name
+                for f in dataclasses.fields(TaskRequest)}
+#: The text fields, whose surrounding white space is dropped.
+_TEXT = frozenset({"lambda_name", "collection", "priority", "idempotency_key"})
+#: Unknown fields named in one error.
+_MOST_UNKNOWN = 20
+RUN_AT_FORMAT = "run_at must be ISO 8601 (YYYY-MM-DDThh:mm[:ss[.uuuuuu]][+HH:MM|-HH:MM|Z])."
+
+
+def _after_error(after: Any) -> str | None:
+    """What is wrong with `after` as a list of parent task ids, before any is looked up."""
+    if not isinstance(after, list | tuple) or not all(type(pk) is int for pk in after):
+        return "after must be a list of task ids."
+    if len(after) > limits.MAX_PARENTS:
+        return f"A task waits for at most {limits.MAX_PARENTS} parents."
+    return None
+
+
+def json_field_names() -> list[str]:
+    """A task request's field names in JSON, in order."""
+    return list(_JSON_FIELDS)
+
+
+def _datetime(text: str) -> datetime | None:
+    """An ISO 8601 time; without an offset, in the current time zone (UTC by default)."""
+    try:
+        parsed = dateparse.parse_datetime(text)
+    except ValueError:
+        return None
+    if parsed is not None and timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed)
+    return parsed
 
 
 #: Why a payload with text the database cannot store is refused.
@@ -85,29 +176,27 @@ def _payload_errors(payload: Any) -> list[str]:
     return []
 
 
-def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
-             priority: Any = None, run_at: Any = None, delay: Any = None,
-             idempotency_key: Any = None, max_attempts: Any = None, timeout: Any = None,
-             after: Sequence[int] | None = None, now: datetime) -> store.NewTask:
-    """Check one task's fields; return the task to insert, or raise InvalidTask with every error."""
+def validate(request: TaskRequest, *, now: datetime) -> store.NewTask:
+    """Check a task request, the one place that does; return the task to insert, or raise
+    InvalidTask with every error by field (its name in JSON: "lambda", "payload", ...)."""
     errors: dict[str, list[str]] = {}
     info = None
+    lambda_name = request.lambda_name
     try:
         info = directory.by_name(str(lambda_name))
     except LambdaNotFound:
-        errors["lambda"] = [f"Unknown lambda {lambda_name!r}."]
-    if payload is None:
-        payload = {}
+        errors["lambda"] = [f"Unknown lambda {_shown(lambda_name)}."]
+    payload = {} if request.payload is None else request.payload
     if problems := _payload_errors(payload):
         errors["payload"] = problems
-    collection = "default" if collection in (None, "") else collection
+    collection = "default" if request.collection in (None, "") else request.collection
     if problem := limits.collection_name_error(collection):
         errors["collection"] = [problem]
-    priority = priority or settings.ATF_DEFAULT_PRIORITY
+    priority = request.priority or settings.ATF_DEFAULT_PRIORITY
     if priority not in settings.ATF_PRIORITIES:
-        errors["priority"] = [
-            f"Unknown priority {priority!r}; use one of {', '.join(settings.ATF_PRIORITIES)}."
-        ]
+        errors["priority"] = [f"Unknown priority {_shown(priority)}; use one of "
+                              f"{', '.join(settings.ATF_PRIORITIES)}."]
+    run_at, delay = request.run_at, request.delay
     if run_at is not None and delay is not None:
         errors["run_at"] = ["Give run_at or delay, not both."]
     elif delay is not None:
@@ -121,6 +210,8 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
     elif run_at is not None and (not isinstance(run_at, datetime) or timezone.is_naive(run_at)):
         errors["run_at"] = ["run_at must be a datetime with a time zone."]
     key_chars = limits.idempotency_key_chars()
+    idempotency_key, max_attempts, timeout = (request.idempotency_key, request.max_attempts,
+                                              request.timeout)
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not idempotency_key
         or len(idempotency_key) > key_chars
@@ -139,9 +230,9 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
                                 or not 0 <= timeout <= limits.MAX_DELAY_S):
         errors["timeout"] = [f"timeout must be a number of seconds from 0 (no limit) to "
                              f"{limits.MAX_DELAY_S:.0f}."]
-    parents = tuple(after or ())
-    if len(parents) > limits.MAX_PARENTS:
-        errors["after"] = [f"A task waits for at most {limits.MAX_PARENTS} parents."]
+    parents = tuple(request.after) if isinstance(request.after, list | tuple) else ()
+    if problem := _after_error(request.after):
+        errors["after"] = [problem]
     elif len(set(parents)) < len(parents):
         errors["after"] = ["Each parent task may be named only once."]
     elif parents:
@@ -161,6 +252,16 @@ def validate(lambda_name: Any, payload: Any = None, *, collection: Any = None,
         timeout_s=timeout,
         parents=parents,
     )
+
+
+def _shown(value: Any) -> str:
+    """A value an error names, cut short: it may be anything a caller sent."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
+
+
+#: Characters of a bad value that an error shows.
+_SHOWN_CHARS = 100
 
 
 def _wake_on_commit(entities: Sequence[TaskEntity], now: datetime) -> None:
@@ -186,12 +287,11 @@ def _existing(task: store.NewTask) -> TaskEntity | None:
     ).first()
 
 
-def schedule(lambda_name: str, payload: Any = None, *, now: datetime | None = None,
-             **options: Any) -> tuple[TaskEntity, bool]:
+def schedule(request: TaskRequest, *, now: datetime | None = None) -> tuple[TaskEntity, bool]:
     """Schedule one task; return it and whether it was created (False: its idempotency key
     named an earlier task, which is returned instead)."""
     now = now or timezone.now()
-    task = validate(lambda_name, payload, now=now, **options)
+    task = validate(request, now=now)
     if task.idempotency_key is None:
         # store.create() makes its own transaction where it needs one (or joins the caller's).
         entity = _create([task], now)[0]
@@ -212,23 +312,22 @@ def schedule(lambda_name: str, payload: Any = None, *, now: datetime | None = No
     return entity, True
 
 
-def schedule_many(calls: Sequence[Mapping[str, Any]], *,
+def schedule_many(requests: Sequence[TaskRequest | Mapping[str, Any]], *,
                   now: datetime | None = None) -> list[TaskEntity]:
     """Schedule many tasks in one transaction: all or none.
 
-    Each call is a mapping with "lambda", an optional "payload" and schedule() options.
-    Raises InvalidTask whose errors are keyed "tasks[i].field" for the first invalid items.
+    Each is a TaskRequest, or a mapping of "lambda", "payload" and options as JSON names them
+    (TaskRequest.from_json). Raises InvalidTask whose errors are keyed "tasks[i].field" (see
+    requests_from_json).
     """
     now = now or timezone.now()
-    limits.check_batch_size(len(calls))
     tasks: list[store.NewTask] = []
     errors: dict[str, list[str]] = {}
-    for index, call in enumerate(calls):
-        options = {key: call[key] for key in OPTIONS if key in call}
+    for index, request in enumerate(requests_from_json(requests, now=now)):
         try:
-            tasks.append(validate(call.get("lambda"), call.get("payload"), now=now, **options))
+            tasks.append(validate(request, now=now))
         except InvalidTask as exc:
-            errors.update({f"tasks[{index}].{name}": msgs for name, msgs in exc.errors.items()})
+            errors.update(_item_errors(index, exc))
     if errors:
         raise InvalidTask(errors)
     _check_new_collections({(t.lambda_id, t.collection) for t in tasks})
@@ -239,6 +338,43 @@ def schedule_many(calls: Sequence[Mapping[str, Any]], *,
         entities = [found or next(created) for found in results]
         _wake_on_commit(entities, now)
     return entities
+
+
+def requests_from_json(items: Sequence[Any], *,
+                       now: datetime | None = None) -> list[TaskRequest]:
+    """A batch's requests (TaskRequest.from_json of each item; a TaskRequest stays as it is).
+
+    InvalidTask keys its errors "tasks[i].field"; a batch over ATF_MAX_BATCH_SIZE, or one
+    that repeats an idempotency key for one lambda, is refused as a whole.
+    """
+    limits.check_batch_size(len(items))
+    now = now or timezone.now()
+    requests: list[TaskRequest] = []
+    errors: dict[str, list[str]] = {}
+    for index, item in enumerate(items):
+        try:
+            requests.append(item if isinstance(item, TaskRequest)
+                            else TaskRequest.from_json(item, now=now))
+        except InvalidTask as exc:
+            errors.update(_item_errors(index, exc))
+    if errors:
+        raise InvalidTask(errors)
+    seen: dict[tuple[str, str], int] = {}
+    for index, request in enumerate(requests):
+        if request.idempotency_key is None:
+            continue
+        key = (request.lambda_name, request.idempotency_key)
+        if key in seen:
+            errors[f"tasks[{index}].idempotency_key"] = [
+                f"Repeats the idempotency key of tasks[{seen[key]}]."]
+        seen.setdefault(key, index)
+    if errors:
+        raise InvalidTask(errors)
+    return requests
+
+
+def _item_errors(index: int, exc: InvalidTask) -> dict[str, list[str]]:
+    return {f"tasks[{index}].{name}": msgs for name, msgs in exc.errors.items()}
 
 
 def _check_new_collections(pairs: set[tuple[int, str]]) -> None:
@@ -254,16 +390,16 @@ def _check_new_collections(pairs: set[tuple[int, str]]) -> None:
                                      f"names {len(pairs - known)}."]})
 
 
-def chain(*calls: Call, now: datetime | None = None) -> list[TaskEntity]:
-    """Schedule calls so that each runs only after the one before it succeeded."""
+def chain(*requests: TaskRequest, now: datetime | None = None) -> list[TaskEntity]:
+    """Schedule requests so that each runs only after the one before it succeeded (the first
+    keeps its own `after`)."""
     now = now or timezone.now()
     entities: list[TaskEntity] = []
     with transaction.atomic():
-        for call in calls:
-            after = [entities[-1].pk] if entities else list(call.options.get("after", ()))
-            options = {**call.options, "after": after}
-            entity, _created = schedule(call.lambda_name, call.payload, now=now, **options)
-            entities.append(entity)
+        for request in requests:
+            step = dataclasses.replace(request, after=(entities[-1].pk,)) if entities \
+                else request
+            entities.append(schedule(step, now=now)[0])
     return entities
 
 

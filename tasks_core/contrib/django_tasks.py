@@ -289,7 +289,8 @@ class ATFBackend(BaseTaskBackend):
             if (value := getattr(task, key, None)) is not None:
                 options[key] = value
         try:
-            entity, created = scheduling.schedule(lambda_of(task), payload, **options)
+            entity, created = scheduling.schedule(
+                scheduling.TaskRequest(lambda_of(task), payload, **options))
         except InvalidTask as exc:  # e.g. arguments over ATF_MAX_PAYLOAD_BYTES
             raise InvalidTaskError(str(exc)) from exc
         if not created:  # the idempotency key named a task there was already

@@ -113,7 +113,8 @@ def test_operator_pauses_resumes_requeues_and_reads_the_dashboard(
     page.click("input[type=submit][value=Pause]")
     expect(page.locator(".messagelist")).to_contain_text("Gate paused: demo.noop")
     # And a task of demo.noop and one of another lambda come due
-    held, control = (scheduling.schedule(name, {})[0] for name in ("demo.noop", "demo.sleep"))
+    held, control = (scheduling.schedule(scheduling.TaskRequest(name, {}))[0]
+                     for name in ("demo.noop", "demo.sleep"))
     # Then the other lambda's task runs, while demo.noop's stays new behind the gate
     wait_for(lambda: status_of(control) == TaskStatus.SUCCESS, timeout_s=60,
              message="the control task to run:\n" + processes.logs())

@@ -47,7 +47,8 @@ def test_validated_answers_as_a_serializer_of_its_own_even_from_many_threads() -
 
 def test_show_task_answers_as_task_serializer_even_from_many_threads() -> None:
     alice = member("alpha")
-    tasks = [scheduling.schedule(alice.lam.name, {"n": n}, priority=priority)[0]
+    tasks = [scheduling.schedule(
+                 scheduling.TaskRequest(alice.lam.name, {"n": n}, priority=priority))[0]
              for n, priority in enumerate(["high", "default", "low"])]
     for task in tasks:  # shown without reading links, so the threads need no connection
         setattr(task, serializers.NEW_PARENTS, [])

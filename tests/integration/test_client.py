@@ -50,7 +50,7 @@ def test_schedule_get_and_cancel(client: Client, alice: Member) -> None:
 
 def test_an_idempotency_key_gives_back_the_first_task(client: Client, alice: Member) -> None:
     first = client.schedule(alice.lam.name, {"n": 1}, idempotency_key="order-7")
-    again = client.schedule(alice.lam.name, {"n": 2}, idempotency_key="order-7", delay_s=30)
+    again = client.schedule(alice.lam.name, {"n": 2}, idempotency_key="order-7", delay=30)
     assert again.id == first.id and again.payload == {"n": 1}
     assert TaskEntity.objects.count() == 1
 
@@ -65,7 +65,7 @@ def test_schedule_many_creates_all_in_order(client: Client, alice: Member) -> No
 def test_field_errors_come_back_on_the_exception(client: Client, alice: Member) -> None:
     # A single task with a bad priority and both timings
     with pytest.raises(atf_client.InvalidRequest) as caught:
-        client.schedule(alice.lam.name, priority="urgent", delay_s=5,
+        client.schedule(alice.lam.name, priority="urgent", delay=5,
                         run_at=datetime.now(UTC))
     assert caught.value.status == 400
     assert set(caught.value.errors) == {"priority", "run_at"}, caught.value.errors
@@ -99,3 +99,17 @@ def test_an_unreachable_server_is_a_transport_error() -> None:
     with Client(f"http://127.0.0.1:{port}/api/", "t", timeout_s=2) as client, \
             pytest.raises(atf_client.TransportError):
         client.get(1)
+
+
+def test_the_options_reach_the_task_and_the_old_delay_s_still_works(client: Client,
+                                                                    alice: Member) -> None:
+    # When a task is scheduled with a delay and a time limit
+    task = client.schedule(alice.lam.name, delay=60, timeout=2.5, max_attempts=2)
+    row = TaskEntity.objects.get(pk=task.id)
+    assert (row.timeout_s, row.max_attempts) == (2.5, 2)
+    assert 55 <= (row.run_at - row.created_at).total_seconds() <= 65
+    # ...and with the older spelling of the delay, it warns and means the same
+    with pytest.warns(DeprecationWarning, match="delay="):
+        old = client.schedule(alice.lam.name, delay_s=60)
+    row = TaskEntity.objects.get(pk=old.id)
+    assert 55 <= (row.run_at - row.created_at).total_seconds() <= 65

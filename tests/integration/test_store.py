@@ -415,8 +415,10 @@ def test_payload_size_limit(settings: object) -> None:
 
 
 def test_an_idempotency_key_returns_the_first_task() -> None:
-    first, created = scheduling.schedule("demo.noop", {"a": 1}, idempotency_key="order-7")
-    again, created_again = scheduling.schedule("demo.noop", {"a": 2}, idempotency_key="order-7")
+    first, created = scheduling.schedule(
+        scheduling.TaskRequest("demo.noop", {"a": 1}, idempotency_key="order-7"))
+    again, created_again = scheduling.schedule(
+        scheduling.TaskRequest("demo.noop", {"a": 2}, idempotency_key="order-7"))
     assert (created, created_again, again.pk, again.payload) == (True, False, first.pk, {"a": 1})
     # The key is per lambda: another lambda may use it too
     other = atf.schedule("demo.sleep", {"seconds": 0}, idempotency_key="order-7")

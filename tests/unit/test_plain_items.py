@@ -1,5 +1,5 @@
-"""The plain-item shortcuts (the batch endpoint, the worker API) answer exactly as their
-serializers, or not at all."""
+"""The plain-item shortcuts of the worker API answer exactly as their serializers, or not at
+all."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from tasks_api import serializers
 from tasks_api import worker_serializers as shapes
 
 ERROR = {"type": "Boom", "message": " it broke\n", "traceback": "Traceback ...\n"}
@@ -59,42 +58,12 @@ def test_a_list_with_one_item_not_plain_gets_the_usual_errors() -> None:
     assert [e.task_id for e in plain.endings()] == [item["id"] for item in PLAIN_RESULTS]
 
 
-PLAIN_CALLS: list[dict[str, Any]] = [
-    {"lambda": "a.b"},
-    {"lambda": "a.b", "payload": {"n": [1, 2.5, None, True, "x"]}},
-    {"lambda": "a.b", "payload": None, "collection": "monthly", "priority": "high",
-     "idempotency_key": "order-7"},
-]
-OTHER_CALLS: list[Any] = [
-    {"payload": {}},
-    {"lambda": ""},
-    {"lambda": " a.b"},
-    {"lambda": 5},
-    {"lambda": "a" * 10_000},
-    {"lambda": "a.b", "delay": 5},
-    {"lambda": "a.b", "oops": 1},
-    {"lambda": "a.b", "collection": "nul\x00"},
-    {"lambda": "a.b", "payload": "nul\x00"},
-    "a.b", None,
-]
-
-
-def test_a_batch_with_one_item_not_plain_is_validated_item_by_item() -> None:
-    calls = [*PLAIN_CALLS, {"lambda": "a.b", "delay": 5}]
-    form = serializers.ScheduleBatchSerializer(data={"tasks": calls})
-    assert form.is_valid(), form.errors
-    assert form.validated_data["tasks"] == [
-        slow(serializers.ScheduleTaskSerializer, call) for call in calls]
-    assert form.validated_data["tasks"][-1]["delay"] == 5.0
-
-
 PLAIN_LEASES: list[Any] = [{"id": 1, "lease": 0}, {"id": 2**63 - 1, "lease": 5}]
 OTHER_LEASES: list[Any] = [{"id": 0, "lease": 0}, {"id": 1}, {"id": 1, "lease": 1, "x": 1},
                            {"id": 1.0, "lease": 1}, {"id": 1, "lease": False}, "1"]
 #: Each shortcut and the serializer whose answer it gives.
 SHORTCUTS = {"result": (shapes._plain_result, shapes.ResultSerializer),
-             "lease": (shapes._plain_lease, shapes.LeaseSerializer),
-             "call": (serializers._plain_call, serializers.ScheduleTaskSerializer)}
+             "lease": (shapes._plain_lease, shapes.LeaseSerializer)}
 
 
 def cases(**items: list[Any]) -> list[tuple[str, Any]]:
@@ -102,7 +71,7 @@ def cases(**items: list[Any]) -> list[tuple[str, Any]]:
 
 
 @pytest.mark.parametrize(("kind", "item"), cases(
-    result=PLAIN_RESULTS, lease=PLAIN_LEASES, call=PLAIN_CALLS))
+    result=PLAIN_RESULTS, lease=PLAIN_LEASES))
 def test_a_plain_item_is_taken_as_its_serializer_takes_it(kind: str, item: Any) -> None:
     plain, serializer_class = SHORTCUTS[kind]
     taken = plain(item)
@@ -111,7 +80,7 @@ def test_a_plain_item_is_taken_as_its_serializer_takes_it(kind: str, item: Any) 
 
 
 @pytest.mark.parametrize(("kind", "item"), cases(
-    result=OTHER_RESULTS, lease=OTHER_LEASES, call=OTHER_CALLS))
+    result=OTHER_RESULTS, lease=OTHER_LEASES))
 def test_any_other_item_is_left_to_its_serializer(kind: str, item: Any) -> None:
     plain, _serializer_class = SHORTCUTS[kind]
     assert plain(item) is None
