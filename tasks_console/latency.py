@@ -49,12 +49,5 @@ def _in_python(rows: Iterable[tuple[datetime, timedelta]]) -> dict[datetime, tup
     by_minute: dict[datetime, list[float]] = defaultdict(list)
     for minute, latency in rows:
         by_minute[minute].append(max(latency.total_seconds(), 0.0))
-    return {minute: (_percentile(sorted(v), 0.5), _percentile(sorted(v), 0.95))
+    return {minute: (stats.percentile(sorted(v), 0.5), stats.percentile(sorted(v), 0.95))
             for minute, v in by_minute.items()}
-
-
-def _percentile(values: list[float], q: float) -> float:
-    position = q * (len(values) - 1)
-    low = int(position)
-    high = min(low + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (position - low)

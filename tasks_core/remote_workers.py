@@ -15,13 +15,13 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from tasks_core import directory, queues, store
+from tasks_core import directory, queues, store, worker_registry
 from tasks_core.claiming import Claimer
-from tasks_core.exceptions import LambdaNotFound, WorkerExists, WorkerNotFound
+from tasks_core.exceptions import LambdaNotFound, WorkerNotFound
 from tasks_core.models import TaskEntity, Worker
 from tasks_core.states import TaskStatus
 
@@ -88,14 +88,9 @@ def register(*, worker_id: str, host: str, pid: int, lambda_names: Sequence[str]
     """Add the worker's registry row, bound to the `credential` that registers it;
     WorkerExists if its id is taken."""
     lambdas(lambda_names, teams)
-    now = timezone.now()
-    try:
-        with transaction.atomic():
-            return Worker.objects.create(worker_id=worker_id, host=host, pid=pid,
-                                         lambdas=list(lambda_names), threads=threads,
-                                         started_at=now, last_seen=now, credential=credential)
-    except IntegrityError as exc:
-        raise WorkerExists(f"worker {worker_id!r} is registered already") from exc
+    return worker_registry.register(worker_id=worker_id, host=host, pid=pid,
+                                    lambda_names=lambda_names, threads=threads,
+                                    now=timezone.now(), credential=credential)
 
 
 def worker(worker_id: str, teams: Teams, credential: str) -> Worker:
@@ -201,7 +196,7 @@ def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *,
     owned = _tasks(leases, teams, started=True, claimed_by=[row.worker_id])
     lost = store.heartbeat({pk: leases[pk] for pk in owned}, now=now)
     if seen:
-        Worker.objects.filter(pk=row.pk).update(last_seen=now)
+        worker_registry.seen(row.worker_id, now=now)
     return lost | (set(leases) - set(owned))
 
 
@@ -225,4 +220,4 @@ def release(leases: Mapping[int, int], teams: Teams, credential: str) -> int:
 
 def deregister(row: Worker) -> None:
     """Mark the worker stopped."""
-    Worker.objects.filter(pk=row.pk).update(stopped_at=timezone.now())
+    worker_registry.stopped(row.worker_id, now=timezone.now())

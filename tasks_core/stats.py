@@ -175,15 +175,17 @@ def _latency_in_python(started: QuerySet[TaskEntity]) -> Latency:
     )
     if not values:
         return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
+    return Latency(count=len(values), p50_s=percentile(values, 0.5),
+                   p95_s=percentile(values, 0.95), p99_s=percentile(values, 0.99))
 
-    def percentile(q: float) -> float:
-        position = q * (len(values) - 1)
-        low = int(position)
-        high = min(low + 1, len(values) - 1)
-        return values[low] + (values[high] - values[low]) * (position - low)
 
-    return Latency(count=len(values), p50_s=percentile(0.5), p95_s=percentile(0.95),
-                   p99_s=percentile(0.99))
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """The `q` quantile of non-empty sorted values, interpolated between the two nearest, as
+    PostgreSQL's percentile_cont computes it (for databases without it)."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def latency_histogram(*, since: datetime, lambda_ids: Collection[int] | None = None,

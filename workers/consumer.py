@@ -33,9 +33,10 @@ from tasks_core import (
     retention,
     store,
     wakeup,
+    worker_registry,
 )
 from tasks_core.exceptions import QueueUnavailable
-from tasks_core.models import Collection, Lambda, TaskAssoc, Worker
+from tasks_core.models import Collection, Lambda, TaskAssoc
 from tasks_core.states import AssocStatus
 from workers import compiled_query, db, turns
 from workers.compiled_query import CompiledQuery
@@ -257,10 +258,7 @@ class Consumer:
             if reopened:
                 logger.info("reopened %d %s gate(s) whose time ran out", reopened,
                             model._meta.verbose_name)
-        stale = now - timedelta(seconds=settings.ATF_WORKER_STALE_S)
-        gone = Worker.objects.filter(stopped_at__isnull=True, last_seen__lt=stale).update(
-            stopped_at=now
-        )
+        gone = worker_registry.mark_gone(now=now, unseen_s=settings.ATF_WORKER_STALE_S)
         if gone:
             logger.info("marked %d worker(s) gone (not seen for %ss)", gone,
                         settings.ATF_WORKER_STALE_S)

@@ -19,10 +19,9 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 
-from tasks_core import directory, queues, store
+from tasks_core import directory, queues, store, worker_registry
 from tasks_core.claiming import Claimer
 from tasks_core.exceptions import AtfError, LambdaNotFound
-from tasks_core.models import Worker
 from tasks_core.states import TaskStatus
 from workers import db
 
@@ -131,10 +130,9 @@ class DirectTransport(Transport):
             lambda_ids={name: directory.by_name(name).id for name in worker.lambdas},
             priorities=settings.ATF_PRIORITIES,
         )
-        now = timezone.now()
-        Worker.objects.create(worker_id=worker.worker_id, host=worker.host, pid=worker.pid,
-                              lambdas=list(worker.lambdas), threads=worker.threads,
-                              started_at=now, last_seen=now)
+        worker_registry.register(worker_id=worker.worker_id, host=worker.host, pid=worker.pid,
+                                 lambda_names=worker.lambdas, threads=worker.threads,
+                                 now=timezone.now())
 
     def claim(self, max_count: int) -> list[store.ClaimedTask]:
         assert self.claimer is not None, "register() comes first"
@@ -159,7 +157,7 @@ class DirectTransport(Transport):
         now = timezone.now()
         lost = store.heartbeat(leases, now=now)
         if seen and self.worker is not None:
-            Worker.objects.filter(worker_id=self.worker.worker_id).update(last_seen=now)
+            worker_registry.seen(self.worker.worker_id, now=now)
         return lost
 
     def finish_many(self, done: Sequence[Done]) -> list[TaskStatus | None]:
@@ -173,8 +171,7 @@ class DirectTransport(Transport):
     def deregister(self) -> None:
         if self.worker is not None:
             with _store_errors():
-                Worker.objects.filter(worker_id=self.worker.worker_id).update(
-                    stopped_at=timezone.now())
+                worker_registry.stopped(self.worker.worker_id, now=timezone.now())
 
     def reset(self) -> None:
         db.reset_connection()
