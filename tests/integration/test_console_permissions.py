@@ -21,6 +21,9 @@ LAMBDAS = reverse("admin:tasks_core_lambda_changelist")
 TASKS = reverse("admin:tasks_core_taskentity_changelist")
 DEAD = reverse("admin:tasks_console_deadletter_changelist")
 DASHBOARD = reverse("tasks_console:dashboard")
+#: The dashboard where the standalone service mounts it, and as the admin's own entry.
+DASHBOARDS = pytest.mark.parametrize(
+    "dashboard_url", [DASHBOARD, reverse("admin:tasks_console_dashboard_changelist")])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,10 +130,12 @@ def test_own_team_actions_work(two_teams: TwoTeams) -> None:
     assert TaskEntity.objects.get(pk=two_teams.my_task.pk).status == TaskStatus.NEW
 
 
-def test_dashboard_shows_only_the_users_lambdas(two_teams: TwoTeams, redis_client: object) -> None:
+@DASHBOARDS
+def test_dashboard_shows_only_the_users_lambdas(two_teams: TwoTeams, redis_client: object,
+                                                dashboard_url: str) -> None:
     # Given a failure in each team's lambda
     # When the staff member opens the dashboard
-    page = two_teams.client.get(DASHBOARD)
+    page = two_teams.client.get(dashboard_url)
     # Then it counts their own task only and never names the other team's lambda
     text = page.content.decode()
     assert page.status_code == 200
@@ -138,8 +143,9 @@ def test_dashboard_shows_only_the_users_lambdas(two_teams: TwoTeams, redis_clien
     assert page.context["cards"][4] == ("dead letters", 1)
 
 
+@DASHBOARDS
 @pytest.mark.parametrize("kind", ["anonymous", "not staff", "staff without a team"])
-def test_others_cannot_use_the_console(client: Client, kind: str) -> None:
+def test_others_cannot_use_the_console(client: Client, kind: str, dashboard_url: str) -> None:
     # Given a visitor who is not a console user
     if kind == "not staff":
         client.force_login(UserFactory(is_staff=False))
@@ -147,7 +153,7 @@ def test_others_cannot_use_the_console(client: Client, kind: str) -> None:
         client.force_login(staff_of())
     TaskFactory()
     # When they open the dashboard and the task list
-    dashboard, tasks = client.get(DASHBOARD), client.get(TASKS)
+    dashboard, tasks = client.get(dashboard_url), client.get(TASKS)
     # Then they are sent to log in, or refused
     if kind == "staff without a team":
         assert (dashboard.status_code, tasks.status_code) == (403, 403)
