@@ -12,7 +12,6 @@ exits at once. Ctrl-C, which a terminal sends to both processes, is left to the 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable
@@ -56,14 +55,18 @@ class _Work:
             self.done.wait()
 
 
+def _take_ctrl_c(sender: object, **kwargs: object) -> None:
+    """In the child, when Django's reloader starts watching (in the main thread)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run(work: Callable[[OnStop], int]) -> None:
     """Run `work` (which builds a worker, registers its stop with the OnStop it is given and
     returns its exit status) in a child process that restarts when the code changes."""
-    if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true":
-        # The child inherited the parent's SIG_IGN: Ctrl-C is the child's to handle.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    else:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C, which a terminal sends to both processes, is the child's to handle: the parent
+    # ignores it, and the child, born ignoring it too, takes it back once it watches the files.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    autoreload.autoreload_started.connect(_take_ctrl_c, dispatch_uid="workers.reloading")
     running = _Work(work)
     try:
         autoreload.run_with_reloader(running.main)

@@ -100,6 +100,7 @@ def _attempt(task: store.ClaimedTask, now: datetime) -> TaskOutcome | None:
     ctx = TaskContext(task_id=task.task_id, attempt=task.attempt, collection=task.collection,
                       priority=task.priority, lambda_name=task.lambda_name)
     result = run_lambda(task, ctx, worker=WORKER_ID)
+    # run_lambda stamps the attempt's start with the present: its end comes no earlier.
     status = store.finish(task, result, now=max(now, timezone.now()))
     log_outcome(task, result, status, Tally())
     return TaskOutcome(task_id=task.task_id, lambda_name=task.lambda_name, attempt=task.attempt,
