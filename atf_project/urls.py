@@ -3,9 +3,8 @@ from django.urls import include, path
 
 from tasks_console.login import ThrottledLoginForm
 
-# The standalone service's admin is the ATF console; a host project keeps its own admin's titles.
-admin.site.site_header = "ATF console"
-admin.site.site_title = "ATF console"
+# The standalone service's admin is the ATF console (its branding: templates/admin/); a host
+# project keeps its own admin's titles.
 admin.site.index_title = "Dashboard"
 admin.site.site_url = None  # the service has no public site: no "View site" link
 # Failed logins lock out a user name and address for a while (a host project may do the same).
