@@ -1,9 +1,10 @@
 """Domain errors as HTTP answers, in one place; and JSON error pages for the API's URLs.
 
 InvalidTask -> 400 with its field errors; InvalidTransition -> 409; TaskNotFound,
-LambdaNotFound and WorkerNotFound -> 404; WorkerExists -> 409; QueueUnavailable and an
-unreachable database -> 503; an idempotency key that a concurrent request inserted first ->
-409 (retrying returns the existing task); a body over DATA_UPLOAD_MAX_MEMORY_SIZE -> 413.
+LambdaNotFound and WorkerNotFound -> 404; WorkerExists -> 409; LimitReached -> 429;
+QueueUnavailable and an unreachable database -> 503; an idempotency key that a concurrent
+request inserted first -> 409 (retrying returns the existing task); a body over
+DATA_UPLOAD_MAX_MEMORY_SIZE -> 413.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tasks_core.exceptions import (
     InvalidTask,
     InvalidTransition,
     LambdaNotFound,
+    LimitReached,
     QueueUnavailable,
     TaskNotFound,
     WorkerExists,
@@ -47,6 +49,12 @@ class ServiceUnavailable(exceptions.APIException):
     default_code = "service_unavailable"
 
 
+class LimitExceeded(exceptions.APIException):
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    default_detail = "A limit of your team is reached."
+    default_code = "limit_reached"
+
+
 class RequestTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "The request body is too large."
@@ -65,6 +73,8 @@ def _translate(exc: Exception) -> Exception:
         return exceptions.NotFound(str(exc))
     if isinstance(exc, WorkerExists):
         return Conflict(str(exc))
+    if isinstance(exc, LimitReached):
+        return LimitExceeded(str(exc))
     if isinstance(exc, QueueUnavailable):
         logger.warning("queue unavailable: %s", exc)
         return ServiceUnavailable("The queue service is unavailable; try again later.")

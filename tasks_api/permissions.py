@@ -41,7 +41,7 @@ def lambda_ids_for(user: User) -> list[int] | None:
 
 def periodic_tasks_for(user: User) -> QuerySet[PeriodicTask]:
     """The periodic tasks of the caller's lambdas."""
-    return Scope.of(user).filter(PeriodicTask.objects.all(), "lambda_ref__team")
+    return Scope.of(user).filter(PeriodicTask.objects.all(), "team")
 
 
 def tasks_for(user: User) -> QuerySet[TaskEntity]:

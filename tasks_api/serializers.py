@@ -14,7 +14,7 @@ from rest_framework import serializers
 from tasks_core import directory, limits, overrides, scheduling
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import GateState
-from tasks_core.models import Collection, Lambda, PeriodicTask, TaskAttempt, TaskEntity
+from tasks_core.models import Collection, Lambda, PeriodicTask, TaskAttempt, TaskEntity, Team
 from tasks_core.states import TaskStatus
 
 
@@ -402,11 +402,13 @@ class PeriodicTaskSerializer(serializers.ModelSerializer):
     """A periodic task as the API shows it."""
 
     lambda_name = serializers.CharField(source="lambda_ref.name", read_only=True)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True)
     payload = serializers.JSONField(read_only=True)
 
     class Meta:
         model = PeriodicTask
-        fields = ["name", "lambda_name", "cron", "interval_s", "timezone", "payload",
+        fields = ["name", "lambda_name", "team", "cron", "interval_s", "timezone", "payload",
                   "collection", "priority", "catch_up", "enabled", "in_code", "next_run_at",
                   "last_run_at", "last_error"]
         read_only_fields = fields

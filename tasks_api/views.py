@@ -278,11 +278,21 @@ class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModel
 
     def get_queryset(self) -> QuerySet[PeriodicTask]:
         return permissions.periodic_tasks_for(self.request.user).select_related(
-            "lambda_ref").order_by("name")
+            "lambda_ref", "team").order_by("name", "team__name")
 
     def get_object(self) -> PeriodicTask:
-        _clean_path_value(self.kwargs["name"])
-        return super().get_object()
+        """The caller's periodic task of that name; names are unique within a team, so a
+        member of several teams names the team (`?team=`) when two of them use it."""
+        rows = self.get_queryset().filter(name=_clean_path_value(self.kwargs["name"]))
+        if team := self.request.query_params.get("team"):
+            rows = rows.filter(team__name=_clean_path_value(team, max_length=100))
+        found = list(rows[:2])
+        if not found:
+            raise NotFound("Not found.")
+        if len(found) > 1:
+            raise ValidationError({"team": [
+                "Several of your teams have a periodic task of that name: add ?team=."]})
+        return found[0]
 
     def _save(self, request: Request, row: PeriodicTask, code: int) -> Response:
         form = serializers.PeriodicTaskWriteSerializer(
@@ -291,9 +301,7 @@ class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModel
         changes = dict(form.validated_data)
         name = changes.pop("name", None)
         if row.pk is None:
-            if PeriodicTask.objects.filter(name=name).exists():
-                raise ValidationError({"name": [f"A periodic task named {name!r} exists."]})
-            row.name = name
+            row.name = name  # taken or not in the lambda's team: periodic.check_row says
         if "lambda" in changes:
             lambda_name = changes.pop("lambda")
             permissions.check_may_schedule(request.user, [lambda_name])

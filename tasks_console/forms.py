@@ -8,7 +8,7 @@ from django import forms
 from django.utils import timezone
 
 from tasks_core import periodic
-from tasks_core.exceptions import InvalidTask
+from tasks_core.exceptions import InvalidTask, LimitReached
 from tasks_core.models import PeriodicTask
 
 
@@ -47,6 +47,11 @@ class PeriodicTaskForm(forms.ModelForm):
         super()._post_clean()  # type: ignore[misc]  # the instance now holds the cleaned values
         if "lambda_ref" not in self.cleaned_data:
             return  # nothing to check the occurrences against; the form says why
+        try:
+            if self.instance.pk is None:
+                periodic.check_team_room(self.instance.lambda_ref.team_id)
+        except LimitReached as exc:
+            self.add_error(None, str(exc))
         try:
             periodic.check_row(self.instance, now=timezone.now())
         except InvalidTask as exc:

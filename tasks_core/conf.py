@@ -48,6 +48,8 @@ ATF_MAX_RESULT_BYTES = 256 * 1024
 ATF_MAX_PAYLOAD_DEPTH = 100
 #: Most tasks in one schedule_many call or batch request.
 ATF_MAX_BATCH_SIZE = 1000
+#: Most parents (`after`) the tasks of one batch name in all: each is a dependency row.
+ATF_MAX_BATCH_PARENTS = 10_000
 #: Most collections one batch may create (names no task used before); 400 above it.
 ATF_MAX_NEW_COLLECTIONS = 20
 #: Longest idempotency key accepted.
@@ -108,6 +110,9 @@ ATF_WORKER_STALE_S = 60.0
 ATF_RETENTION_S = 7 * 24 * 3600.0
 #: A periodic occurrence later than this (consumers down) is handled by its catch-up policy.
 ATF_PERIODIC_GRACE_S = 10.0
+#: Periodic tasks one team may add in the console or the API (those defined in code do not
+#: count); 0: no limit.
+ATF_MAX_PERIODIC_TASKS_PER_TEAM = 100
 
 # --- API ------------------------------------------------------------------------------
 

@@ -53,6 +53,10 @@ class ConfigurationError(AtfError):
     """ATF is configured in a way that cannot work."""
 
 
+class LimitReached(AtfError):
+    """A team or a caller holds as much of something as a setting allows."""
+
+
 class WorkerNotFound(AtfError):
     """No running worker of the caller's teams has that id."""
 

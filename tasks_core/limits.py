@@ -8,6 +8,7 @@ from this module so that the OpenAPI schema tells the same limits that schedulin
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -55,12 +56,26 @@ def idempotency_key_chars() -> int:
     return min(settings.ATF_MAX_IDEMPOTENCY_KEY_LENGTH, IDEMPOTENCY_KEY_COLUMN_CHARS)
 
 
-def check_batch_size(count: int) -> None:
-    """Raise InvalidTask when a batch of `count` tasks is over ATF_MAX_BATCH_SIZE."""
-    if count > settings.ATF_MAX_BATCH_SIZE:
-        raise InvalidTask(
-            {"tasks": [f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch; got {count}."]}
-        )
+def _parent_count(call: Any) -> int:
+    """Parents a batch item names: a request's `after`, or a JSON item's list of them."""
+    after = call.get("after") if isinstance(call, Mapping) else getattr(call, "after", None)
+    return len(after) if isinstance(after, list | tuple) else 0
+
+
+def check_batch(calls: Sequence[Any]) -> None:
+    """Raise InvalidTask when a batch has more tasks than ATF_MAX_BATCH_SIZE, or its tasks
+    name more parents (`after`, a dependency row each) than ATF_MAX_BATCH_PARENTS in all.
+
+    Checked before any item is: an oversize batch costs no validation of its items.
+    """
+    if len(calls) > settings.ATF_MAX_BATCH_SIZE:
+        raise InvalidTask({"tasks": [
+            f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch; got {len(calls)}."]})
+    parents = sum(map(_parent_count, calls))
+    if parents > settings.ATF_MAX_BATCH_PARENTS:
+        raise InvalidTask({"tasks": [
+            f"At most {settings.ATF_MAX_BATCH_PARENTS} parents (after) per batch in all; "
+            f"got {parents}."]})
 
 
 def collection_name_error(name: Any) -> str | None:

@@ -6,6 +6,7 @@ Only `tasks_core.store` changes a task's status; everything else reads.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -252,8 +253,11 @@ class PeriodicTask(models.Model):
         ONCE = "once"  #: after downtime, run the missed occurrences once
         SKIP = "skip"  #: after downtime, skip to the next future occurrence
 
-    name = models.CharField(max_length=200, unique=True)
+    #: Unique within its team: another team's names are neither taken nor told.
+    name = models.CharField(max_length=200)
     lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="periodic_tasks")
+    #: Its lambda's team, kept on the row (set when it is saved) for the names and the limits.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="periodic_tasks")
     cron = models.CharField(max_length=100, blank=True, default="")
     interval_s = models.FloatField(null=True, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")
@@ -269,8 +273,19 @@ class PeriodicTask(models.Model):
     #: Why its last materialisation failed (empty once it succeeds): shown to its team.
     last_error = models.CharField(max_length=500, blank=True, default="")
 
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="periodic_unique_name_per_team")
+        ]
+
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.team_id is None and self.lambda_ref_id is not None:
+            self.team_id = Lambda.objects.values_list("team_id", flat=True).get(
+                pk=self.lambda_ref_id)
+        super().save(*args, **kwargs)
 
 
 class Worker(models.Model):

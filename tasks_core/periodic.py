@@ -35,6 +35,7 @@ from tasks_core.exceptions import (
     InvalidTask,
     InvalidTransition,
     LambdaNotFound,
+    LimitReached,
 )
 from tasks_core.models import PeriodicTask
 
@@ -245,8 +246,9 @@ def _sync_one(spec: Spec, lambda_id: int) -> None:
         "enabled": True, "in_code": True,
     }
     # Consumers starting together may race to create the row: get_or_create settles it.
-    row, created = PeriodicTask.objects.select_for_update().get_or_create(name=spec.name,
-                                                                          defaults=fields)
+    team_id = directory.by_id(lambda_id).team_id
+    row, created = PeriodicTask.objects.select_for_update().get_or_create(
+        name=spec.name, team_id=team_id, defaults=fields)
     if created:
         return
     timing = ("cron", "interval_s", "timezone")
@@ -271,9 +273,13 @@ def _request(row: PeriodicTask) -> scheduling.TaskRequest:
 
 
 def check_row(row: PeriodicTask, *, now: datetime) -> None:
-    """Raise InvalidTask with every field error of `row`: its timing, and everything its
-    occurrences would be refused for when scheduled (lambda, payload, collection, priority)."""
+    """Raise InvalidTask with every field error of `row`: its timing, its name (taken in its
+    lambda's team), and everything its occurrences would be refused for when scheduled
+    (lambda, payload, collection, priority)."""
     errors = timing_errors(cron=row.cron, interval_s=row.interval_s, tz=row.timezone)
+    team_id = row.lambda_ref.team_id
+    if PeriodicTask.objects.filter(team_id=team_id, name=row.name).exclude(pk=row.pk).exists():
+        errors["name"] = [f"A periodic task named {row.name!r} exists."]
     try:
         scheduling.validate(_request(row), now=now)
     except InvalidTask as exc:
@@ -298,12 +304,24 @@ def save_row(row: PeriodicTask, changes: Mapping[str, Any], *, now: datetime) ->
     for key, value in changes.items():
         setattr(row, key, value)
     check_row(row, now=now)
+    if row.pk is None or row.team_id != row.lambda_ref.team_id:
+        check_team_room(row.lambda_ref.team_id)
+    row.team_id = row.lambda_ref.team_id
     if moved:
         row.next_run_at = None  # the consumer computes it from the timing on its next call
     row.save()
     logger.info("periodic task %s saved", row.name, extra={"action": "periodic_saved",
                                                            "periodic": row.name})
     return row
+
+
+def check_team_room(team_id: int) -> None:
+    """LimitReached when the team has ATF_MAX_PERIODIC_TASKS_PER_TEAM operator schedules
+    already (schedules defined in code do not count: the code's owner added them)."""
+    limit = settings.ATF_MAX_PERIODIC_TASKS_PER_TEAM
+    if limit and PeriodicTask.objects.filter(team_id=team_id, in_code=False).count() >= limit:
+        raise LimitReached(f"A team has at most {limit} periodic tasks "
+                           "(ATF_MAX_PERIODIC_TASKS_PER_TEAM); delete one first.")
 
 
 def delete_row(row: PeriodicTask) -> None:
@@ -343,7 +361,7 @@ def _fair_due_ids(now: datetime) -> QuerySet[PeriodicTask, int]:
     thousands of due schedules takes its turn after every other team's oldest (PostgreSQL
     refuses FOR UPDATE beside a window function, hence a subquery)."""
     due = Q(next_run_at__lte=now) | Q(next_run_at__isnull=True)
-    turn = Window(RowNumber(), partition_by=[F("lambda_ref__team_id")],
+    turn = Window(RowNumber(), partition_by=[F("team_id")],
                   order_by=F("next_run_at").asc(nulls_first=True))
     return (PeriodicTask.objects.filter(due, enabled=True).annotate(turn=turn)
             .order_by("turn", F("next_run_at").asc(nulls_first=True), "pk")

@@ -344,10 +344,11 @@ def requests_from_json(items: Sequence[Any], *,
                        now: datetime | None = None) -> list[TaskRequest]:
     """A batch's requests (TaskRequest.from_json of each item; a TaskRequest stays as it is).
 
-    InvalidTask keys its errors "tasks[i].field"; a batch over ATF_MAX_BATCH_SIZE, or one
-    that repeats an idempotency key for one lambda, is refused as a whole.
+    InvalidTask keys its errors "tasks[i].field"; a batch over ATF_MAX_BATCH_SIZE or
+    ATF_MAX_BATCH_PARENTS, or one that repeats an idempotency key for one lambda, is refused as
+    a whole.
     """
-    limits.check_batch_size(len(items))
+    limits.check_batch(items)
     now = now or timezone.now()
     requests: list[TaskRequest] = []
     errors: dict[str, list[str]] = {}

@@ -153,6 +153,39 @@ def test_another_teams_schedules_are_invisible_and_its_lambdas_refused(alice: Me
     assert PeriodicTask.objects.get(name="mine").lambda_ref_id == bob.lam.pk
 
 
+def test_names_belong_to_a_team_and_tell_nothing_of_another(alice: Member) -> None:
+    # Given team beta's schedule "beta-nightly-payroll"
+    bob = member("beta")
+    assert create(bob, name="beta-nightly-payroll", interval_s=60).status_code == 201
+    # When alpha creates one of the same name
+    response = create(alice, name="beta-nightly-payroll", interval_s=3600)
+    # Then it is created (nothing says beta has one), and each team sees its own
+    assert response.status_code == 201, response.json()
+    assert response.json()["team"] == "alpha"
+    assert [r["interval_s"] for r in alice.client.get(URL).json()] == [3600]
+    assert [r["interval_s"] for r in bob.client.get(URL).json()] == [60]
+    # And a member of both names the team when the name is in both
+    alice.team.members.add(bob.user)
+    both = bob.client.get(f"{URL}beta-nightly-payroll/")
+    assert (both.status_code, list(both.json())) == (400, ["team"])
+    mine = bob.client.get(f"{URL}beta-nightly-payroll/?team=beta")
+    assert (mine.status_code, mine.json()["interval_s"]) == (200, 60)
+
+
+def test_a_team_adds_a_bounded_number_of_schedules(alice: Member, settings: Any) -> None:
+    # Given a limit of two schedules a team, which alpha has
+    settings.ATF_MAX_PERIODIC_TASKS_PER_TEAM = 2
+    assert create(alice, name="one", interval_s=60).status_code == 201
+    assert create(alice, name="two", interval_s=60).status_code == 201
+    # When alpha adds a third
+    response = create(alice, name="three", interval_s=60)
+    # Then it is refused with a 429 naming the limit, and another team still adds its own
+    assert response.status_code == 429
+    assert "ATF_MAX_PERIODIC_TASKS_PER_TEAM" in response.json()["detail"]
+    assert not PeriodicTask.objects.filter(name="three").exists()
+    assert create(member("beta"), name="three", interval_s=60).status_code == 201
+
+
 def test_the_endpoints_need_credentials(alice: Member) -> None:
     alice.client.credentials()
     assert alice.client.get(URL).status_code == 401

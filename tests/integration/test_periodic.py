@@ -265,7 +265,7 @@ def test_one_team_with_many_due_schedules_does_not_fill_the_pass(db: None) -> No
     # Given team A with more due schedules than one pass takes, all older than team B's one
     a_lambda, b_lambda = LambdaFactory(), LambdaFactory()
     PeriodicTask.objects.bulk_create(
-        PeriodicTask(name=f"a-{n}", lambda_ref=a_lambda, interval_s=3600.0,
+        PeriodicTask(name=f"a-{n}", lambda_ref=a_lambda, team=a_lambda.team, interval_s=3600.0,
                      next_run_at=T0 - seconds(3600 + n)) for n in range(periodic.BATCH_SIZE + 50))
     PeriodicTask.objects.create(name="b-tick", lambda_ref=b_lambda, interval_s=1.0,
                                 next_run_at=T0)

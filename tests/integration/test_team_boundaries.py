@@ -9,7 +9,7 @@ import pytest
 from django.test import Client, override_settings
 
 from tasks_api import serializers
-from tasks_core.models import Collection, TaskEntity, Worker
+from tasks_core.models import Collection, TaskDependency, TaskEntity, Worker
 from tests.factories import TaskFactory, TeamFactory
 from tests.integration.test_api_support import Member, schedule, token_client
 from tests.integration.test_console_permissions import staff_of
@@ -106,6 +106,25 @@ def test_a_batch_creates_a_bounded_number_of_collections(alice: Member) -> None:
     assert batch("c1", "c2", "c3", "c4") == 400
     assert not Collection.objects.filter(name__startswith="c").exists()
     assert batch("old", "c1", "c2", "c3") == 201
+
+
+def test_a_batch_writes_a_bounded_number_of_dependency_rows(alice: Member) -> None:
+    # Given 100 parent tasks
+    body = {"tasks": [{"lambda": alice.lam.name}] * 100}
+    parents = [t["id"] for t in alice.client.post("/api/v1/tasks/batch/", body,
+                                                  format="json").json()["tasks"]]
+    # When a batch of 1,000 tasks names all 100 as parents of each (100,000 links)
+    body = {"tasks": [{"lambda": alice.lam.name, "after": parents}] * 1000}
+    answer = alice.client.post("/api/v1/tasks/batch/", body, format="json")
+    # Then it is refused, naming the limit, and nothing of it is written
+    assert answer.status_code == 400
+    assert answer.json() == {"tasks": [
+        "At most 10000 parents (after) per batch in all; got 100000."]}
+    assert TaskEntity.objects.count() == 100 and not TaskDependency.objects.exists()
+    # And a batch within it is scheduled with its links
+    body = {"tasks": [{"lambda": alice.lam.name, "after": parents}] * 100}
+    assert alice.client.post("/api/v1/tasks/batch/", body, format="json").status_code == 201
+    assert TaskDependency.objects.count() == 10_000
 
 
 def test_lists_leave_payloads_and_results_out_unless_asked(alice: Member) -> None:
