@@ -3,7 +3,9 @@
 One pass visits every lambda in turn (round-robin, starting one further each pass, lambdas
 the last pass left due rows of after the others) and takes
 at most a fair share of the batch and what the lambda's quota allows, so a lambda with a
-million due tasks does not delay another lambda's next task. Between passes it sleeps until
+million due tasks does not delay another lambda's next task. Shares are split by team first,
+then among the team's lambdas: a team with a thousand busy lambdas takes no more of a pass
+than a team with one. Between passes it sleeps until
 the next trigger is due, a wake-up arrives, or the poll interval ends, whichever is first.
 """
 
@@ -97,6 +99,7 @@ class TokenBucket:
 class _LambdaGates:
     lambda_id: int
     name: str
+    team_id: int
     gate: gating.Gate
     quota_per_s: float | None
     collections: dict[str, gating.Gate]
@@ -121,7 +124,15 @@ def _lambda_gates_query() -> QuerySet:
               for rank, priority in enumerate(settings.ATF_PRIORITIES)}
     return (Lambda.objects.order_by("pk")
             .annotate(quota=overrides.effective_expression("quota"), **probes)
-            .values_list("pk", "name", "gate", "gate_until", "quota", *probes))
+            .values_list("pk", "name", "team_id", "gate", "gate_until", "quota", *probes))
+
+
+def _team_shares(lambdas: list[_LambdaGates], batch_size: int) -> dict[int, int]:
+    """Each team's share of the batch for each of its lambdas with due rows: the batch split
+    evenly among the teams, then among each team's lambdas (at least one row each)."""
+    lambdas_of = Counter(lam.team_id for lam in lambdas)
+    per_team = batch_size / len(lambdas_of)
+    return {team_id: max(1, int(per_team // count)) for team_id, count in lambdas_of.items()}
 
 
 def _short_first(lambdas: list[_LambdaGates], backlogged: set[int]) -> list[_LambdaGates]:
@@ -166,10 +177,11 @@ class Consumer:
         for lambda_id, name, state, until in self._collection_gates.rows():
             collections[lambda_id][name] = gating.Gate(state=gating.GateState(state), until=until)
         return [
-            _LambdaGates(lambda_id=pk, name=name,
+            _LambdaGates(lambda_id=pk, name=name, team_id=team_id,
                          gate=gating.Gate(state=gating.GateState(state), until=until),
                          quota_per_s=quota, collections=collections[pk], has_due=any(has_due))
-            for pk, name, state, until, quota, *has_due in self._lambda_gates.rows(now)
+            for pk, name, team_id, state, until, quota, *has_due
+            in self._lambda_gates.rows(now)
         ]
 
     def _limit(self, lam: _LambdaGates, share: int, now_s: float) -> int:
@@ -194,11 +206,11 @@ class Consumer:
         if not lambdas:
             return summary
         self._turn = (self._turn + 1) % len(lambdas)
-        share = max(1, self.batch_size // len(lambdas))
+        shares = _team_shares(lambdas, self.batch_size)
         now_s = now.timestamp()
         backlogged, self._backlogged = self._backlogged, set()
         for lam in _short_first(lambdas[self._turn:] + lambdas[: self._turn], backlogged):
-            limit = self._limit(lam, share, now_s)
+            limit = self._limit(lam, shares[lam.team_id], now_s)
             if limit <= 0:
                 continue
             with turns.lambda_turn(lam.lambda_id) as mine:

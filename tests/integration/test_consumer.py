@@ -18,7 +18,7 @@ from django.utils import timezone
 from tasks_core import atf, queues, scheduling, store, wakeup
 from tasks_core.models import Collection, Lambda, TaskEntity
 from tests.conftest import ROOT, subprocess_env, wait_for
-from tests.factories import LambdaFactory
+from tests.factories import LambdaFactory, TeamFactory
 from workers import turns
 from workers.consumer import Consumer
 
@@ -226,6 +226,25 @@ def test_a_lambda_with_a_huge_backlog_does_not_delay_another(queue: queues.Queue
     assert a_enqueued <= 1000
     assert first.busy
     assert first.enqueued + second.enqueued == a_enqueued + 10
+
+
+def test_a_team_with_many_busy_lambdas_takes_no_more_of_a_pass_than_a_team_with_one(
+        queue: queues.QueueBackend, clock: Clock) -> None:
+    # Given team A with nine lambdas and team B with one, each with 100 due tasks
+    team_a, team_b = TeamFactory(name="many"), TeamFactory(name="one")
+    lambdas = [LambdaFactory(name=f"tests.many{n}", team=team_a) for n in range(9)]
+    lambdas.append(LambdaFactory(name="tests.one", team=team_b))
+    for lam in lambdas:
+        store.create([store.NewTask(lambda_id=lam.pk, collection="default",
+                                    priority="default", payload={}, run_at=clock.now,
+                                    max_attempts=3)] * 100, now=clock.now)
+    consumer = Consumer(batch_size=100, poll_interval_s=0.1, queue=queue, clock=clock)
+    # When one pass of 100 runs
+    consumer.run_pass()
+    # Then team B got half of it (it got a tenth when lambdas, not teams, shared a pass)
+    enqueued = Counter(TaskEntity.objects.filter(status="enqueued").values_list(
+        "lambda_ref__team__name", flat=True))
+    assert enqueued == {"one": 50, "many": 9 * 5}
 
 
 def test_the_only_lambda_with_due_rows_gets_the_whole_batch(queue: queues.QueueBackend,
