@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from tasks_core import gating
 from tasks_core.models import Collection, Lambda, TaskAssoc
-from tasks_core.states import AssocStatus
+from tasks_core.states import AssocStatus, TaskStatus
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,8 +41,12 @@ def _open_rows(target: GateTarget) -> QuerySet[TaskAssoc]:
 
 
 def due_count(target: GateTarget, now: datetime) -> int:
-    """Tasks whose trigger has fired: what a closed gate holds back (or drops) right now."""
-    return _open_rows(target).filter(next_trigger_at__lte=now).count()
+    """What a closed gate holds back (or drops) right now: tasks waiting whose trigger has
+    fired, and queued tasks (`enqueued`, `claimed`), which go back to waiting (or end dropped)
+    when a worker takes them. Running tasks are not counted: they run to their end."""
+    queued = Q(task__status__in=[TaskStatus.ENQUEUED, TaskStatus.CLAIMED])
+    return (_open_rows(target).filter(Q(next_trigger_at__lte=now) | queued)
+            .exclude(task__status=TaskStatus.PROCESSING).count())
 
 
 def coming_count(target: GateTarget, until: datetime | None) -> int:

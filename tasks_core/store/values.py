@@ -102,6 +102,15 @@ _CLAIMED_FIELDS = tuple(f.name for f in fields(ClaimedTask))
 
 
 @dataclass(frozen=True, kw_only=True)
+class Starts:
+    """What a batch of starts did: tasks that started, and tasks a closed gate stopped."""
+
+    started: set[int]
+    held: set[int] = field(default_factory=set)  #: paused: back to `new`, due again
+    dropped: set[int] = field(default_factory=set)  #: dropped: ended `dropped`
+
+
+@dataclass(frozen=True, kw_only=True)
 class Result:
     """What an attempt ended with, as the executor saw it."""
 

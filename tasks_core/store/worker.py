@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
@@ -14,6 +15,8 @@ from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
 from tasks_core.store import backends, decisions, guarded, timeouts
 from tasks_core.store.values import ClaimedTask, Ending, Lease, Result
+
+logger = logging.getLogger(__name__)
 
 
 def _lease(task: ClaimedTask) -> Lease:
@@ -52,7 +55,8 @@ def start(task: ClaimedTask, *, now: datetime) -> bool:
 
 def start_many(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
     """claimed -> processing for many tasks in one transaction; per task whether it started
-    (False: its lease moved on, and it must not run)."""
+    (False: its lease moved on, or a gate of its lambda or collection is closed: paused, it is
+    `new` again, due as soon as the gate opens; dropped, it ended `dropped`. It must not run.)"""
     states.check_transition(TaskStatus.CLAIMED, TaskStatus.PROCESSING)
     leases = list({task.task_id: _lease(task) for task in tasks}.values())
     assocs = {task.task_id: timeouts.assoc(TaskStatus.PROCESSING,
@@ -60,8 +64,15 @@ def start_many(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
               for task in tasks}
     backend = backends.current()
     with _one_step(backend):
-        started = backend.start(leases, assocs, now=now)
-    return [task.task_id in started for task in tasks]
+        starts = backend.start(leases, assocs, now=now)
+    if starts.held or starts.dropped:
+        logger.info("gates stopped %d task(s) at their start: %d back to new, %d dropped",
+                    len(starts.held) + len(starts.dropped), len(starts.held),
+                    len(starts.dropped), extra={"action": "start_gated"})
+        with transaction.atomic():
+            for task_id in starts.dropped:  # a dropped parent cancels its waiting children
+                guarded.after_final(task_id, TaskStatus.DROPPED, now)
+    return [task.task_id in starts.started for task in tasks]
 
 
 def heartbeat(leases: Mapping[int, int], *, now: datetime) -> set[int]:

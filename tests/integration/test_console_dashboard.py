@@ -10,9 +10,9 @@ from django.urls import reverse
 
 from tasks_console import charts
 from tasks_core import queues
-from tasks_core.models import Worker
+from tasks_core.models import TaskAssoc, Worker
 from tasks_core.queues.base import Message
-from tasks_core.states import TaskStatus
+from tasks_core.states import AssocStatus, TaskStatus
 from tests.factories import LambdaFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -31,6 +31,12 @@ def busy_hour(now: datetime, queue: queues.QueueBackend) -> None:
                     finished_at=started + timedelta(seconds=1))
     TaskFactory(lambda_ref=lam, status=TaskStatus.DEAD, attempts=3, finished_at=now)
     TaskFactory(lambda_ref=lam)  # due, held back by the paused gate
+    queued = TaskFactory(lambda_ref=lam, status=TaskStatus.ENQUEUED)  # goes back when taken
+    TaskAssoc.objects.filter(task=queued).update(status=AssocStatus.STARTED,
+                                                 next_trigger_at=now + timedelta(minutes=1))
+    running = TaskFactory(lambda_ref=lam, status=TaskStatus.PROCESSING)  # runs to its end
+    TaskAssoc.objects.filter(task=running).update(status=AssocStatus.STARTED,
+                                                  next_trigger_at=now - timedelta(seconds=1))
     queue.push(queue.queue_name("shop.checkout", "high"),
                [Message(task_id=n, lease=1) for n in range(7)])
     Worker.objects.create(worker_id="host-a:1", host="host-a", pid=1, lambdas=["shop.checkout"],
@@ -52,8 +58,8 @@ def test_dashboard_draws_every_panel(admin_client: Client, busy_hour: None) -> N
     cards = dict(page.context["cards"])
     assert cards["live workers"] == 1 and cards["dead letters"] == 1
     assert cards["failures (1 h)"] == 1
-    # And the closed gate is listed with the task it holds back
-    assert page.context["gated"][0]["held_back"] == 1
+    # And the closed gate is listed with the tasks it holds back: the due one and the queued one
+    assert page.context["gated"][0]["held_back"] == 2
 
 
 def test_dashboard_is_the_admin_front_page_and_lists_the_models(admin_client: Client) -> None:

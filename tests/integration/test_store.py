@@ -406,6 +406,41 @@ def test_every_attempt_has_a_time_limit_unless_one_is_lifted(
     assert claimed.timeout_s == limit_s
 
 
+@pytest.mark.parametrize(("target", "state", "until_s", "expected"), [
+    ("lambda", "paused", None, TaskStatus.NEW),
+    ("collection", "paused", None, TaskStatus.NEW),
+    ("lambda", "dropped", None, TaskStatus.DROPPED),
+    ("collection", "dropped", None, TaskStatus.DROPPED),
+    ("lambda", "paused", -1, TaskStatus.PROCESSING),  # its `until` passed: open again
+])
+def test_a_gate_closed_after_the_claim_stops_the_start(
+        now: datetime, target: str, state: str, until_s: float | None,
+        expected: TaskStatus) -> None:
+    # Given a task of collection "bad" claimed by a worker, and another task claimed beside it
+    atf.schedule("demo.noop", collection="bad")
+    atf.schedule("demo.noop", collection="good")
+    bad, good = claim(messages(enqueue_due("demo.noop", now)), now)
+    # When an operator closes the gate of its lambda or collection before it starts
+    until = None if until_s is None else now + timedelta(seconds=until_s)
+    if target == "lambda":
+        Lambda.objects.filter(name="demo.noop").update(gate=state, gate_until=until)
+    else:
+        Collection.objects.filter(name="bad").update(gate=state, gate_until=until)
+    started = store.start_many([bad, good], now=now)
+    # Then it does not start: paused, it waits as `new` again with no attempt counted, due for
+    # the consumer once the gate opens; dropped, it ended `dropped`
+    row = entity(bad.task_id)
+    assert (row.status, row.attempts) == (expected, 1 if expected == TaskStatus.PROCESSING else 0)
+    assert started[0] is (expected == TaskStatus.PROCESSING)
+    if expected == TaskStatus.NEW:
+        assert (row.assoc.status, row.assoc.next_trigger_at, row.worker) == (
+            AssocStatus.NEW, now, "")
+    if expected == TaskStatus.DROPPED:
+        assert row.assoc.status == AssocStatus.COMPLETED and row.last_error["type"] == "Dropped"
+    # ...and the other task is stopped only by its lambda's gate
+    assert started[1] is (target == "collection" or expected == TaskStatus.PROCESSING)
+
+
 def test_payload_size_limit(settings: object) -> None:
     settings.ATF_MAX_PAYLOAD_BYTES = 100
     atf.schedule("demo.noop", {"s": "x" * 80})

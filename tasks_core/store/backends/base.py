@@ -22,6 +22,7 @@ from tasks_core.store.values import (
     Ending,
     Lease,
     LostAttempt,
+    Starts,
 )
 
 
@@ -107,8 +108,11 @@ class StoreBackend(ABC):
 
     @abstractmethod
     def start(self, leases: Sequence[Lease], assocs: Mapping[int, AssocChange], *,
-              now: datetime) -> set[int]:
-        """claimed -> processing (one attempt more) where the lease is current; those ids."""
+              now: datetime) -> Starts:
+        """claimed -> processing (one attempt more) where the lease is current and the gates of
+        the task's lambda and collection are open at `now`. Where a gate is paused the task
+        goes back to `new`, due at once (no attempt counted: the consumer leaves it while the
+        gate stays paused); where one is dropped, the task ends `dropped`."""
 
     @abstractmethod
     def heartbeat(self, leases: Sequence[Lease], *, now: datetime,

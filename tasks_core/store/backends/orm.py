@@ -14,10 +14,13 @@ from typing import Any
 
 from django.db.models import F
 
-from tasks_core.models import SHARDS, TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
+from tasks_core import gating
+from tasks_core.gating import Decision, Gate, GateState
+from tasks_core.models import SHARDS, Lambda, TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
 from tasks_core.models import Collection as CollectionRow
 from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store.backends.base import StoreBackend
+from tasks_core.store.decisions import GATE_DROPPED
 from tasks_core.store.values import (
     CLAIMED_COLUMNS,
     AssocChange,
@@ -27,6 +30,7 @@ from tasks_core.store.values import (
     Lease,
     LostAttempt,
     Outcome,
+    Starts,
 )
 
 
@@ -51,6 +55,25 @@ def due_row(pk: int, status: str, lease: int, collection: str, priority: str, at
     return DueRow(task_id=pk, status=TaskStatus(status), lease=lease, collection=collection,
                   priority=priority, attempts=attempts, max_attempts=max_attempts, worker=worker,
                   started_at=started_at)
+
+
+def _gate_decisions(task_ids: Collection[int], now: datetime) -> dict[int, Decision]:
+    """What the gates of each task's lambda and collection say at `now` (three reads)."""
+    rows = list(TaskEntity.objects.filter(pk__in=list(task_ids))
+                .values_list("pk", "lambda_ref_id", "collection"))
+    lambda_ids = {lambda_id for _pk, lambda_id, _collection in rows}
+    lambda_gates = {pk: Gate(state=GateState(state), until=until) for pk, state, until in
+                    Lambda.objects.filter(pk__in=lambda_ids)
+                    .values_list("pk", "gate", "gate_until")}
+    collection_gates = {
+        (lambda_id, name): Gate(state=GateState(state), until=until)
+        for lambda_id, name, state, until in
+        CollectionRow.objects.filter(lambda_ref_id__in=lambda_ids)
+        .exclude(gate=GateState.OPEN).values_list("lambda_ref_id", "name", "gate", "gate_until")
+    }
+    return {pk: gating.decide(lambda_gates[lambda_id],
+                              collection_gates.get((lambda_id, collection), gating.OPEN), now)
+            for pk, lambda_id, collection in rows}
 
 
 class OrmBackend(StoreBackend):
@@ -165,8 +188,21 @@ class OrmBackend(StoreBackend):
         return [ClaimedTask.from_row(pk, lease + 1, *rest) for pk, lease, *rest in rows]
 
     def start(self, leases: Sequence[Lease], assocs: Mapping[int, AssocChange], *,
-              now: datetime) -> set[int]:
-        started = set(_current(leases, TaskStatus.CLAIMED))
+              now: datetime) -> Starts:
+        gates = _gate_decisions(_current(leases, TaskStatus.CLAIMED), now)
+        starts = Starts(
+            started={pk for pk, decision in gates.items() if decision is Decision.ENQUEUE},
+            held={pk for pk, decision in gates.items() if decision is Decision.POSTPONE},
+            dropped={pk for pk, decision in gates.items() if decision is Decision.DROP},
+        )
+        TaskEntity.objects.filter(pk__in=starts.held).update(status=TaskStatus.NEW, worker="")
+        TaskAssoc.objects.filter(task_id__in=starts.held).update(status=AssocStatus.NEW,
+                                                                 next_trigger_at=now)
+        TaskEntity.objects.filter(pk__in=starts.dropped).update(
+            status=TaskStatus.DROPPED, finished_at=now, last_error=dict(GATE_DROPPED))
+        TaskAssoc.objects.filter(task_id__in=starts.dropped).update(
+            status=AssocStatus.COMPLETED, next_trigger_at=None)
+        started = starts.started
         TaskEntity.objects.filter(pk__in=started).update(
             status=TaskStatus.PROCESSING, attempts=F("attempts") + 1, started_at=now,
             heartbeat_at=now,
@@ -176,7 +212,7 @@ class OrmBackend(StoreBackend):
             by_change[assocs[pk]].append(pk)
         for change, task_ids in by_change.items():
             TaskAssoc.objects.filter(task_id__in=task_ids).update(**_assoc(change))
-        return started
+        return starts
 
     def heartbeat(self, leases: Sequence[Lease], *, now: datetime,
                   assoc_for: Callable[[int], AssocChange]) -> set[int]:

@@ -21,6 +21,7 @@ from tasks_core.gating import GateState
 from tasks_core.models import (
     SHARDS,
     Collection,
+    Lambda,
     TaskAssoc,
     TaskAttempt,
     TaskDependency,
@@ -28,11 +29,13 @@ from tasks_core.models import (
 )
 from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store.backends.orm import OrmBackend, due_row
-from tasks_core.store.values import AssocChange, ClaimedTask, DueRow, Ending, Lease
+from tasks_core.store.decisions import GATE_DROPPED
+from tasks_core.store.values import AssocChange, ClaimedTask, DueRow, Ending, Lease, Starts
 
 _TABLES = {
     "collection": Collection._meta.db_table,
     "entity": TaskEntity._meta.db_table,
+    "lambda": Lambda._meta.db_table,
     "assoc": TaskAssoc._meta.db_table,
     "attempt": TaskAttempt._meta.db_table,
     "dependency": TaskDependency._meta.db_table,
@@ -180,26 +183,59 @@ WITH wanted AS (
 SELECT * FROM claimed ORDER BY id
 """)
 
+#: Gates are read in the statement itself (two primary-key probes a task), so a task of a lambda
+#: or collection paused a moment ago never starts: it goes back to `new`, or ends `dropped`.
 _START = _sql("""
 WITH wanted AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(assoc_statuses)s::varchar[],
                          %(triggers)s::timestamptz[])
         AS w(id, lease, assoc_status, trigger)
 ), locked AS (
-    SELECT t.id, w.assoc_status, w.trigger FROM wanted w CROSS JOIN LATERAL (
-        SELECT id FROM {entity} WHERE id = w.id AND lease = w.lease AND status = %(expected)s
+    SELECT t.id, w.assoc_status, w.trigger,
+           CASE WHEN %(dropped)s IN (lg.gate, cg.gate) THEN %(dropped)s
+                WHEN %(paused)s IN (lg.gate, cg.gate) THEN %(paused)s
+                ELSE %(open)s END AS gate
+    FROM wanted w CROSS JOIN LATERAL (
+        SELECT id, lambda_ref_id, collection FROM {entity}
+        WHERE id = w.id AND lease = w.lease AND status = %(expected)s
         FOR UPDATE
     ) t
+    -- A gate whose `until` has passed is open (tasks_core.gating.effective).
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN gate_until <= %(now)s THEN %(open)s ELSE gate END AS gate
+        FROM {lambda} WHERE id = t.lambda_ref_id
+    ) lg
+    LEFT JOIN LATERAL (
+        SELECT CASE WHEN gate_until <= %(now)s THEN %(open)s ELSE gate END AS gate
+        FROM {collection} WHERE lambda_ref_id = t.lambda_ref_id AND name = t.collection
+    ) cg ON true
 ), started AS (
     UPDATE {entity} t SET status = %(target)s, attempts = t.attempts + 1, started_at = %(now)s,
                           heartbeat_at = %(now)s
-    FROM locked WHERE t.id = locked.id
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
+    RETURNING t.id
+), held AS (
+    UPDATE {entity} t SET status = %(new)s, worker = ''
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(paused)s
+    RETURNING t.id
+), dropped AS (
+    UPDATE {entity} t SET status = %(dropped_status)s, finished_at = %(now)s,
+                          last_error = %(dropped_error)s::jsonb
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(dropped)s
     RETURNING t.id
 ), assoc AS (
     UPDATE {assoc} a SET status = locked.assoc_status, next_trigger_at = locked.trigger
     FROM started JOIN locked ON locked.id = started.id WHERE a.task_id = started.id
+), held_assoc AS (
+    UPDATE {assoc} a SET status = %(assoc_new)s, next_trigger_at = %(now)s
+    FROM held WHERE a.task_id = held.id
+), dropped_assoc AS (
+    UPDATE {assoc} a SET status = %(assoc_completed)s, next_trigger_at = NULL
+    FROM dropped WHERE a.task_id = dropped.id
 )
-SELECT id FROM started
+SELECT id, %(open)s::text FROM started
+UNION ALL SELECT id, %(paused)s::text FROM held
+UNION ALL SELECT id, %(dropped)s::text FROM dropped
 """)
 
 _FINISH = _sql("""
@@ -322,7 +358,7 @@ class PostgresBackend(OrmBackend):
         ]
 
     def start(self, leases: Sequence[Lease], assocs: Mapping[int, AssocChange], *,
-              now: datetime) -> set[int]:
+              now: datetime) -> Starts:
         leases = sorted(leases, key=lambda lease: lease.task_id)  # the lock order
         rows = _execute(_START, {
             "ids": [lease.task_id for lease in leases],
@@ -330,9 +366,17 @@ class PostgresBackend(OrmBackend):
             "assoc_statuses": [assocs[lease.task_id].status for lease in leases],
             "triggers": [assocs[lease.task_id].next_trigger_at for lease in leases],
             "now": now, "expected": TaskStatus.CLAIMED.value,
-            "target": TaskStatus.PROCESSING.value,
+            "target": TaskStatus.PROCESSING.value, "new": TaskStatus.NEW.value,
+            "dropped_status": TaskStatus.DROPPED.value,
+            "open": GateState.OPEN.value, "paused": GateState.PAUSED.value,
+            "dropped": GateState.DROPPED.value, "dropped_error": json.dumps(GATE_DROPPED),
+            "assoc_new": AssocStatus.NEW.value, "assoc_completed": AssocStatus.COMPLETED.value,
         })
-        return {row[0] for row in rows}
+        by_gate: dict[str, set[int]] = {state.value: set() for state in GateState}
+        for task_id, gate in rows:
+            by_gate[gate].add(task_id)
+        return Starts(started=by_gate[GateState.OPEN], held=by_gate[GateState.PAUSED],
+                      dropped=by_gate[GateState.DROPPED])
 
     def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
         endings = sorted(endings, key=lambda e: e.task_id)  # the lock order
