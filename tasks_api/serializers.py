@@ -92,6 +92,9 @@ class TaskSerializer(serializers.ModelSerializer):
     children = serializers.SerializerMethodField(help_text="Tasks that run after this one.")
     timeout = serializers.FloatField(source="timeout_s", read_only=True, allow_null=True,
                                      help_text="This task's own time limit in seconds, if any.")
+    cancel_requested_at = serializers.DateTimeField(
+        read_only=True, allow_null=True,
+        help_text="When a cancel asked the worker running this task to stop it.")
 
     class Meta:
         model = TaskEntity
@@ -99,7 +102,7 @@ class TaskSerializer(serializers.ModelSerializer):
             "id", "lambda_name", "collection", "priority", "status", "payload", "attempts",
             "max_attempts", "run_at", "created_at", "enqueued_at", "started_at", "finished_at",
             "heartbeat_at", "result", "last_error", "idempotency_key", "worker", "parents",
-            "children", "timeout",
+            "children", "timeout", "cancel_requested_at",
         ]
         read_only_fields = fields
 

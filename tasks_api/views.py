@@ -145,11 +145,16 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         return Response({"tasks": _shown(tasks)}, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None,
-                   responses={200: serializers.TaskDetailSerializer, **_errors(404, 409)})
+                   responses={200: serializers.TaskDetailSerializer,
+                              202: serializers.TaskDetailSerializer, **_errors(404, 409)})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        """Cancel a task nobody runs yet (new, waiting, enqueued, retrying); 409 otherwise."""
-        return _detail(operations.cancel(Scope.of(request.user), int(pk)))
+        """Cancel a task: 200 once it is `cancelled` (it was new, waiting, enqueued, retrying
+        or claimed); 202 while its worker is being asked to stop it (it was running, and
+        ends `cancelled`); 409 when it had finished."""
+        task = operations.cancel(Scope.of(request.user), int(pk))
+        being_stopped = task.status == TaskStatus.PROCESSING
+        return _detail(task, status.HTTP_202_ACCEPTED if being_stopped else status.HTTP_200_OK)
 
     @extend_schema(request=None,
                    responses={200: serializers.TaskDetailSerializer, **_errors(404, 409)})
@@ -167,10 +172,10 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         return _detail(operations.run_now(Scope.of(request.user), int(pk)))
 
 
-def _detail(task: TaskEntity) -> Response:
+def _detail(task: TaskEntity, code: int = status.HTTP_200_OK) -> Response:
     """A task with its links and attempt history, read back in one round of queries."""
     shown = TaskEntity.objects.prefetch_related("parents", "children", "attempt_history")
-    return Response(serializers.TaskDetailSerializer(shown.get(pk=task.pk)).data)
+    return Response(serializers.TaskDetailSerializer(shown.get(pk=task.pk)).data, status=code)
 
 
 def _shown(tasks: Sequence[TaskEntity]) -> list[dict[str, Any]]:

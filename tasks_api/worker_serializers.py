@@ -28,7 +28,7 @@ _MAX_ID = 2**63 - 1
 #: What a worker may report of an attempt.
 _OUTCOMES = [o.value for o in (
     TaskAttempt.Outcome.SUCCESS, TaskAttempt.Outcome.FATAL, TaskAttempt.Outcome.RETRY,
-    TaskAttempt.Outcome.TIMEOUT)]
+    TaskAttempt.Outcome.TIMEOUT, TaskAttempt.Outcome.CANCELLED)]
 _NAME = r"^[A-Za-z0-9_.:@/-]+$"
 
 
@@ -161,6 +161,9 @@ class StartedListSerializer(serializers.Serializer):
 class LostSerializer(serializers.Serializer):
     lost = serializers.ListField(child=serializers.IntegerField(),
                                  help_text="Tasks whose lease is gone: stop reporting them.")
+    cancel = serializers.ListField(child=serializers.IntegerField(),
+                                   help_text="Running tasks a cancel asks to stop: interrupt "
+                                             "their lambda, report the attempt `cancelled`.")
 
 
 class ErrorSerializer(StrictSerializer):

@@ -152,15 +152,16 @@ class StartView(WorkerView):
 
 @extend_schema(tags=["worker"])
 class HeartbeatView(WorkerView):
-    """Renew the leases of running tasks and the worker's last_seen; answers the lost ones."""
+    """Renew the leases of running tasks and the worker's last_seen; answers the lost ones and
+    those a cancel asks to stop."""
 
     @extend_schema(request=shapes.WorkerLeasesSerializer,
                    responses={200: shapes.LostSerializer, **_errors(400, 404, 413, 415)})
     def post(self, request: Request) -> Response:
         form = _form(shapes.WorkerLeasesSerializer, request)
-        lost = remote_workers.heartbeat(self.worker(form), form.leases(), self.teams(),
-                                        seen=form.validated_data["seen"])
-        return Response({"lost": sorted(lost)})
+        lost, cancel = remote_workers.heartbeat(self.worker(form), form.leases(), self.teams(),
+                                                seen=form.validated_data["seen"])
+        return Response({"lost": sorted(lost), "cancel": sorted(cancel)})
 
 
 @extend_schema(tags=["worker"])

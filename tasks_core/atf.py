@@ -15,7 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from tasks_core import periodic, registry, scheduling
-from tasks_core.context import Fatal, Retry, TaskContext, TimeLimitExceeded
+from tasks_core.context import Fatal, Retry, TaskCancelled, TaskContext, TimeLimitExceeded
 from tasks_core.exceptions import ConfigurationError
 from tasks_core.models import TaskEntity
 from tasks_core.periodic import every
@@ -29,8 +29,9 @@ call = TaskRequest
 Call = TaskRequest
 
 __all__ = [
-    "Call", "Fatal", "Retry", "TaskContext", "TaskRequest", "TimeLimitExceeded", "call",
-    "cancel", "chain", "every", "register", "schedule", "schedule_many",
+    "Call", "Fatal", "Retry", "TaskCancelled", "TaskContext", "TaskRequest",
+    "TimeLimitExceeded", "call", "cancel", "chain", "every", "register", "schedule",
+    "schedule_many",
 ]
 
 

@@ -18,12 +18,20 @@ class Fatal(Exception):  # noqa: N818 - an outcome, not an error
     """Raised by a lambda: the task failed for good; do not retry."""
 
 
-class TimeLimitExceeded(BaseException):  # noqa: N818 - named for what happened
-    """Raised in a lambda's thread when its attempt ran past its time limit.
+class AttemptStopped(BaseException):  # noqa: N818 - named for what happened
+    """Raised in a lambda's thread when its worker stopped the attempt (the subclasses say why).
 
     A BaseException, like KeyboardInterrupt, so that a lambda's `except Exception` does not
-    swallow it; a lambda may catch it to clean up, but the attempt has already ended `timeout`.
+    swallow it; a lambda may catch it to clean up, but the attempt has already ended.
     """
+
+
+class TimeLimitExceeded(AttemptStopped):
+    """The attempt ran past its time limit: it has already ended `timeout`."""
+
+
+class TaskCancelled(AttemptStopped):
+    """A cancel stopped the running task: its attempt has already ended `cancelled`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +44,14 @@ class TaskContext:
     priority: str
     lambda_name: str
     _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
+    _cancelled: Callable[[], bool] = field(repr=False, default=lambda: False)
 
     def heartbeat(self) -> bool:
-        """Renew this task's lease now; False if it was lost (the result will be refused)."""
+        """Renew this task's lease now; False if it was lost or a cancel asked to stop the task
+        (either way its result will be refused: stop)."""
         return self._heartbeat()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether a cancel asked to stop this task (its worker heard at its last heartbeat)."""
+        return self._cancelled()

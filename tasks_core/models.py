@@ -137,6 +137,8 @@ class TaskEntity(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    #: When a cancel asked the worker running the task to stop it (its next heartbeat hears).
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     #: {"type", "message", "traceback"} of the last failure, or why it was cancelled.
@@ -227,6 +229,7 @@ class TaskAttempt(models.Model):
         DEAD = "dead"
         LOST = "lost"  #: its executor vanished (killed, cut off); found by the consumer
         TIMEOUT = "timeout"  #: it ran past its time limit
+        CANCELLED = "cancelled"  #: a cancel stopped it while it ran
 
     task = models.ForeignKey(TaskEntity, on_delete=models.CASCADE, related_name="attempt_history")
     number = models.PositiveIntegerField()

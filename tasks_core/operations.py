@@ -65,8 +65,8 @@ def task(scope: Scope, task_id: int) -> TaskEntity:
 
 
 def cancel(scope: Scope, task_id: int, *, now: datetime | None = None) -> TaskEntity:
-    """Cancel a task that no worker holds; InvalidTransition if it is claimed, running or
-    finished."""
+    """Cancel a task; a running one is asked to stop (it stays `processing` until its worker
+    has stopped it). InvalidTransition if it finished."""
     return scheduling.cancel(task(scope, task_id).pk, now=now or timezone.now())
 
 
@@ -160,7 +160,8 @@ def _run_now_ids(ids: list[int], now: datetime) -> int:
 
 
 def cancel_many(scope: Scope, selection: Selection, *, now: datetime | None = None) -> Done:
-    """Cancel the selected tasks that no worker holds; the others are reported in `problems`."""
+    """Cancel the selected tasks; running ones are asked to stop, and `problems` says so, as
+    it names those that could not be cancelled (they finished)."""
     now = now or timezone.now()
     selected = changed = 0
     problems: list[str] = []
@@ -168,10 +169,13 @@ def cancel_many(scope: Scope, selection: Selection, *, now: datetime | None = No
         selected += len(ids)
         for pk in ids:
             try:
-                scheduling.cancel(pk, now=now)
+                task = scheduling.cancel(pk, now=now)
                 changed += 1
             except (InvalidTransition, TaskNotFound) as exc:
                 problems.append(f"Task #{pk} not cancelled: {exc}.")
+                continue
+            if task.status == TaskStatus.PROCESSING:
+                problems.append(f"Task #{pk} is running: its worker is asked to stop it.")
     logger.info("cancelled %d of %d task(s)", changed, selected,
                 extra={"action": "tasks_cancelled"})
     return Done(selected=selected, changed=changed, problems=tuple(problems))

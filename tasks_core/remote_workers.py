@@ -36,7 +36,7 @@ class Ending:
 
     task_id: int
     lease: int
-    outcome: str  #: "success", "fatal", "retry" or "timeout"
+    outcome: str  #: "success", "fatal", "retry", "timeout" or "cancelled"
     value: Any = None
     error: Mapping[str, str] | None = None
     delay_s: float | None = None
@@ -190,14 +190,15 @@ def start(leases: Mapping[int, int], teams: Teams, credential: str) -> dict[int,
 
 
 def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *,
-              seen: bool) -> set[int]:
-    """Renew the leases of running tasks (and the worker's last_seen); the ids lost."""
+              seen: bool) -> tuple[set[int], set[int]]:
+    """Renew the leases of running tasks (and the worker's last_seen); the ids lost, and the
+    ids a cancel asks to stop."""
     now = timezone.now()
     owned = _tasks(leases, teams, started=True, claimed_by=[row.worker_id])
     lost = store.heartbeat({pk: leases[pk] for pk in owned}, now=now)
     if seen:
         worker_registry.seen(row.worker_id, now=now)
-    return lost | (set(leases) - set(owned))
+    return lost | (set(leases) - set(owned)), store.stop_requested(set(owned) - lost)
 
 
 def finish(row: Worker, endings: Sequence[Ending], teams: Teams) -> dict[int, TaskStatus | None]:

@@ -405,7 +405,8 @@ def chain(*requests: TaskRequest, now: datetime | None = None) -> list[TaskEntit
 
 
 def cancel(task_id: int, *, now: datetime | None = None) -> TaskEntity:
-    """Cancel a task nobody runs yet; InvalidTransition if it is claimed, running or finished."""
+    """Cancel a task, or ask the worker running it to stop it (store.cancel); InvalidTransition
+    if it finished."""
     if not TaskEntity.objects.filter(pk=task_id).exists():
         raise TaskNotFound(f"no task {task_id}")
     store.cancel(task_id, now=now or timezone.now())

@@ -70,7 +70,9 @@ LIFECYCLE: Mapping[TaskStatus, Lifecycle] = {
 #: Every allowed edge. ENQUEUED -> ENQUEUED and the edges out of CLAIMED and PROCESSING to
 #: ENQUEUED are the consumer's re-enqueue of a task whose trigger expired; DROPPED is a gate
 #: found `dropped` when a trigger fires; NEW out of a final status is a requeue, and
-#: CANCELLED -> WAITING revives a chain's child when its failed parent is requeued.
+#: CANCELLED -> WAITING revives a chain's child when its failed parent is requeued. CLAIMED and
+#: PROCESSING -> CANCELLED are a cancel of a task a worker holds: a claimed one at once, a
+#: running one by its worker, which stops the lambda (STOPPABLE).
 TRANSITIONS: Mapping[TaskStatus, frozenset[TaskStatus]] = {
     TaskStatus.NEW: frozenset({TaskStatus.ENQUEUED, TaskStatus.CANCELLED, TaskStatus.DROPPED}),
     TaskStatus.WAITING: frozenset({TaskStatus.NEW, TaskStatus.CANCELLED}),
@@ -78,7 +80,8 @@ TRANSITIONS: Mapping[TaskStatus, frozenset[TaskStatus]] = {
         {TaskStatus.CLAIMED, TaskStatus.ENQUEUED, TaskStatus.CANCELLED, TaskStatus.DROPPED}
     ),
     TaskStatus.CLAIMED: frozenset(
-        {TaskStatus.PROCESSING, TaskStatus.NEW, TaskStatus.ENQUEUED, TaskStatus.DROPPED}
+        {TaskStatus.PROCESSING, TaskStatus.NEW, TaskStatus.ENQUEUED, TaskStatus.DROPPED,
+         TaskStatus.CANCELLED}
     ),
     TaskStatus.PROCESSING: frozenset(
         {
@@ -88,6 +91,7 @@ TRANSITIONS: Mapping[TaskStatus, frozenset[TaskStatus]] = {
             TaskStatus.DEAD,
             TaskStatus.ENQUEUED,
             TaskStatus.DROPPED,
+            TaskStatus.CANCELLED,
         }
     ),
     TaskStatus.RETRYING: frozenset({TaskStatus.ENQUEUED, TaskStatus.CANCELLED, TaskStatus.DROPPED}),
@@ -102,6 +106,8 @@ TRANSITIONS: Mapping[TaskStatus, frozenset[TaskStatus]] = {
 CANCELLABLE = frozenset(
     {TaskStatus.NEW, TaskStatus.WAITING, TaskStatus.ENQUEUED, TaskStatus.RETRYING}
 )
+#: Statuses of a task a worker holds, which a cancel asks that worker to stop.
+STOPPABLE = frozenset({TaskStatus.CLAIMED, TaskStatus.PROCESSING})
 #: Statuses whose expiry the consumer handles by enqueueing the task (again).
 ENQUEUEABLE = frozenset(
     {

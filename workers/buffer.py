@@ -14,6 +14,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from tasks_core.context import AttemptStopped, TaskCancelled, TimeLimitExceeded
 from tasks_core.store import ClaimedTask
 from workers import interrupts
 
@@ -26,7 +27,10 @@ class Running:
     started_at: datetime
     lost: bool = False  #: a heartbeat found the lease gone: the result must not be recorded
     finishing: bool = False  #: its result is being written; heartbeats leave it alone
-    timed_out_s: float | None = None  #: when it ran past its time limit (monotonic)
+    stopped_s: float | None = None  #: when the worker stopped it (monotonic)
+    #: why: TimeLimitExceeded (past its time limit) or TaskCancelled (a cancel asked)
+    stopped_by: type[AttemptStopped] | None = None
+    cancel_requested: bool = False  #: a heartbeat heard that a cancel asks to stop it
 
     @property
     def deadline_s(self) -> float | None:
@@ -36,7 +40,7 @@ class Running:
     @property
     def discard(self) -> bool:
         """Whether nothing of the lambda's own outcome may be recorded."""
-        return self.lost or self.timed_out_s is not None
+        return self.lost or self.stopped_s is not None
 
 
 class WorkBuffer:
@@ -103,8 +107,8 @@ class WorkBuffer:
         again (an interrupt raised on the way here) changes nothing more."""
         with self._lock:
             running = self._running[task.task_id]
-            if running.timed_out_s is not None:
-                # First: after this no interrupt can arrive (time_out() holds this lock and
+            if running.stopped_s is not None:
+                # First: after this no interrupt can arrive (stop_due() holds this lock and
                 # interrupts a task once), so the changes below cannot be cut in half.
                 interrupts.cancel(running.thread_id)
             if not running.finishing:
@@ -126,7 +130,7 @@ class WorkBuffer:
     def leases(self) -> dict[int, int]:
         with self._lock:
             return {pk: running.task.lease for pk, running in self._running.items()
-                    if not running.finishing and running.timed_out_s is None}
+                    if not running.finishing and running.stopped_s is None}
 
     def mark_lost(self, task_ids: set[int]) -> list[ClaimedTask]:
         with self._lock:
@@ -137,31 +141,55 @@ class WorkBuffer:
                 running.lost = True
             return [running.task for running in lost]
 
+    def request_cancel(self, task_ids: set[int]) -> list[ClaimedTask]:
+        """Mark running tasks a cancel asks to stop (the main thread stops them); the tasks
+        newly marked."""
+        with self._lock:
+            asked = [self._running[pk] for pk in task_ids
+                     if pk in self._running and not self._running[pk].cancel_requested
+                     and not self._running[pk].finishing and self._running[pk].stopped_s is None]
+            for running in asked:
+                running.cancel_requested = True
+            return [running.task for running in asked]
+
+    def cancel_requested(self, task_id: int) -> bool:
+        with self._lock:
+            running = self._running.get(task_id)
+            return running is not None and running.cancel_requested
+
     def running_count(self) -> int:
         with self._lock:
             return len(self._running)
 
-    # --- the time limits' side -------------------------------------------------------------
+    # --- the stops' side (time limits, cancels) ----------------------------------------------
 
-    def time_out(self, now_s: float) -> list[Running]:
-        """Tasks whose lambda is still running past their deadline: from now on they are not
-        heartbeated and their lambda's outcome is discarded, and their executor thread is
-        interrupted (under the lock, so never once the lambda has returned)."""
+    def stop_due(self, now_s: float) -> list[Running]:
+        """Tasks whose lambda is still running past their deadline, or that a cancel asked to
+        stop: from now on they are not heartbeated and their lambda's outcome is discarded,
+        and their executor thread is interrupted (under the lock, so never once the lambda
+        has returned) with the reason, TimeLimitExceeded or TaskCancelled."""
         with self._lock:
-            overdue = [running for running in self._running.values()
-                       if not running.finishing and running.timed_out_s is None
-                       and running.deadline_s is not None and running.deadline_s <= now_s]
-            for running in overdue:
-                running.timed_out_s = now_s
-                interrupts.interrupt(running.thread_id)
-            return overdue
+            stopped = []
+            for running in self._running.values():
+                if running.finishing or running.stopped_s is not None:
+                    continue
+                if running.cancel_requested:
+                    running.stopped_by = TaskCancelled
+                elif running.deadline_s is not None and running.deadline_s <= now_s:
+                    running.stopped_by = TimeLimitExceeded
+                else:
+                    continue
+                running.stopped_s = now_s
+                interrupts.interrupt(running.thread_id, running.stopped_by)
+                stopped.append(running)
+            return stopped
 
     def hung(self, now_s: float, grace_s: float) -> list[Running]:
-        """Timed-out tasks whose lambda has not returned `grace_s` after its interrupt."""
+        """Stopped tasks whose lambda has not returned `grace_s` after its interrupt."""
         with self._lock:
             return [running for running in self._running.values()
-                    if not running.finishing and running.timed_out_s is not None
-                    and now_s - running.timed_out_s >= grace_s]
+                    if not running.finishing and running.stopped_s is not None
+                    and now_s - running.stopped_s >= grace_s]
 
     # --- shutdown --------------------------------------------------------------------------
 

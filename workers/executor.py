@@ -12,7 +12,14 @@ import time
 from django.utils import timezone
 
 from tasks_core import registry, store
-from tasks_core.context import Fatal, Retry, TaskContext, TimeLimitExceeded
+from tasks_core.context import (
+    AttemptStopped,
+    Fatal,
+    Retry,
+    TaskCancelled,
+    TaskContext,
+    TimeLimitExceeded,
+)
 from tasks_core.states import TaskStatus
 from workers import db
 from workers.batching import BatchWriterThread
@@ -42,6 +49,8 @@ def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> sto
         return failed(Outcome.RETRY, exc, exc.delay)
     except TimeLimitExceeded as exc:
         return failed(Outcome.TIMEOUT, exc)
+    except TaskCancelled as exc:
+        return failed(Outcome.CANCELLED, exc)
     except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt... included:
         # whatever a lambda raises fails its attempt (retriable), never its executor thread
         return failed(Outcome.RETRY, exc)
@@ -116,24 +125,25 @@ class ExecutorThread(threading.Thread):
         recorded (the lease was lost, or the time limit ended the attempt and recorded it)."""
         ctx = TaskContext(task_id=task.task_id, attempt=task.attempt, collection=task.collection,
                           priority=task.priority, lambda_name=task.lambda_name,
-                          _heartbeat=lambda: self.heartbeat.beat_one(task))
+                          _heartbeat=lambda: self.heartbeat.beat_one(task),
+                          _cancelled=lambda: self.buffer.cancel_requested(task.task_id))
         result = None
         try:
             self.buffer.begin(task, time.monotonic(), threading.get_ident())
             result = run_lambda(task, ctx, worker=self.worker_id)
-        except TimeLimitExceeded:
-            pass  # the interrupt came just after the lambda returned: the limit still holds
+        except AttemptStopped:
+            pass  # the interrupt came just after the lambda returned: the stop still holds
         while True:
             # Out of the heartbeat's set before the result is written, so a heartbeat racing
             # the write does not mistake the finished task for a lost one.
             try:
                 running = self.buffer.finishing(task)
                 break
-            except TimeLimitExceeded:
+            except AttemptStopped:
                 continue  # raised on the way there; finishing() withdraws any later one
-        if running.timed_out_s is not None:
-            logger.info("task %d: its lambda stopped after its time limit", task.task_id,
-                        extra={"action": "timeout_stopped", "task_id": task.task_id})
+        if running.stopped_s is not None:
+            logger.info("task %d: its lambda stopped after its time limit or cancel",
+                        task.task_id, extra={"action": "timeout_stopped", "task_id": task.task_id})
             return None
         if running.lost:
             logger.error("task %d finished after losing its lease; result discarded",

@@ -15,7 +15,7 @@ import time
 from tasks_core import store
 from tasks_core.liveness import MAX_FAILED_HEARTBEATS
 from workers.buffer import WorkBuffer
-from workers.transport import Transport
+from workers.transport import Beat, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class HeartbeatThread(threading.Thread):
         # The deadline counts from before the write: the store's trigger counts from `now`.
         started_s = time.monotonic()
         try:
-            lost = self.transport.heartbeat(self.buffer.leases())
+            beat = self.transport.heartbeat(self.buffer.leases())
         except Exception as exc:  # noqa: BLE001 - any failure counts; the third one ends us
             self.failures += 1
             logger.warning("heartbeat failed (%d in a row): %s", self.failures, exc)
@@ -61,16 +61,22 @@ class HeartbeatThread(threading.Thread):
             return
         self.failures = 0
         self.last_ok_s = started_s
-        for task in self.buffer.mark_lost(lost):
+        self._heard(beat)
+
+    def _heard(self, beat: Beat) -> None:
+        for task in self.buffer.mark_lost(beat.lost):
             logger.error("task %d lost its lease while running; its result will be discarded",
                          task.task_id, extra={"action": "lease_lost", "task_id": task.task_id})
+        for task in self.buffer.request_cancel(beat.cancel):
+            logger.info("task %d: a cancel asks to stop it", task.task_id,
+                        extra={"action": "cancel_heard", "task_id": task.task_id})
 
     def beat_one(self, task: store.ClaimedTask) -> bool:
-        """A lambda's own `ctx.heartbeat()`: renew one lease now; False if it was lost."""
-        lost = self.transport.heartbeat({task.task_id: task.lease}, seen=False)
-        if lost:
-            self.buffer.mark_lost(lost)
-        return not lost
+        """A lambda's own `ctx.heartbeat()`: renew one lease now; False if it was lost or a
+        cancel asks to stop the task."""
+        beat = self.transport.heartbeat({task.task_id: task.lease}, seen=False)
+        self._heard(beat)
+        return not beat.lost and not beat.cancel
 
     def silent_for_s(self) -> float:
         """Seconds since the last successful heartbeat."""

@@ -18,7 +18,7 @@ import requests
 from tasks_core import store
 from tasks_core.exceptions import AtfError
 from tasks_core.states import TaskStatus
-from workers.transport import Done, Transport, TransportUnavailable, WorkerInfo
+from workers.transport import Beat, Done, Transport, TransportUnavailable, WorkerInfo
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +105,11 @@ class HttpTransport(Transport):
         started = {item["id"]: item["started"] for item in answer["tasks"]}
         return [started.get(task.task_id, False) for task in tasks]
 
-    def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> set[int]:
+    def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         answer = self._post("heartbeat/", {
             "worker": self._worker_id(), "seen": seen,
             "tasks": [{"id": pk, "lease": lease} for pk, lease in leases.items()]})
-        return set(answer["lost"])
+        return Beat(lost=set(answer["lost"]), cancel=set(answer.get("cancel", ())))
 
     def finish_many(self, done: Sequence[Done]) -> list[TaskStatus | None]:
         answer = self._post("finish/", {"worker": self._worker_id(),

@@ -1,4 +1,4 @@
-"""Asynchronous exceptions into executor threads: how a timed-out lambda is stopped.
+"""Asynchronous exceptions into executor threads: how a timed-out or cancelled lambda is stopped.
 
 CPython raises an exception set with PyThreadState_SetAsyncExc the next time the target
 thread runs Python bytecode. A lambda blocked in one long C call (time.sleep, a socket read
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
-from tasks_core.context import TimeLimitExceeded
+from tasks_core.context import AttemptStopped
 
 # Two pointers to the one function, typed differently: one raises, one (with NULL) clears.
 _raise = ctypes.pythonapi["PyThreadState_SetAsyncExc"]
@@ -20,9 +20,10 @@ _clear.argtypes = (ctypes.c_ulong, ctypes.c_void_p)
 _clear.restype = ctypes.c_int
 
 
-def interrupt(thread_id: int) -> bool:
-    """Raise TimeLimitExceeded in the thread `thread_id`; whether such a thread exists."""
-    return _raise(thread_id, TimeLimitExceeded) == 1
+def interrupt(thread_id: int, reason: type[AttemptStopped]) -> bool:
+    """Raise `reason` (TimeLimitExceeded, TaskCancelled) in the thread `thread_id`; whether
+    such a thread exists."""
+    return _raise(thread_id, reason) == 1
 
 
 def cancel(thread_id: int) -> None:

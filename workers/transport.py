@@ -13,7 +13,7 @@ import abc
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
@@ -43,6 +43,14 @@ class WorkerInfo:
     pid: int
     lambdas: tuple[str, ...]
     threads: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Beat:
+    """What a heartbeat learnt about running tasks."""
+
+    lost: set[int]  #: their lease moved on: their result will be refused
+    cancel: set[int] = field(default_factory=set)  #: a cancel asks the worker to stop them
 
 
 class Transport(abc.ABC):
@@ -76,9 +84,9 @@ class Transport(abc.ABC):
         """claimed -> processing; per task whether it started (False: it must not run)."""
 
     @abc.abstractmethod
-    def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> set[int]:
+    def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         """Renew running tasks' leases (and, when `seen`, the worker's last_seen); the ids
-        whose lease was lost."""
+        whose lease was lost, and those a cancel asks to stop."""
 
     @abc.abstractmethod
     def finish_many(self, done: Sequence[Done]) -> list[TaskStatus | None]:
@@ -143,7 +151,7 @@ class DirectTransport(Transport):
         with _store_errors():
             return store.start_many(tasks, now=timezone.now())
 
-    def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> set[int]:
+    def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         # A broken connection (a terminated backend, a failover) gets one immediate retry on a
         # fresh one, so it does not count as a failed heartbeat.
         with _store_errors():
@@ -153,12 +161,12 @@ class DirectTransport(Transport):
                 db.reset_connection()
                 return self._heartbeat(leases, seen=seen)
 
-    def _heartbeat(self, leases: Mapping[int, int], *, seen: bool) -> set[int]:
+    def _heartbeat(self, leases: Mapping[int, int], *, seen: bool) -> Beat:
         now = timezone.now()
         lost = store.heartbeat(leases, now=now)
         if seen and self.worker is not None:
             worker_registry.seen(self.worker.worker_id, now=now)
-        return lost
+        return Beat(lost=lost, cancel=store.stop_requested(set(leases) - lost))
 
     def finish_many(self, done: Sequence[Done]) -> list[TaskStatus | None]:
         with _store_errors():

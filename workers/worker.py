@@ -28,7 +28,7 @@ from workers.controller import ControllerThread
 from workers.executor import ExecutorThread, result_writer, start_writer
 from workers.heartbeat import HeartbeatThread, cut_off
 from workers.results import Tally
-from workers.time_limits import TimeLimits
+from workers.time_limits import AttemptStops
 from workers.transport import Transport, WorkerInfo
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class WorkerProcess:
                            results=self.results, tally=self.tally)
             for i in range(threads)
         ]
-        self.time_limits = TimeLimits(buffer=self.buffer, results=self.results,
+        self.time_limits = AttemptStops(buffer=self.buffer, results=self.results,
                                       worker_id=self.worker_id, tally=self.tally,
                                       grace_s=settings.ATF_TIMEOUT_GRACE_S)
         self.exit_code = 0
@@ -114,7 +114,8 @@ class WorkerProcess:
             cut_off(f"no successful heartbeat for {silent_s:.1f}s")
         if hung := self.time_limits.enforce(time.monotonic()):
             self.abandon(f"the lambda of task(s) {', '.join(str(r.task.task_id) for r in hung)} "
-                         f"did not stop within {self.time_limits.grace_s:g}s of its time limit")
+                         f"did not stop within {self.time_limits.grace_s:g}s of its time limit or "
+                         f"cancel")
         alive = sum(thread.is_alive() for thread in self.executors)
         if alive < len(self.executors) and not self._stop.is_set():
             logger.critical("%d of %d executor threads died; stopping so that a fresh process "

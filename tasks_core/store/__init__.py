@@ -20,7 +20,7 @@ from __future__ import annotations
 from tasks_core.store.consumer import enqueue_due, retrigger
 from tasks_core.store.create import create
 from tasks_core.store.guarded import transition
-from tasks_core.store.operators import cancel, discard, requeue, run_now
+from tasks_core.store.operators import cancel, discard, requeue, run_now, stop_requested
 from tasks_core.store.values import (
     CLAIMED_COLUMNS,
     ClaimedTask,
@@ -45,5 +45,5 @@ __all__ = [
     "CLAIMED_COLUMNS", "ClaimedTask", "DueBatch", "Lease", "NewTask", "Outcome", "Result",
     "cancel", "claim", "create", "discard", "enqueue_due", "error_info", "finish",
     "finish_many", "heartbeat", "release", "requeue", "retrigger", "run_now", "start",
-    "start_many", "transition",
+    "start_many", "stop_requested", "transition",
 ]

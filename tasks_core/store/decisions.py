@@ -125,10 +125,11 @@ def ending(task: ClaimedTask, result: Result, *, now: datetime, timeouts: states
     """What finishing one attempt writes.
 
     success -> success (fatal_failure when its result is over `max_result_bytes`); fatal ->
-    fatal_failure; retry or timeout -> retrying after the explicit delay or the lambda's
-    backoff (`rand` draws its jitter), or dead when the attempts are used up. A timed-out
-    lambda may run on for the worker's grace (`timeout_grace_s`), after which its process
-    exits, so its task is not retried before twice that (workers/time_limits.py).
+    fatal_failure; cancelled (a cancel stopped it) -> cancelled; retry or timeout -> retrying
+    after the explicit delay or the lambda's backoff (`rand` draws its jitter), or dead when the
+    attempts are used up. A timed-out lambda may run on for the worker's grace
+    (`timeout_grace_s`), after which its process exits, so its task is not retried before
+    twice that (workers/time_limits.py).
     """
     result = bounded(result, max_result_bytes=max_result_bytes)
     delay_s = None
@@ -136,6 +137,8 @@ def ending(task: ClaimedTask, result: Result, *, now: datetime, timeouts: states
         target = TaskStatus.SUCCESS
     elif result.outcome is Outcome.FATAL:
         target = TaskStatus.FATAL_FAILURE
+    elif result.outcome is Outcome.CANCELLED:
+        target = TaskStatus.CANCELLED
     elif task.attempt >= task.max_attempts:
         target = TaskStatus.DEAD
     else:

@@ -15,23 +15,37 @@ from tasks_core.store import backends, guarded
 
 
 def cancel(task_id: int, *, now: datetime, reason: str = "cancelled") -> TaskStatus:
-    """Cancel a task that no worker holds; return the status it had.
+    """Cancel a task; return the status it had.
 
-    Raises InvalidTransition for a task already claimed, running or finished.
+    A task no worker holds, or one claimed but not started, is `cancelled` at once. A running
+    one (`processing`) is asked to stop: its worker hears at its next heartbeat, interrupts the
+    lambda and records the attempt `cancelled`; until then it stays `processing`. Raises
+    InvalidTransition for a finished task.
     """
     backend = backends.current()
-    for _ in range(5):  # the consumer may move it between our read and our write
+    for _ in range(5):  # the consumer or a worker may move it between our read and our write
         status = backend.statuses([task_id]).get(task_id)
         if status is None:
             raise TaskEntity.DoesNotExist(f"no task {task_id}")
-        if status not in states.CANCELLABLE:
-            raise InvalidTransition(f"a task in status {status} cannot be cancelled; only new, "
-                                    "waiting, enqueued and retrying tasks can")
+        if status is TaskStatus.PROCESSING:
+            if TaskEntity.objects.filter(pk=task_id, status=status).update(
+                    cancel_requested_at=now):
+                return status
+            continue
+        if status not in states.CANCELLABLE | {TaskStatus.CLAIMED}:
+            raise InvalidTransition(f"a task in status {status} cannot be cancelled: it finished")
         error = {"type": "Cancelled", "message": reason, "traceback": ""}
         if guarded.transition(task_id, expected=status, lease=None, target=TaskStatus.CANCELLED,
                               now=now, finished_at=now, last_error=error):
             return status
     raise InvalidTransition("the task kept changing; try again")
+
+
+def stop_requested(task_ids: Iterable[int]) -> set[int]:
+    """The running tasks among `task_ids` that a cancel asked to stop."""
+    return set(TaskEntity.objects.filter(pk__in=list(task_ids), status=TaskStatus.PROCESSING,
+                                         cancel_requested_at__isnull=False)
+               .values_list("pk", flat=True))
 
 
 def requeue(task_ids: Iterable[int], *, now: datetime,

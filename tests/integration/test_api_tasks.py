@@ -19,6 +19,7 @@ CONTRACT_FIELDS = [
     "id", "lambda", "collection", "priority", "status", "payload", "attempts", "max_attempts",
     "run_at", "created_at", "enqueued_at", "started_at", "finished_at", "heartbeat_at", "result",
     "last_error", "idempotency_key", "worker", "parents", "children", "timeout",
+    "cancel_requested_at",
 ]
 
 
@@ -277,9 +278,9 @@ def test_filter_on_lambda_and_priority(alice: Member) -> None:
     assert [task["id"] for task in response.json()["results"]] == [high.pk]
 
 
-@pytest.mark.parametrize("status", ["new", "waiting", "enqueued", "retrying"])
+@pytest.mark.parametrize("status", ["new", "waiting", "enqueued", "retrying", "claimed"])
 def test_cancel_a_task_nobody_runs(alice: Member, status: str) -> None:
-    # Given a task nobody has claimed
+    # Given a task nobody runs yet
     task = TaskFactory(lambda_ref=alice.lam, status=status)
     # When it is cancelled
     response = alice.client.post(f"/api/v1/tasks/{task.pk}/cancel/")
@@ -289,14 +290,26 @@ def test_cancel_a_task_nobody_runs(alice: Member, status: str) -> None:
     assert TaskEntity.objects.get(pk=task.pk).status == TaskStatus.CANCELLED
 
 
-@pytest.mark.parametrize("status", ["claimed", "processing", "success", "dead", "cancelled"])
-def test_cancel_a_claimed_running_or_finished_task_answers_409(alice: Member,
-                                                               status: str) -> None:
+@pytest.mark.parametrize("status", ["success", "dead", "cancelled"])
+def test_cancel_a_finished_task_answers_409(alice: Member, status: str) -> None:
     task = TaskFactory(lambda_ref=alice.lam, status=status)
     response = alice.client.post(f"/api/v1/tasks/{task.pk}/cancel/")
     assert response.status_code == 409
     assert "detail" in response.json()
     assert TaskEntity.objects.get(pk=task.pk).status == status
+
+
+def test_cancel_a_running_task_answers_202_while_its_worker_is_asked_to_stop_it(
+        alice: Member) -> None:
+    # Given a running task
+    task = TaskFactory(lambda_ref=alice.lam, status="processing")
+    # When it is cancelled, Then the answer is 202: it still runs, its worker is being asked
+    response = alice.client.post(f"/api/v1/tasks/{task.pk}/cancel/")
+    assert response.status_code == 202, response.json()
+    body = response.json()
+    assert body["status"] == "processing" and body["cancel_requested_at"]
+    # ...and asking again answers the same
+    assert alice.client.post(f"/api/v1/tasks/{task.pk}/cancel/").status_code == 202
 
 
 def test_every_bad_field_is_told_at_once(alice: Member) -> None:

@@ -104,7 +104,7 @@ def test_a_remote_worker_claims_starts_renews_and_finishes_a_task(team_a: Member
     started = post(team_a.client, "start/", {"tasks": leases([claimed])}).json()
     assert started == {"tasks": [{"id": task_id, "started": True}]}
     beat = post(team_a.client, "heartbeat/", {"worker": worker, "tasks": leases([claimed])})
-    assert beat.json() == {"lost": []}
+    assert beat.json() == {"lost": [], "cancel": []}
     done = finish(team_a, worker, [claimed], result={"ok": 1},
                   started_at="2026-01-01T00:00:00Z")
     # Then the task succeeded with its result, and the attempt names the worker
@@ -212,7 +212,7 @@ def test_a_stale_lease_is_refused_per_item_and_changes_nothing(team_a: Member,
     beat = post(team_a.client, "heartbeat/", {"worker": worker, "tasks": leases([fresh, stale])})
     done = finish(team_a, worker, [fresh, stale], result=1)
     # Then the stale one is reported lost and refused, and stays as the new owner left it
-    assert beat.json() == {"lost": [stale["id"]]}
+    assert beat.json() == {"lost": [stale["id"]], "cancel": []}
     assert done == [{"id": fresh["id"], "status": "success"}, {"id": stale["id"], "status": None}]
     row = TaskEntity.objects.get(pk=stale["id"])
     assert (row.status, row.result) == ("processing", None)
@@ -339,7 +339,7 @@ def test_a_worker_of_another_team_can_claim_start_renew_finish_and_release_nothi
     released = post(team_b.client, "release/", {"tasks": leases([claimed])}).json()
     # Then nothing of A's started, renewed, finished or came back, and B learns nothing
     assert started == {"tasks": [{"id": claimed["id"], "started": False}]}
-    assert beat.json() == {"lost": [running["id"]]}
+    assert beat.json() == {"lost": [running["id"]], "cancel": []}
     assert done == [{"id": running["id"], "status": None}]
     assert released == {"released": 0}
     assert {row.pk: (row.status, row.lease, row.heartbeat_at, row.worker)

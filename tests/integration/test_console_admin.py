@@ -136,17 +136,21 @@ def test_lambda_page_shows_gate_buttons_and_held_back_tasks(admin_client: Client
 
 
 def test_cancel_reports_per_task_why_some_were_not_cancelled(admin_client: Client) -> None:
-    # Given a new task and a running one
+    # Given a new task, a running one and a finished one
     waiting = TaskFactory()
     running = TaskFactory(status=TaskStatus.PROCESSING)
-    # When both are cancelled
-    page = act(admin_client, TASKS, "cancel_tasks", [waiting.pk, running.pk])
-    # Then the new one is cancelled, the running one is left alone and the page says why
+    finished = TaskFactory(status=TaskStatus.SUCCESS)
+    # When all three are cancelled
+    page = act(admin_client, TASKS, "cancel_tasks", [waiting.pk, running.pk, finished.pk])
+    # Then the new one is cancelled, the running one's worker is asked to stop it, the
+    # finished one is left alone, and the page says so
     assert status_of(waiting) == TaskStatus.CANCELLED
     assert status_of(running) == TaskStatus.PROCESSING
+    assert TaskEntity.objects.get(pk=running.pk).cancel_requested_at is not None
     text = messages_of(admin_client.get(page.url))
-    assert "Cancelled 1 task(s)." in text
-    assert f"Task #{running.pk} not cancelled: a task in status processing cannot be" in text
+    assert "Cancelled 2 task(s)." in text
+    assert f"Task #{running.pk} is running: its worker is asked to stop it." in text
+    assert f"Task #{finished.pk} not cancelled: a task in status success cannot be" in text
 
 
 def test_run_now_moves_the_trigger_to_now(admin_client: Client) -> None:

@@ -80,10 +80,13 @@ def test_run_now_many_moves_only_delayed_and_retrying_tasks(mine: Lambda) -> Non
 def test_cancel_many_tells_why_a_task_was_not_cancelled(mine: Lambda) -> None:
     waiting = TaskFactory(lambda_ref=mine)
     running = TaskFactory(lambda_ref=mine, status=TaskStatus.PROCESSING)
-    done = operations.cancel_many(scope_of(mine), [waiting.pk, running.pk])
-    assert (done.selected, done.changed) == (2, 1)
-    assert len(done.problems) == 1 and f"#{running.pk} not cancelled" in done.problems[0]
-    assert statuses([waiting, running]) == ["cancelled", "processing"]
+    finished = TaskFactory(lambda_ref=mine, status=TaskStatus.SUCCESS)
+    done = operations.cancel_many(scope_of(mine), [waiting.pk, running.pk, finished.pk])
+    assert (done.selected, done.changed) == (3, 2)
+    assert done.problems == (f"Task #{running.pk} is running: its worker is asked to stop it.",
+                             f"Task #{finished.pk} not cancelled: a task in status success "
+                             f"cannot be cancelled: it finished.")
+    assert statuses([waiting, running, finished]) == ["cancelled", "processing", "success"]
 
 
 def test_one_task_outside_the_scope_is_not_found(mine: Lambda, theirs: Lambda) -> None:

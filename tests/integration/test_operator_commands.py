@@ -193,6 +193,37 @@ def test_dlq_errors(mailer: Lambda, args: list[str], message: str) -> None:
     assert status(task) == "dead"
 
 
+# --- atf_tasks ---------------------------------------------------------------------------
+
+
+def test_tasks_cancel_cancels_a_waiting_task_and_asks_a_running_ones_worker(
+        mailer: Lambda) -> None:
+    waiting = TaskFactory(lambda_ref=mailer)
+    running = TaskFactory(lambda_ref=mailer, status=TaskStatus.PROCESSING)
+    out = run("atf_tasks", "cancel", f"{waiting.pk},{running.pk}")
+    assert out.splitlines() == [f"task {waiting.pk}: cancelled",
+                                f"task {running.pk}: running; its worker is asked to stop it"]
+    assert (status(waiting), status(running)) == ("cancelled", "processing")
+    assert TaskEntity.objects.get(pk=running.pk).cancel_requested_at is not None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["cancel", "999999"], "task 999999: "),
+    (["cancel", "x"], "give task ids as 1,2,3"),
+    (["stop", "1"], "invalid choice: 'stop'"),
+])
+def test_tasks_errors(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        run("atf_tasks", *args)
+
+
+def test_tasks_cancel_of_a_finished_task_is_a_one_line_error(mailer: Lambda) -> None:
+    task = dead(mailer)
+    with pytest.raises(CommandError, match=f"task {task.pk}: a task in status dead cannot"):
+        run("atf_tasks", "cancel", str(task.pk))
+    assert status(task) == "dead"
+
+
 # --- atf_status --------------------------------------------------------------------------
 
 

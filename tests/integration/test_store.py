@@ -203,10 +203,33 @@ def test_a_worker_that_lost_its_lease_cannot_start_heartbeat_or_record(now: date
     assert list(TaskAttempt.objects.values_list("outcome", flat=True)) == ["lost"]
 
 
-@pytest.mark.parametrize("status", [TaskStatus.CLAIMED, TaskStatus.PROCESSING,
-                                    TaskStatus.SUCCESS, TaskStatus.DEAD])
-def test_cancel_is_refused_once_a_worker_holds_the_task_or_it_finished(
-        status: TaskStatus, now: datetime) -> None:
+def test_cancel_of_a_running_task_asks_its_worker_and_of_a_claimed_one_ends_it(
+        now: datetime) -> None:
+    # Given a running task and a claimed one
+    running_task = running(now)
+    atf.schedule("demo.noop")
+    (claimed,) = claim(messages(enqueue_due("demo.noop", now)), now)
+    # When both are cancelled
+    atf.cancel(running_task.task_id)
+    atf.cancel(claimed.task_id)
+    # Then the running one still runs, asked to stop, which its heartbeat hears
+    assert entity(running_task.task_id).status == TaskStatus.PROCESSING
+    assert store.stop_requested({running_task.task_id, claimed.task_id}) == {
+        running_task.task_id}
+    # ...its worker's `cancelled` attempt ends it, and the claimed one is cancelled at once
+    stopped = store.Result(outcome=Outcome.CANCELLED, started_at=now,
+                           error={"type": "TaskCancelled", "message": "", "traceback": ""})
+    assert store.finish(running_task, stopped, now=now) == TaskStatus.CANCELLED
+    assert TaskAttempt.objects.get(task_id=running_task.task_id).outcome == "cancelled"
+    assert entity(claimed.task_id).status == TaskStatus.CANCELLED
+    assert store.start(claimed, now=now) is False
+    # ...and a requeue forgets the request
+    store.requeue([running_task.task_id], now=now, statuses=[TaskStatus.CANCELLED])
+    assert entity(running_task.task_id).cancel_requested_at is None
+
+
+@pytest.mark.parametrize("status", [TaskStatus.SUCCESS, TaskStatus.DEAD])
+def test_cancel_is_refused_once_it_finished(status: TaskStatus, now: datetime) -> None:
     task = atf.schedule("demo.noop")
     TaskEntity.objects.filter(pk=task.pk).update(status=status)
     with pytest.raises(InvalidTransition):

@@ -21,7 +21,7 @@ from tests.conftest import wait_for
 from tests.remote import worker_token
 from workers.consumer import Consumer
 from workers.http_transport import HttpTransport
-from workers.transport import DirectTransport, Transport, WorkerInfo
+from workers.transport import Beat, DirectTransport, Transport, WorkerInfo
 from workers.worker import WorkerProcess
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -112,16 +112,50 @@ def test_an_attempt_past_its_time_limit_ends_timeout(transport: Transport,
     assert (attempt.ended_at - attempt.started_at).total_seconds() < 2.5
 
 
+def test_a_running_task_that_is_cancelled_stops_and_its_worker_goes_on(
+        transport: Transport, consumer: Consumer) -> None:
+    # Given a worker over this transport running a long task (one that heartbeats)
+    long = atf.schedule("demo.sleep", {"seconds": 60}, timeout=0)
+    consumer.run_pass()
+    worker = WorkerProcess(["demo.sleep", "demo.noop"], threads=1, transport=transport)
+    thread = threading.Thread(target=worker.run, name="WorkerUnderTest")
+    thread.start()
+    try:
+        wait_for(lambda: TaskEntity.objects.get(pk=long.pk).status == TaskStatus.PROCESSING,
+                 message="the long task running")
+        # When it is cancelled
+        atf.cancel(long.pk)
+        # Then its worker stops it: the attempt and the task end `cancelled`, in seconds
+        wait_for(lambda: TaskEntity.objects.get(pk=long.pk).status == TaskStatus.CANCELLED,
+                 timeout_s=15, message="the task cancelled")
+        (attempt,) = TaskAttempt.objects.filter(task_id=long.pk)
+        assert (attempt.outcome, attempt.error["type"]) == ("cancelled", "TaskCancelled")
+        assert (attempt.ended_at - attempt.started_at).total_seconds() < 10
+        # ...and its one executor goes on with the next task
+        after = atf.schedule("demo.noop")
+        consumer.run_pass()
+        wait_for(lambda: TaskEntity.objects.get(pk=after.pk).status == TaskStatus.SUCCESS,
+                 message="the next task")
+        assert thread.is_alive()
+    finally:
+        worker.stop()
+        thread.join(30)
+
+
 def test_a_heartbeat_renews_a_current_lease_and_reports_a_stale_one(transport: Transport,
                                                                     consumer: Consumer) -> None:
     atf.schedule("demo.noop")
     task = running(transport, consumer)
     before = TaskEntity.objects.get(pk=task.task_id).heartbeat_at
     # When the worker heartbeats with its lease, Then the lease is renewed
-    assert transport.heartbeat({task.task_id: task.lease}) == set()
+    assert transport.heartbeat({task.task_id: task.lease}) == Beat(lost=set())
     assert TaskEntity.objects.get(pk=task.task_id).heartbeat_at > before
     # ...and with any other lease, the task is reported lost
-    assert transport.heartbeat({task.task_id: task.lease - 1}) == {task.task_id}
+    assert transport.heartbeat({task.task_id: task.lease - 1}) == Beat(lost={task.task_id})
+    # ...and once a cancel asks to stop it, the heartbeat says so
+    atf.cancel(task.task_id)
+    assert transport.heartbeat({task.task_id: task.lease}) == Beat(lost=set(),
+                                                                   cancel={task.task_id})
 
 
 def test_a_result_under_a_lease_that_moved_on_is_refused(transport: Transport,
@@ -140,7 +174,7 @@ def test_a_result_under_a_lease_that_moved_on_is_refused(transport: Transport,
     assert transport.finish_many([(task, result)]) == [None]
     assert TaskEntity.objects.get(pk=task.task_id).result is None
     # ...and its heartbeat finds the lease lost
-    assert transport.heartbeat({task.task_id: task.lease}) == {task.task_id}
+    assert transport.heartbeat({task.task_id: task.lease}).lost == {task.task_id}
 
 
 def test_a_result_is_recorded_with_its_attempt(transport: Transport, consumer: Consumer) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tasks_core.context import TimeLimitExceeded
+from tasks_core.context import AttemptStopped, TaskCancelled, TimeLimitExceeded
 from tasks_core.store import ClaimedTask
 from workers.buffer import WorkBuffer
 
@@ -78,12 +78,12 @@ def test_a_task_past_its_time_limit_is_interrupted_once_and_no_longer_heartbeate
     thread.start()
     started.wait(5)
     # Before its deadline nothing happens
-    assert buffer.time_out(now_s=0.5) == []
+    assert buffer.stop_due(now_s=0.5) == []
     assert buffer.leases() == {1: 1}
     # At its deadline it is timed out once: interrupted, out of the heartbeat's leases
-    (timed_out,) = buffer.time_out(now_s=1.0)
+    (timed_out,) = buffer.stop_due(now_s=1.0)
     assert timed_out.task.task_id == 1
-    assert buffer.time_out(now_s=2.0) == []
+    assert buffer.stop_due(now_s=2.0) == []
     assert raised.wait(5)
     assert buffer.leases() == {}
     # It counts as hung once the grace has passed without its lambda returning
@@ -93,3 +93,39 @@ def test_a_task_past_its_time_limit_is_interrupted_once_and_no_longer_heartbeate
     # Its lambda's own outcome is discarded; once it returned it is not hung
     assert buffer.finishing(limited).discard is True
     assert buffer.hung(now_s=9.0, grace_s=1.0) == []
+
+
+def test_a_task_a_cancel_asks_to_stop_is_interrupted_at_once_without_a_time_limit() -> None:
+    # Given a running task without a time limit, its lambda busy in Python code
+    buffer = WorkBuffer(priorities=PRIORITIES, executors=1)
+    buffer.put([task(1)])
+    running = buffer.take(timeout_s=0)
+    raised: list[BaseException] = []
+    started = threading.Event()
+
+    def lambda_thread() -> None:
+        buffer.begin(running, 0.0, thread_id=threading.get_ident())
+        started.set()
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                pass
+        except AttemptStopped as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=lambda_thread)
+    thread.start()
+    started.wait(5)
+    assert buffer.stop_due(now_s=100.0) == []  # no limit: never timed out
+    # When a heartbeat hears that a cancel asks to stop it
+    assert [t.task_id for t in buffer.request_cancel({1, 99})] == [1]
+    assert buffer.request_cancel({1}) == []  # heard once
+    assert buffer.cancel_requested(1) is True  # what ctx.cancelled reads
+    # Then the next stop interrupts it with TaskCancelled, once, and stops heartbeating it
+    (stopped,) = buffer.stop_due(now_s=100.5)
+    assert stopped.stopped_by is TaskCancelled
+    assert buffer.stop_due(now_s=101.0) == []
+    thread.join(5)
+    assert [type(exc) for exc in raised] == [TaskCancelled]
+    assert buffer.leases() == {}
+    assert buffer.finishing(running).discard is True

@@ -266,7 +266,7 @@ class OrmBackend(StoreBackend):
         )
         TaskEntity.objects.filter(pk__in=ids).update(
             status=TaskStatus.NEW, attempts=0, run_at=now, finished_at=None, result=None,
-            worker="", last_error=None,
+            worker="", last_error=None, cancel_requested_at=None,
         )
         TaskAssoc.objects.filter(task_id__in=ids).update(status=AssocStatus.NEW,
                                                          next_trigger_at=now)
