@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks_core', '0010_attempt_lost_index'),
+        ('tasks_core', '0011_worker_credential'),
     ]
 
     operations = [
