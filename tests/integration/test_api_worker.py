@@ -191,7 +191,7 @@ def test_a_lease_is_bound_to_the_worker_that_claimed_it(team_a: Member,
     # Then nothing happened to it: its own worker still holds it and finishes it
     assert started == {"tasks": [{"id": claimed["id"], "started": False}]}
     assert named.status_code == 404  # another token's worker is not found
-    assert beat == {"lost": [claimed["id"]]}
+    assert beat == {"lost": [claimed["id"]], "cancel": []}
     assert ended == [{"id": claimed["id"], "status": None}]
     assert released == {"released": 0}
     post(team_a.client, "start/", {"tasks": leases([claimed])})
