@@ -39,11 +39,12 @@ def test_the_lambda_gates_follow_now_gates_and_overrides(
     # Then it answers as the ORM's own query at each moment, types and all
     assert before == _built_and_run_at(now, monkeypatch)
     assert after == _built_and_run_at(now + timedelta(minutes=2), monkeypatch)
-    assert not any(any(row[5:]) for row in before)
+    # (pk, name, team, gate, until, quota, due per priority...)
+    assert not any(any(row[6:]) for row in before)
     by_name = {row[1]: row for row in after}
-    assert any(by_name["demo.record"][5:])
-    assert by_name["demo.record"][4] == 7.0
-    assert by_name["demo.noop"][2:4] == (gating.GateState.PAUSED, until)
+    assert any(by_name["demo.record"][6:])
+    assert by_name["demo.record"][5] == 7.0
+    assert by_name["demo.noop"][3:5] == (gating.GateState.PAUSED, until)
 
 
 def test_a_query_without_now_runs_as_compiled() -> None:
