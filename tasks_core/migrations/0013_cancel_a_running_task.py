@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks_core', '0011_worker_credential'),
+        ('tasks_core', '0012_periodic_names_per_team'),
     ]
 
     operations = [
