@@ -47,7 +47,7 @@ venv:
 	@scripts/ensure_venv.sh
 
 test: venv
-	@$(PYTHON) scripts/ensure_services.py redis postgres chromium promtool
+	@$(PYTHON) scripts/ensure_services.py redis postgres chromium promtool pgbouncer
 	@echo "==> running the test suite"
 	@$(VENV)/bin/pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "==> pytest collected no tests"; exit 0; fi; exit $$status

@@ -4,7 +4,7 @@ For each service named on the command line: use the one that answers; else start
 server; else install it with apt-get (when root); else stop with one line saying what to
 install. Runs on the standard library (psycopg is imported only to check PostgreSQL logins).
 
-    python scripts/ensure_services.py redis postgres chromium
+    python scripts/ensure_services.py redis postgres chromium promtool pgbouncer
     python scripts/ensure_services.py apt PACKAGE ...      # apt-get install, when root
 """
 
@@ -318,11 +318,26 @@ def ensure_promtool() -> None:
                    "(apt-get install prometheus)")
 
 
+# --- PgBouncer for the pooler tests ----------------------------------------------------------
+
+PGBOUNCER = Path("/usr/sbin/pgbouncer")
+
+
+def ensure_pgbouncer() -> None:
+    """Only the program: the tests start their own PgBouncer on private ports (tests/pooler.py).
+    Debian's package may also start a PgBouncer of its own on 6432; the tests do not use it."""
+    if PGBOUNCER.exists() or (apt_install("pgbouncer") and PGBOUNCER.exists()):
+        logger.info("pgbouncer: using %s", PGBOUNCER)
+        return
+    raise ServiceMissing("pgbouncer is not installed: install it (apt-get install pgbouncer); "
+                         "the tests run ATF through it")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("services", nargs="+",
-                        help="redis, postgres, chromium, promtool; or `apt PACKAGE ...` to "
-                             "install packages")
+                        help="redis, postgres, chromium, promtool, pgbouncer; or `apt PACKAGE ...`"
+                             " to install packages")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="==> %(message)s", stream=sys.stdout)
     steps: dict[str, Callable[[], None]] = {
@@ -331,6 +346,7 @@ def main(argv: list[str]) -> int:
                                             or DEFAULT_DATABASE_URL),
         "chromium": ensure_chromium,
         "promtool": ensure_promtool,
+        "pgbouncer": ensure_pgbouncer,
     }
     try:
         if args.services[0] == "apt":

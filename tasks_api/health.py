@@ -1,4 +1,5 @@
-"""/healthz (the process answers), /readyz (database and queue reachable) and /metrics.
+"""/healthz (the process answers), /readyz (database and queue reachable, the database's
+session settings sound) and /metrics.
 
 /healthz and /readyz need no credentials, so that load balancers and orchestrators can probe
 them; they tell nothing but up or down. /metrics needs a token (Prometheus sends one with
@@ -29,7 +30,7 @@ from tasks_api import permissions, scopes
 from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.renderers import FirstRenderer, JsonErrorsMixin, PrometheusRenderer
-from tasks_core import consumer_liveness, incident_stats, queues, stats
+from tasks_core import consumer_liveness, incident_stats, pooling, queues, stats
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Lambda
 from tasks_core.states import TaskStatus
@@ -52,13 +53,19 @@ class HealthzView(ProbeView):
 
 
 def _check_database() -> str:
+    """"ok"; "unavailable"; or "misconfigured" when a setting needs the session that a pooler
+    in transaction mode does not keep (tasks_core.pooling logs which)."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-        return "ok"
+        problem = pooling.problem()
     except DatabaseError as exc:
         logger.warning("readiness: database unreachable: %s", exc)
         return "unavailable"
+    if problem is not None:
+        logger.error("readiness: %s", problem)
+        return "misconfigured"
+    return "ok"
 
 
 def _check_queue() -> str:

@@ -13,6 +13,7 @@
 | atf.W001 | tasks_api installed without drf_spectacular (the docs page cannot render) |
 | atf.W002 | tasks_api installed without drf_spectacular_sidecar (the docs page has no Swagger UI) |
 | atf.W003 | REST_FRAMEWORK sets what DRF applies to all views, ATF's too (`tasks_api.checks`) |
+| atf.E008 | a setting needs the database session that a pooler in transaction mode drops |
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 
-from tasks_core import conf, logs, redaction
+from tasks_core import conf, logs, pooling, redaction
 
 QUEUE_BACKENDS = ("redis", "sqs")
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -99,3 +100,11 @@ def settings_errors() -> list[checks.CheckMessage]:
 @checks.register("atf")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     return settings_errors()
+
+
+@checks.register("atf", checks.Tags.database)
+def check_database_session(app_configs: Any = None, databases: Any = None,
+                           **kwargs: Any) -> list[checks.CheckMessage]:
+    """Run only when asked (`manage.py check --database default`): it connects."""
+    return [checks.Error(problem, id="atf.E008") for alias in databases or ()
+            if (problem := pooling.probe(alias)) is not None]

@@ -81,6 +81,16 @@ ATF_TASK_TIMEOUT_S: float | None = 600.0
 #: its buffered tasks and exits (status 76) for its supervisor to restart it.
 ATF_TIMEOUT_GRACE_S = 5.0
 
+# --- Database -------------------------------------------------------------------------
+
+#: Prepare the store's hot statements on the server, once per connection. Off by default:
+#: behind a pooler in transaction mode (PgBouncer's `pool_mode = transaction`, pgcat, Supavisor,
+#: RDS Proxy) the next transaction may run on a server connection that never saw them, and
+#: measured on a direct connection they saved nothing worth the risk (docs/production.md).
+#: Turned on where the session is not kept, a process prepares nothing, logs an error and
+#: fails /readyz (tasks_core.pooling).
+ATF_DB_PREPARED_STATEMENTS = False
+
 # --- Processes ------------------------------------------------------------------------
 
 #: The store consumer's longest sleep between two polls.

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
@@ -18,7 +19,12 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from tasks_core import directory, queues
+from tasks_core import directory, pooling, queues
+from tasks_core.store import backends
+from workers import turns
+
+if TYPE_CHECKING:
+    from tests.pooler import PgBouncer  # it imports this module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,6 +58,83 @@ def _fresh_directory() -> Iterator[None]:
     directory.clear()
 
 
+@pytest.fixture(autouse=True)
+def _no_turns_connection_left() -> Iterator[None]:
+    """A consumer pass opens a connection of its own for its turns (workers.turns): closed
+    after each test, or the test database could not be dropped at the end."""
+    yield
+    turns.reset()
+
+
+#: Where the tests' database connections go: straight to PostgreSQL, or through a PgBouncer in
+#: transaction or session mode. Tests marked `pooled` run once per route (pytest_generate_tests).
+ROUTES = ("direct", "pgbouncer-transaction", "pgbouncer-session")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if ("database_route" in metafunc.fixturenames
+            and metafunc.definition.get_closest_marker("pooled") is not None
+            and settings.DATABASES["default"]["ENGINE"].endswith("postgresql")):
+        metafunc.parametrize("database_route", ROUTES, indirect=True)
+
+
+@pytest.fixture(scope="session")
+def pgbouncers(django_db_setup: None, django_db_blocker: object
+               ) -> Iterator[dict[str, PgBouncer]]:
+    """A PgBouncer per pool mode in front of the test database, started when first asked for;
+    stopped before the test database is dropped, and its server connections gone with it."""
+    started: dict[str, PgBouncer] = {}
+    yield started
+    for bouncer in started.values():
+        bouncer.stop()
+    if started:
+        with django_db_blocker.unblock():  # type: ignore[attr-defined]
+            wait_for(_alone_on_the_database, timeout_s=30,
+                     message="PgBouncer's server connections to close")
+
+
+def _alone_on_the_database() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity"
+                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        return cursor.fetchone() == (0,)
+
+
+@pytest.fixture
+def database_route(request: pytest.FixtureRequest, pgbouncers: dict[str, PgBouncer]
+                   ) -> Iterator[str]:
+    """This test's route to the database (see ROUTES; "direct" unless the test is `pooled`).
+
+    Through a PgBouncer, every new connection of this process (each thread's) and of the
+    processes the test starts (subprocess_env) goes to its port. In session mode the store's
+    statements are prepared (ATF_DB_PREPARED_STATEMENTS), which that mode allows.
+    """
+    route = getattr(request, "param", "direct")
+    if route == "direct":
+        yield route
+        return
+    from tests.pooler import PgBouncer
+
+    mode = route.removeprefix("pgbouncer-")
+    database = settings.DATABASES["default"]  # every thread's connection reads this dict
+    if mode not in pgbouncers:
+        pgbouncers[mode] = PgBouncer(mode, host=database["HOST"], port=int(database["PORT"]))
+    before = database["PORT"], settings.ATF_DB_PREPARED_STATEMENTS
+    connection.close()
+    database["PORT"] = str(pgbouncers[mode].port)
+    settings.ATF_DB_PREPARED_STATEMENTS = mode == "session"
+    pooling.forget()
+    backends.use(None)
+    try:
+        yield route
+    finally:
+        connection.close()
+        turns.reset()
+        database["PORT"], settings.ATF_DB_PREPARED_STATEMENTS = before
+        pooling.forget()
+        backends.use(None)
+
+
 def wait_for(condition: Callable[[], object], *, timeout_s: float = 30.0,
              interval_s: float = 0.05, message: str = "condition") -> object:
     """Poll `condition` until it returns something truthy; fail after `timeout_s`."""
@@ -75,6 +158,7 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
         "DATABASE_URL": database_url,
         "REDIS_URL": settings.REDIS_URL,
         "ATF_QUEUE_PREFIX": settings.ATF_QUEUE_PREFIX,
+        "ATF_DB_PREPARED_STATEMENTS": str(settings.ATF_DB_PREPARED_STATEMENTS),
         "ATF_LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
     }

@@ -334,6 +334,7 @@ class Consumer:
                 db.reset_connection()
                 time.sleep(settings.ATF_RESTART_DELAY_S)
         listener.stop()
+        turns.reset()
         self.queue.close()
 
     @staticmethod

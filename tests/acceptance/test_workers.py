@@ -44,7 +44,8 @@ FAST = {
 
 
 @pytest.fixture
-def env() -> dict[str, str]:
+def env(database_route: str) -> dict[str, str]:
+    """The processes' environment; the tests marked `pooled` run through PgBouncer too."""
     return subprocess_env(**FAST)
 
 
@@ -84,6 +85,7 @@ def overlapping(lines: list[dict]) -> list[int]:
     return bad
 
 
+@pytest.mark.pooled
 def test_outcomes_end_in_the_right_status_with_the_right_attempts(
         processes: Processes, env: dict[str, str], workers: Workers) -> None:
     # Given one task of each kind of outcome
@@ -178,6 +180,7 @@ def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere(
                 ) == ["lost", "success"]
 
 
+@pytest.mark.pooled
 def test_a_single_threaded_worker_takes_high_before_default_before_low(
         processes: Processes, env: dict[str, str], records: callable) -> None:
     # Given a backlog of each priority, already in the queues

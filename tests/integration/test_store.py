@@ -35,12 +35,14 @@ ON_POSTGRES = "postgresql" in settings.DATABASES["default"]["ENGINE"]
 
 
 @pytest.fixture(autouse=True, params=["postgres", "orm"] if ON_POSTGRES else ["orm"])
-def backend(request: pytest.FixtureRequest) -> Iterator[StoreBackend]:
-    """The store backend under test, for the whole test (threads included)."""
+def backend(request: pytest.FixtureRequest, database_route: str) -> Iterator[StoreBackend]:
+    """The store backend under test, for the whole test (threads included); the tests marked
+    `pooled` run it through PgBouncer too, in each pool mode (tests/conftest.py)."""
     if request.param == "postgres":
         from tasks_core.store.backends.postgres import PostgresBackend
 
-        chosen: StoreBackend = PostgresBackend()
+        # Prepared (ATF_DB_PREPARED_STATEMENTS on) but behind the transaction-mode pooler.
+        chosen: StoreBackend = PostgresBackend(prepare=database_route != "pgbouncer-transaction")
     else:
         chosen = OrmBackend()
     backends.use(chosen)
@@ -506,6 +508,7 @@ def test_a_rolled_back_schedule_takes_its_new_collection_with_it() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.pooled
 def test_twenty_concurrent_schedules_with_one_key_create_one_task() -> None:
     barrier = threading.Barrier(20)
     ids: list[int] = []
@@ -531,6 +534,7 @@ def test_twenty_concurrent_schedules_with_one_key_create_one_task() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.pooled
 def test_schedule_rolls_back_with_the_callers_transaction() -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
         atf.schedule("demo.noop", {"order": 1})
@@ -559,6 +563,7 @@ def test_schedule_many_is_all_or_nothing(settings: object) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.pooled
 def test_racing_claims_of_the_same_messages_have_exactly_one_winner() -> None:
     # Given 200 enqueued tasks whose messages reached four controllers at once
     atf.schedule_many([{"lambda": "demo.noop"} for _ in range(200)])
@@ -661,6 +666,7 @@ def drain(now: datetime, pushed: list[Message]) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.pooled
 def test_a_claim_racing_the_consumer_claims_every_task_once_and_keeps_its_claim(
         ) -> None:
     # Given 100 enqueued tasks whose enqueue timeout (60 s) has just expired
@@ -687,6 +693,7 @@ def test_a_claim_racing_the_consumer_claims_every_task_once_and_keeps_its_claim(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.pooled
 def test_results_racing_the_consumer_are_recorded_or_refused_never_both() -> None:
     # Given 60 running tasks whose heartbeat timeout (30 s) has just expired
     tasks = running_many(60)
@@ -718,6 +725,7 @@ def test_results_racing_the_consumer_are_recorded_or_refused_never_both() -> Non
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.pooled
 def test_heartbeats_racing_the_consumer_lose_exactly_the_tasks_enqueued_again() -> None:
     # Given 60 running tasks whose heartbeat timeout (30 s) has just expired
     tasks = running_many(60)

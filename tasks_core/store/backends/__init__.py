@@ -7,6 +7,7 @@ import threading
 
 from django.db import connection
 
+from tasks_core import pooling
 from tasks_core.store.backends.base import StoreBackend
 
 _lock = threading.Lock()
@@ -17,7 +18,7 @@ def _choose() -> StoreBackend:
     if connection.vendor == "postgresql":
         from tasks_core.store.backends.postgres import PostgresBackend  # needs psycopg
 
-        return PostgresBackend()
+        return PostgresBackend(prepare=pooling.prepare_statements())
     from tasks_core.store.backends.orm import OrmBackend
 
     return OrmBackend()

@@ -50,18 +50,20 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-def _execute(sql: str, params: Mapping[str, Any]) -> list[tuple]:
-    """Run a statement as a prepared statement of this connection; its rows, if it has any.
+def _execute(sql: str, params: Mapping[str, Any], *, prepare: bool) -> list[tuple]:
+    """Run a statement with its parameters bound on the server; its rows, if it has any.
 
-    Django's cursors send literal SQL, which PostgreSQL parses and plans on every call; these
-    statements run many times a second, so they bind parameters on the server and are planned
-    once per connection. Errors come out as Django's database errors, as from its cursors.
+    Django's cursors send literal SQL. These statements run many times a second, so with
+    `prepare` each is a prepared statement of this connection, parsed and planned once per
+    connection; without it (behind a transaction-mode pooler, where the next transaction may
+    run on another server connection, one that never saw the statement) each call is parsed
+    and planned again. Errors come out as Django's database errors, as from its cursors.
     """
     import psycopg  # here, not at the top: a project on SQLite need not install it
 
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
+        cursor.execute(sql, params, prepare=prepare)
         return cursor.fetchall() if cursor.description else []
 
 
@@ -307,21 +309,28 @@ def _batch(entities: Sequence[TaskEntity], assocs: Sequence[AssocChange],
 
 
 class PostgresBackend(OrmBackend):
-    """The ORM backend with its hot batch steps replaced by the statements above."""
+    """The ORM backend with its hot batch steps replaced by the statements above; `prepare`:
+    each statement is prepared once per connection (off behind a transaction-mode pooler)."""
 
     insert_is_one_statement = True
     supports_percentiles = True
     worker_steps_are_one_statement = True
+
+    def __init__(self, *, prepare: bool = True) -> None:
+        self.prepare = prepare
+
+    def _run(self, sql: str, params: Mapping[str, Any]) -> list[tuple]:
+        return _execute(sql, params, prepare=self.prepare)
 
     def insert(self, entities: Sequence[TaskEntity], assocs: Sequence[AssocChange], *,
                collections: Sequence[tuple[int, str]] = ()) -> None:
         """One statement, whatever the number of tasks: the ORM's bulk_create spends most of
         its time preparing each field of each object, and needs a round trip per table."""
         if len(entities) == 1:
-            rows = _execute(_INSERT_ONE, _one_row(entities[0], assocs[0],
+            rows = self._run(_INSERT_ONE, _one_row(entities[0], assocs[0],
                                                   new_collection=bool(collections)))
         else:
-            rows = _execute(_INSERT, _batch(entities, assocs, collections))
+            rows = self._run(_INSERT, _batch(entities, assocs, collections))
         for entity, (pk,) in zip(entities, rows, strict=True):
             entity.pk = pk
             entity._state.adding = False
@@ -329,14 +338,14 @@ class PostgresBackend(OrmBackend):
 
     def due(self, lambda_id: int, *, limit: int, now: datetime, skip_collections: list[str],
             priorities: list[str]) -> list[DueRow]:
-        rows = _execute(_DUE, {"lambda_id": lambda_id, "now": now, "limit": limit,
+        rows = self._run(_DUE, {"lambda_id": lambda_id, "now": now, "limit": limit,
                                "skip": skip_collections, "priorities": priorities,
                                "completed": AssocStatus.COMPLETED.value})
         return [due_row(*row) for row in rows]
 
     def mark_enqueued(self, *, bump: list[int], keep: list[int], now: datetime,
                       assoc: AssocChange) -> None:
-        _execute(_MARK_ENQUEUED, {"bump": bump, "keep": keep, "now": now,
+        self._run(_MARK_ENQUEUED, {"bump": bump, "keep": keep, "now": now,
                                   "enqueued": TaskStatus.ENQUEUED.value,
                                   "assoc_status": assoc.status,
                                   "trigger": assoc.next_trigger_at})
@@ -344,7 +353,7 @@ class PostgresBackend(OrmBackend):
     def claim(self, leases: Sequence[Lease], *, lambda_ids: list[int], worker: str,
               now: datetime, assoc: AssocChange) -> list[ClaimedTask]:
         leases = sorted(leases, key=lambda lease: lease.task_id)  # the lock order
-        rows = _execute(_CLAIM, {
+        rows = self._run(_CLAIM, {
             "ids": [lease.task_id for lease in leases],
             "leases": [lease.lease for lease in leases], "lambda_ids": lambda_ids,
             "worker": worker, "now": now,
@@ -360,7 +369,7 @@ class PostgresBackend(OrmBackend):
     def start(self, leases: Sequence[Lease], assocs: Mapping[int, AssocChange], *,
               now: datetime) -> Starts:
         leases = sorted(leases, key=lambda lease: lease.task_id)  # the lock order
-        rows = _execute(_START, {
+        rows = self._run(_START, {
             "ids": [lease.task_id for lease in leases],
             "leases": [lease.lease for lease in leases],
             "assoc_statuses": [assocs[lease.task_id].status for lease in leases],
@@ -380,7 +389,7 @@ class PostgresBackend(OrmBackend):
 
     def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
         endings = sorted(endings, key=lambda e: e.task_id)  # the lock order
-        return dict(_execute(_FINISH, {
+        return dict(self._run(_FINISH, {
             "ids": [e.task_id for e in endings], "leases": [e.lease for e in endings],
             "statuses": [e.status for e in endings],
             "results": [_json(e.result) for e in endings],

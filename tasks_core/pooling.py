@@ -1,0 +1,111 @@
+"""Connection poolers in front of PostgreSQL: whether this process's connections keep a session.
+
+ATF keeps nothing in a database session from one transaction to the next (its consumer's turns
+are transaction-scoped locks, workers/turns.py), so it runs behind a pooler in transaction
+mode (PgBouncer's `pool_mode = transaction`, pgcat, Supavisor, RDS Proxy) as it does on a
+direct connection. Two settings would need the session: ATF_DB_PREPARED_STATEMENTS (the store's
+statements prepared on the server) and psycopg's automatic prepares of Django's queries
+(DATABASES OPTIONS `server_side_binding` with a `prepare_threshold`). Behind such a pooler, a
+statement prepared on one server connection and run on another fails, or, should another
+client have prepared one of the same name there, runs that one. So when either is on, each
+process asks the database once, before the store prepares anything, whether its connection
+keeps a session; if it does not, the store prepares nothing, the process logs an error, and
+/readyz and `manage.py check --database default` fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+logger = logging.getLogger(__name__)
+
+SESSION_LOST = (
+    "the database connection does not keep its session between transactions (a pooler in "
+    "transaction mode?) but {needs} needs it: turn it off, or point DATABASE_URL at the "
+    "database or at a pooler in session mode"
+)
+
+_lock = threading.Lock()
+_problem: str | None = None
+_probed = False
+
+
+def _backend_pid(wrapper: BaseDatabaseWrapper) -> int:
+    with wrapper.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    return int(pid)
+
+
+def session_is_kept(alias: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether a connection keeps its server session between two transactions.
+
+    The first connection runs a transaction; a second connection then holds a transaction open,
+    on the server connection the first just gave back if a pooler hands them out (PgBouncer
+    reuses the last one freed); the first runs another. Behind a transaction-mode pooler the
+    second transaction of the first connection then runs in another server process.
+    """
+    first = connections.create_connection(alias)
+    second = connections.create_connection(alias)
+    try:
+        pid = _backend_pid(first)
+        second.ensure_connection()
+        with second.wrap_database_errors, second.connection.transaction():
+            second.connection.execute("SELECT 1")
+            return _backend_pid(first) == pid
+    finally:
+        for wrapper in (first, second):
+            with contextlib.suppress(Exception):
+                wrapper.close()
+
+
+def _session_settings(alias: str) -> list[str]:
+    """The settings in effect that need a session kept between transactions."""
+    needs = []
+    if settings.ATF_DB_PREPARED_STATEMENTS:
+        needs.append("ATF_DB_PREPARED_STATEMENTS")
+    options = connections[alias].settings_dict.get("OPTIONS", {})
+    if options.get("server_side_binding") is True and options.get("prepare_threshold") is not None:
+        needs.append("DATABASES OPTIONS prepare_threshold (with server_side_binding)")
+    return needs
+
+
+def probe(alias: str = DEFAULT_DB_ALIAS) -> str | None:
+    """What is wrong with the session settings of `alias` (PostgreSQL), or None; logged."""
+    if connections[alias].vendor != "postgresql":
+        return None
+    needs = _session_settings(alias)
+    if not needs or session_is_kept(alias):
+        return None
+    found = SESSION_LOST.format(needs=" and ".join(needs))
+    logger.error("%s", found)
+    return found
+
+
+def problem() -> str | None:
+    """This process's finding (probed once, on first use): None when all is well."""
+    global _problem, _probed
+    if not _probed:
+        with _lock:
+            if not _probed:
+                _problem = probe()
+                _probed = True
+    return _problem
+
+
+def prepare_statements() -> bool:
+    """Whether the store may prepare its statements on the server in this process."""
+    return settings.ATF_DB_PREPARED_STATEMENTS and problem() is None
+
+
+def forget() -> None:
+    """Probe again on next use (tests that change the database's route)."""
+    global _problem, _probed
+    with _lock:
+        _problem, _probed = None, False

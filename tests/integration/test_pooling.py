@@ -1,0 +1,60 @@
+"""ATF behind a connection pooler: a setting that needs the database session, behind a pooler
+that does not keep it (PgBouncer in transaction mode), fails /readyz and the database check,
+logs why, and prepares nothing; on a direct connection and in session mode all is well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from rest_framework.test import APIClient
+
+from tasks_core import pooling
+from tasks_core.store import backends
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.pooled]
+
+
+@pytest.fixture
+def prepared_statements(settings: object, database_route: str, redis_client: object
+                        ) -> Iterator[str]:
+    """ATF_DB_PREPARED_STATEMENTS on, over this test's route, probed afresh."""
+    settings.ATF_DB_PREPARED_STATEMENTS = True  # type: ignore[attr-defined]
+    pooling.forget()
+    backends.use(None)
+    yield database_route
+    pooling.forget()
+    backends.use(None)
+
+
+def test_prepared_statements_behind_a_transaction_pooler_say_so_and_stay_off(
+        prepared_statements: str, caplog: pytest.LogCaptureFixture) -> None:
+    lost = prepared_statements == "pgbouncer-transaction"
+    # When the API is asked whether it is ready
+    ready = APIClient().get("/readyz")
+    # Then behind the transaction-mode pooler it is not, and the log says why
+    assert ready.status_code == (503 if lost else 200)
+    assert ready.json()["checks"]["database"] == ("misconfigured" if lost else "ok")
+    assert ("ATF_DB_PREPARED_STATEMENTS needs it" in caplog.text) is lost
+    # And the store prepares nothing there (and prepares elsewhere, as asked)
+    assert backends.current().prepare is not lost  # type: ignore[attr-defined]
+    # And the database check fails there with the same finding
+    if lost:
+        with pytest.raises(SystemCheckError, match="atf.E008"):
+            call_command("check", databases=["default"])
+    else:
+        call_command("check", databases=["default"])
+
+
+def test_with_the_defaults_every_route_is_ready(database_route: str, settings: object,
+                                                 redis_client: object) -> None:
+    # Given the defaults: nothing prepared on the server, nothing kept in a session
+    settings.ATF_DB_PREPARED_STATEMENTS = False  # type: ignore[attr-defined]
+    pooling.forget()
+    # Then the API is ready on every route, and nothing is wrong
+    assert APIClient().get("/readyz").json()["checks"]["database"] == "ok"
+    assert pooling.problem() is None
+    pooling.forget()
