@@ -78,7 +78,8 @@ ATF_BACKOFF_CAP_S = 600.0
 #: without `timeout=` (docs/lambdas.md says why ten minutes); 0 or None: no limit.
 ATF_TASK_TIMEOUT_S: float | None = 600.0
 #: Seconds a timed-out lambda has to stop once interrupted; then its worker process hands back
-#: its buffered tasks and exits (status 76) for its supervisor to restart it.
+#: its buffered tasks and replaces itself (workers.replacement; under `--processes N` it exits
+#: with status 76 for its supervisor to restart it).
 ATF_TIMEOUT_GRACE_S = 5.0
 
 # --- Database -------------------------------------------------------------------------

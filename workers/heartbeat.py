@@ -1,19 +1,20 @@
 """The heartbeat thread: renews the leases of running tasks and the worker's `last_seen`.
 
 After three consecutive failed heartbeats, or three intervals without a successful one (a
-write that hangs), the process terminates itself. heartbeat_timeout is checked at start to
+write that hangs), the process ends at once and a fresh image of it takes over
+(workers.replacement). heartbeat_timeout is checked at start to
 exceed three intervals, so no task is enqueued again while this process could still run it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 
 from tasks_core import store
 from tasks_core.liveness import MAX_FAILED_HEARTBEATS
+from workers import replacement
 from workers.buffer import WorkBuffer
 from workers.transport import Beat, Transport
 
@@ -24,12 +25,11 @@ EXIT_CUT_OFF = 75
 
 
 def cut_off(reason: str) -> None:
-    """Terminate this process at once: its leases can no longer be trusted."""
-    logger.critical("%s: terminating the worker process so no task can run twice at once",
+    """End this process's image at once (its lambdas with it): its leases can no longer be
+    trusted. A fresh image takes over once ATF answers again (workers.replacement)."""
+    logger.critical("%s: ending the worker process's lambdas so no task can run twice at once",
                     reason, extra={"action": "worker_cut_off"})
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    os._exit(EXIT_CUT_OFF)
+    replacement.end_process(reason, EXIT_CUT_OFF)
 
 
 class HeartbeatThread(threading.Thread):

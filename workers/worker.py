@@ -3,8 +3,9 @@
 The main thread waits for a stop request and watches: three heartbeat intervals without a
 successful heartbeat and the process terminates itself (the heartbeat thread may be the one
 stuck); tasks past their time limit are timed out; a lambda that does not stop within the
-grace after that, or an executor thread that died, makes the process exit non-zero so that
-its supervisor (`runworker --processes N`, systemd, Kubernetes) starts a fresh one.
+grace after that ends the process, which a fresh image of itself replaces (under
+`runworker --processes N`, it exits for its supervisor to restart); an executor thread that
+died makes it exit non-zero for its supervisor (systemd, Kubernetes) to start a fresh one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -23,6 +23,7 @@ from django.conf import settings
 from tasks_core.exceptions import AtfError, ConfigurationError
 from tasks_core.liveness import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 from tasks_core.store import ClaimedTask
+from workers import replacement
 from workers.buffer import WorkBuffer
 from workers.controller import ControllerThread
 from workers.executor import ExecutorThread, result_writer, start_writer
@@ -125,11 +126,12 @@ class WorkerProcess:
             self.stop()
 
     def abandon(self, reason: str) -> None:
-        """Hand back the buffered tasks and exit at once with EXIT_HUNG: a thread that ignores
-        its interrupt can be stopped only with its process, before its task's retry is due.
-        Finished attempts get a moment to be recorded; tasks still running elsewhere in this
-        process are retried after their heartbeat timeout."""
-        logger.critical("%s: handing back buffered tasks and exiting for a restart", reason,
+        """Hand back the buffered tasks and end the process at once (a fresh image replaces it,
+        or it exits with EXIT_HUNG under a supervisor): a thread that ignores its interrupt can
+        be stopped only with its process, before its task's retry is due. Finished attempts
+        get a moment to be recorded; tasks still running elsewhere in this process are retried
+        after their heartbeat timeout."""
+        logger.critical("%s: handing back buffered tasks and ending the process", reason,
                         extra={"action": "worker_hung"})
         self.controller.stop()
         released = self._hand_back(self.buffer.close())
@@ -139,11 +141,8 @@ class WorkerProcess:
             self.transport.deregister()
         except AtfError as exc:
             logger.warning("could not mark the worker stopped: %s", exc)
-        logger.critical("handed back %d buffered task(s); exiting with %d", released, EXIT_HUNG)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        sys.stdout.flush()
-        os._exit(EXIT_HUNG)
+        logger.critical("handed back %d buffered task(s)", released)
+        replacement.end_process(reason, EXIT_HUNG)
 
     def _summarise(self, elapsed_s: float) -> None:
         counts = self.tally.take()

@@ -1,6 +1,6 @@
 """Time limits on real workers: an attempt past its limit ends `timeout` and is retried; an
 executor survives its lambda; a lambda that ignores its interrupt costs its process, which
-its supervisor restarts."""
+replaces itself (or its supervisor restarts it)."""
 
 from __future__ import annotations
 
@@ -69,23 +69,36 @@ def test_the_default_time_limit_applies_when_neither_task_nor_lambda_has_one(
     assert (attempt.ended_at - attempt.started_at).total_seconds() < 2.5
 
 
-def test_a_lambda_that_ignores_its_interrupt_makes_its_process_exit_for_a_restart(
-        processes: Processes, env: dict[str, str]) -> None:
-    # Given a task that hangs in one long sleep, with a time limit of 1 s and 2 attempts
+@pytest.mark.parametrize("processes_n", [1, 2])
+def test_a_lambda_that_ignores_its_interrupt_costs_its_process_which_is_replaced(
+        processes: Processes, env: dict[str, str], processes_n: int) -> None:
+    # Given a task that hangs in one long sleep, with a time limit of 1 s and 2 attempts, and
+    # tasks of another lambda
     hung = atf.schedule("demo.hang", {"seconds": 3600}, timeout=1, max_attempts=2)
-    # When a consumer and a supervisor of two single-threaded worker processes run it
+    others = [atf.schedule("demo.noop") for _ in range(20)]
+    # When a consumer and a worker run them: one process of two threads, which has no
+    # supervisor, or a supervisor of two such processes
     processes.start("runconsumer", env=env)
-    supervisor = processes.start("runworker", "demo.hang", "demo.noop", "--processes", "2",
-                                 "--threads", "1", env=env)
+    worker = processes.start("runworker", "demo.hang", "demo.noop", "--processes",
+                             str(processes_n), "--threads", "2", env=env)
     wait_for(lambda: status(hung) == "dead", timeout_s=90, message="the task dead")
     # Then both attempts ended `timeout`
     assert [a.outcome for a in attempts(hung)] == ["timeout", "timeout"]
-    # ...and each time the process that ran it exited with EXIT_HUNG and was restarted
-    log = Path(supervisor.log_path).read_text()  # type: ignore[attr-defined]
-    wait_for(lambda: Path(supervisor.log_path).read_text().count(  # type: ignore[attr-defined]
-        f"exited with {EXIT_HUNG}; restarting") == 2, message="two restarts")
-    assert "did not stop within 1s of its time limit" in log
-    # ...while the workers went on serving
+
+    # ...and each time the process that ran it ended: replaced by a fresh image of itself (the
+    # same pid), or exited with EXIT_HUNG and restarted by its supervisor
+    def log() -> str:
+        return Path(worker.log_path).read_text()  # type: ignore[attr-defined]
+
+    ended = ("replacing this worker process" if processes_n == 1
+             else f"exited with {EXIT_HUNG}; restarting")
+    wait_for(lambda: log().count(ended) == 2, message="the process ended twice")
+    assert "did not stop within 1s of its time limit" in log()
+    if processes_n == 1:
+        assert {a.worker.split(":")[1] for a in attempts(hung)} == {str(worker.pid)}
+    # ...while the other lambda's tasks ran, and the worker goes on serving
+    wait_for(lambda: all(status(task) == "success" for task in others),
+             message="the other lambda's tasks")
     after = atf.schedule("demo.noop")
     wait_for(lambda: status(after) == "success", message="the next task")
-    assert supervisor.poll() is None
+    assert worker.poll() is None

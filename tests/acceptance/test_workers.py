@@ -29,7 +29,6 @@ from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tests.conftest import ROOT, Processes, subprocess_env, wait_for
 from tests.proxy import Proxy
 from tests.remote import Workers, start_api, worker_env, worker_token
-from workers.heartbeat import EXIT_CUT_OFF
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -150,7 +149,7 @@ def test_at_least_once_and_never_concurrently_while_workers_are_killed(
     assert all(TaskEntity.objects.get(pk=a.task_id).attempts >= 2 for a in lost)
 
 
-def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere(
+def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere_and_comes_back(
         processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
     # Given a worker whose link to ATF (the database, or the API) goes through a proxy we can cut
     proxy = Proxy(*workers.link())
@@ -162,22 +161,32 @@ def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere(
                  message="the task running on the proxied worker")
         # When its link is cut for longer than three heartbeats
         proxy.cut()
-        # Then it terminates itself...
-        wait_for(lambda: cut_off.poll() is not None, timeout_s=20,
-                 message="the cut-off worker to exit")
-        exited_at = time.time()
-        assert cut_off.returncode == EXIT_CUT_OFF
+        # Then it ends its lambdas: a fresh image of the process takes over (same pid)...
+        wait_for(lambda: "replaced its previous image" in log_of(cut_off), timeout_s=20,
+                 message="the cut-off worker to replace itself")
+        replaced_at = time.time()
+        assert "no successful heartbeat for" in log_of(cut_off)
+        assert cut_off.poll() is None
         # ...and only then does another worker run the task
         workers.start("demo.record", "--threads", "1")
         wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="success").exists(),
                  timeout_s=60, message="the task to succeed on the second worker")
+        # And once the link is back, the replacement registers and serves again
+        proxy.restore()
+        wait_for(lambda: Worker.objects.filter(pid=cut_off.pid).count() == 2, timeout_s=60,
+                 message="the replacement to register")
+        assert cut_off.poll() is None
     finally:
         proxy.close()
     (line,) = records()
     assert line["attempt"] == 2
-    assert line["start"] > exited_at
+    assert line["start"] > replaced_at
     assert list(TaskAttempt.objects.filter(task_id=task.pk).values_list("outcome", flat=True)
                 ) == ["lost", "success"]
+
+
+def log_of(process: subprocess.Popen) -> str:
+    return open(process.log_path).read()  # type: ignore[attr-defined]
 
 
 @pytest.mark.pooled

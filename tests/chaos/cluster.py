@@ -2,7 +2,8 @@
 
 Each worker is its own `runworker --processes 1` child, so the runner can SIGKILL one and start
 it again. A watcher thread restarts any child that exits without the runner asking (a
-`demo.fail` crash task, a worker that cut itself off), and counts the exit codes it saw.
+`demo.fail` crash task), and counts the exit codes it saw; a worker that cut itself off or
+met a hung lambda replaces itself (workers/replacement.py) and needs no restart.
 Worker 0 reaches PostgreSQL through a proxy (tests/proxy.py) so that its connection can be cut.
 With a worker token, one more worker is remote (`runworker --api`, on settings without a
 database) and reaches the API through a second proxy, so that its link can be cut too.
@@ -36,6 +37,8 @@ READY = {
     "worker": re.compile(r"worker \S+ started"),
     "api": re.compile(r"Booting worker|Listening at"),
 }
+#: A worker's line when it ends its image for a fresh one (workers/replacement.py).
+REPLACED = re.compile(r"replacing this worker process")
 
 
 class Child:
@@ -65,13 +68,26 @@ class Child:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def ready(self) -> bool:
-        """Whether this run of the child logged its ready line."""
-        if not self.alive():
-            return False
+    def log_text(self) -> str:
+        """What this run of the child logged so far."""
         with open(self.log_path, "rb") as log:
             log.seek(self._log_offset)
-            return bool(READY[self.role].search(log.read().decode(errors="replace")))
+            return log.read().decode(errors="replace")
+
+    def ready(self) -> bool:
+        """Whether this run of the child logged its ready line."""
+        return self.alive() and bool(READY[self.role].search(self.log_text()))
+
+    def replaced(self) -> bool:
+        """Whether this run of the child ended its image and started a fresh one (same pid)."""
+        return self.alive() and REPLACED.search(self.log_text()) is not None
+
+    def back_after_replacement(self) -> bool:
+        """Whether the fresh image of a replaced child logged its ready line."""
+        text = self.log_text()
+        replaced = REPLACED.search(text)
+        return (replaced is not None and self.alive()
+                and READY[self.role].search(text, replaced.end()) is not None)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         wait_until(self.ready, timeout_s=timeout_s, what=f"{self.name} to start")

@@ -1,8 +1,9 @@
 """The faults the runner injects, each a function that does it and says what happened.
 
 Every fault returns a FaultEvent: when it began and ended (Unix seconds, for the latency
-windows), whether it did what it should (`ok`; the DB cut also checks that the worker
-terminated itself with exit status 75), and one line of detail.
+windows), whether it did what it should (`ok`; a cut link also checks that the worker ended
+its lambdas by replacing itself, and served again once the link was back), and one line of
+detail.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from workers import db
 
 logger = logging.getLogger(__name__)
 
-#: Exit status of a worker that cut itself off (workers/heartbeat.py EXIT_CUT_OFF).
-EXIT_CUT_OFF = 75
 #: Seconds a paused gate stays paused, and a stopped Redis stays down.
 PAUSE_S = 2.0
 REDIS_DOWN_S = 1.0
@@ -125,15 +124,15 @@ def redis_restart(lab: Lab, event: FaultEvent) -> None:
 def db_cut(lab: Lab, event: FaultEvent) -> None:
     """Cut worker 0's database connection (the proxy stops forwarding) for over 3 heartbeats.
 
-    The worker must terminate itself with exit status 75 within three heartbeat intervals
-    (plus slack for a loaded machine); the runner restores the proxy and starts it again.
+    The worker must end its lambdas (it replaces itself) within three heartbeat intervals
+    (plus slack for a loaded machine), and serve again once the runner restores the proxy.
     """
     _cut(lab, event, lab.cluster.role("worker")[0], lab.cluster.proxy)
 
 
 def api_cut(lab: Lab, event: FaultEvent) -> None:
     """Cut the remote worker's link to the API for over 3 heartbeats: as db-cut, it must
-    terminate itself, and its tasks run again elsewhere."""
+    replace itself, its tasks run again elsewhere, and it comes back."""
     child = lab.cluster.remote_worker()
     if child is None:
         event.ok = False
@@ -143,6 +142,9 @@ def api_cut(lab: Lab, event: FaultEvent) -> None:
 
 
 def _cut(lab: Lab, event: FaultEvent, child: Child, proxy: Proxy) -> None:
+    """Cut `child`'s link for over three heartbeats: it must end its lambdas within three
+    heartbeat intervals (plus slack for a loaded machine) by replacing itself with a fresh
+    image, which serves again once the link is restored."""
     lab.cluster.hold(child)
     if not child.alive():
         child.start()
@@ -150,21 +152,35 @@ def _cut(lab: Lab, event: FaultEvent, child: Child, proxy: Proxy) -> None:
     proxy.cut()
     cut_at = time.monotonic()
     deadline = cut_at + 3 * lab.heartbeat_interval_s + 5.0
-    while child.alive() and time.monotonic() < deadline:
+    while child.alive() and not child.replaced() and time.monotonic() < deadline:
         time.sleep(0.05)
-    exited_after_s = time.monotonic() - cut_at
-    code = child.process.poll() if child.process else None
+    ended_after_s = time.monotonic() - cut_at
+    replaced = child.replaced()
     # Keep it cut for longer than three heartbeats, whatever happened.
     time.sleep(max(0.0, cut_at + 4 * lab.heartbeat_interval_s - time.monotonic()))
-    if code is None:
-        code = child.kill()
-        event.ok = False
-        event.detail = f"{child.name} did not terminate itself; killed it. "
-    elif code != EXIT_CUT_OFF:
-        event.ok = False
     proxy.restore()
+    if replaced:
+        back = wait_until_true(child.back_after_replacement, timeout_s=60.0)
+        event.ok = back
+        event.detail += (f"{child.name} replaced itself after {ended_after_s:.1f}s, "
+                         + ("served again once restored" if back else "did NOT come back"))
+    else:
+        code = child.process.poll() if child.process else None
+        if code is None:
+            code = child.kill()
+        event.ok = False
+        event.detail += f"{child.name} did not replace itself (exit status {code}); "
+        child.start()
     lab.cluster.release(child)
-    event.detail += f"{child.name} exited {code} after {exited_after_s:.1f}s (expected 75)"
+
+
+def wait_until_true(condition: Callable[[], bool], *, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def pg_restart(lab: Lab, event: FaultEvent) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import sys
@@ -15,7 +16,7 @@ from django.core.management.base import CommandError
 
 from tasks_core import lambda_sync, registry
 from tasks_core.exceptions import AtfError
-from workers import checks, consumer, reloading, signals
+from workers import checks, consumer, reloading, replacement, signals
 from workers.supervisor import Supervisor
 from workers.transport import DirectTransport, Transport
 from workers.worker import WorkerProcess
@@ -46,6 +47,10 @@ class Command(checks.LongRunningCommand):
         parser.add_argument("--reload", action="store_true",
                             help="development: restart the worker when the project's code "
                                  "changes (Django's autoreloader, as runserver)")
+        # Given by this command itself (workers.replacement), never by a person.
+        parser.add_argument(replacement.SUPERVISED_OPTION, action="store_true",
+                            help=argparse.SUPPRESS)
+        parser.add_argument(replacement.REPLACES_OPTION, metavar="REASON", help=argparse.SUPPRESS)
         parser.add_argument("--with-consumer", action="store_true",
                             help="also run the store consumer, as a thread of this process: "
                                  "one process instead of a worker and a runconsumer, for a "
@@ -65,26 +70,22 @@ class Command(checks.LongRunningCommand):
         if options["reload"]:
             if options["processes"] > 1:
                 raise CommandError("--reload restarts one worker process: leave out --processes")
-            reloading.run(lambda on_stop: self._work(names, options, self._transport(options),
-                                                     on_stop=on_stop))
+            reloading.run(lambda on_stop: self._work(names, options, on_stop=on_stop))
             return
-        transport = self._transport(options)
         if options["processes"] > 1:
-            transport.close()
+            self._transport(options).close()
             self._supervise(names, options)
             return
-        if exit_code := self._work(names, options, transport, on_stop=signals.on_stop):
+        if exit_code := self._work(names, options, on_stop=signals.on_stop):
             sys.exit(exit_code)
 
-    def _work(self, names: list[str], options: dict[str, Any], transport: Transport, *,
+    def _work(self, names: list[str], options: dict[str, Any], *,
               on_stop: reloading.OnStop) -> int:
         """Run a worker of `names` in this process until it is stopped; its exit status."""
-        if isinstance(transport, DirectTransport):
-            lambda_sync.sync_to_store()
+        replacement.supervised = options["supervised"]
         try:
-            if not options["lambdas"]:  # all registered: those the transport may run
-                names = self._runnable(names, transport)
-            worker = WorkerProcess(names, threads=options["threads"], transport=transport)
+            worker = replacement.until_reachable(lambda: self._worker(names, options),
+                                                 replaces=options["replaces"])
             on_stop(worker.stop)
             with contextlib.ExitStack() as stack:
                 if options["with_consumer"]:
@@ -92,6 +93,15 @@ class Command(checks.LongRunningCommand):
                 return worker.run()
         except AtfError as exc:
             raise CommandError(str(exc)) from exc
+
+    def _worker(self, names: list[str], options: dict[str, Any]) -> WorkerProcess:
+        """The worker process, its transport checked (a direct one: the store and queues)."""
+        transport = self._transport(options)
+        if isinstance(transport, DirectTransport):
+            lambda_sync.sync_to_store()
+        if not options["lambdas"]:  # all registered: those the transport may run
+            names = self._runnable(names, transport)
+        return WorkerProcess(names, threads=options["threads"], transport=transport)
 
     @staticmethod
     def _runnable(names: list[str], transport: Transport) -> list[str]:
@@ -124,7 +134,7 @@ class Command(checks.LongRunningCommand):
 
     def _supervise(self, names: list[str], options: dict[str, Any]) -> None:
         child_args = ["runworker", *names, "--threads", str(options["threads"]),
-                      "--verbosity", str(options["verbosity"])]
+                      "--verbosity", str(options["verbosity"]), replacement.SUPERVISED_OPTION]
         if options["api"]:
             # Children read the token from the environment they inherit, never a command line.
             if options["token"] != settings.ATF_API_TOKEN:
