@@ -10,10 +10,10 @@
 | atf.E006 | a number setting is not a number, or is negative (zero where it must be positive) |
 | atf.E007 | tasks_api installed without rest_framework or tasks_core (in `tasks_api.checks`) |
 | atf.E008 | ATF_LOG_LEVEL is not a logging level's name |
+| atf.E009 | a setting needs the database session that a pooler in transaction mode drops |
 | atf.W001 | tasks_api installed without drf_spectacular (the docs page cannot render) |
 | atf.W002 | tasks_api installed without drf_spectacular_sidecar (the docs page has no Swagger UI) |
 | atf.W003 | REST_FRAMEWORK sets what DRF applies to all views, ATF's too (`tasks_api.checks`) |
-| atf.E008 | a setting needs the database session that a pooler in transaction mode drops |
 """
 
 from __future__ import annotations
@@ -106,5 +106,5 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 def check_database_session(app_configs: Any = None, databases: Any = None,
                            **kwargs: Any) -> list[checks.CheckMessage]:
     """Run only when asked (`manage.py check --database default`): it connects."""
-    return [checks.Error(problem, id="atf.E008") for alias in databases or ()
+    return [checks.Error(problem, id="atf.E009") for alias in databases or ()
             if (problem := pooling.probe(alias)) is not None]

@@ -43,7 +43,7 @@ def test_prepared_statements_behind_a_transaction_pooler_say_so_and_stay_off(
     assert backends.current().prepare is not lost  # type: ignore[attr-defined]
     # And the database check fails there with the same finding
     if lost:
-        with pytest.raises(SystemCheckError, match="atf.E008"):
+        with pytest.raises(SystemCheckError, match="atf.E009"):
             call_command("check", databases=["default"])
     else:
         call_command("check", databases=["default"])
