@@ -19,7 +19,7 @@ from django.db import DatabaseError
 from tests.chaos.cluster import Child, Cluster
 from tests.chaos.load import Victims
 from tests.chaos.records import RecordSink
-from tests.chaos.services import ChaosDatabase, PrivateRedis
+from tests.chaos.services import ChaosDatabase, PrivateRedis, wait_until
 from tests.proxy import Proxy
 from workers import db
 
@@ -160,7 +160,11 @@ def _cut(lab: Lab, event: FaultEvent, child: Child, proxy: Proxy) -> None:
     time.sleep(max(0.0, cut_at + 4 * lab.heartbeat_interval_s - time.monotonic()))
     proxy.restore()
     if replaced:
-        back = wait_until_true(child.back_after_replacement, timeout_s=60.0)
+        try:
+            back = bool(wait_until(child.back_after_replacement, timeout_s=60.0,
+                                   what=f"{child.name} to serve again"))
+        except RuntimeError:
+            back = False
         event.ok = back
         event.detail += (f"{child.name} replaced itself after {ended_after_s:.1f}s, "
                          + ("served again once restored" if back else "did NOT come back"))
@@ -172,15 +176,6 @@ def _cut(lab: Lab, event: FaultEvent, child: Child, proxy: Proxy) -> None:
         event.detail += f"{child.name} did not replace itself (exit status {code}); "
         child.start()
     lab.cluster.release(child)
-
-
-def wait_until_true(condition: Callable[[], bool], *, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def pg_restart(lab: Lab, event: FaultEvent) -> None:
