@@ -244,10 +244,11 @@ SPECTACULAR_SETTINGS = {
 
 # --- Django tasks API -----------------------------------------------------------------
 
-# `@task` functions (django-tasks, `django.tasks` in Django 6.0) run as ATF tasks of the lambda
-# `django_tasks.run`; QUEUES empty allows any queue_name (it becomes the collection). A worker
-# runs the @task functions of installed apps' `tasks` modules and of the modules named in
-# ATF_DJANGO_TASKS_MODULES (comma-separated), and no others.
+# `@task` functions (`django.tasks` on Django 6, the django-tasks backport on 5.2) run as ATF
+# tasks of the lambda `django_tasks.run` (or of their own, `@task(lambda_name=...)`); QUEUES
+# empty allows any queue_name (it becomes the collection). A worker runs the @task functions
+# of installed apps' `tasks` modules and of the modules named in ATF_DJANGO_TASKS_MODULES
+# (comma-separated), and no others.
 TASKS = {"default": {"BACKEND": "tasks_core.contrib.django_tasks.ATFBackend", "QUEUES": [],
                      "OPTIONS": {"MODULES": env_list("ATF_DJANGO_TASKS_MODULES", "")}}}
 

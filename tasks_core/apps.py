@@ -10,8 +10,10 @@ from django.utils.module_loading import autodiscover_modules
 
 from tasks_core import conf
 
-#: The module of the django-tasks backend, which registers the lambda its tasks run as.
+#: The module of the Django tasks backend, which registers the lambdas its tasks run as.
 DJANGO_TASKS_BRIDGE = "tasks_core.contrib.django_tasks"
+#: The backend's paths in TASKS: its module's, and the short alias (tasks_core/backend.py).
+BACKEND_PATHS = (f"{DJANGO_TASKS_BRIDGE}.", "tasks_core.backend.")
 
 
 def _sync_lambdas(sender: AppConfig, **kwargs: object) -> None:
@@ -54,7 +56,7 @@ class TasksCoreConfig(AppConfig):
         # shared `django_tasks.run` and those of `@task(lambda_name=...)` functions, found in
         # the apps' `tasks` modules (Django's own checks load the backends, but workers run
         # only some of the checks). It imports `django.tasks` on Django 6, the backport on 5.2.
-        if any(str(backend.get("BACKEND", "")).startswith(f"{DJANGO_TASKS_BRIDGE}.")
+        if any(str(backend.get("BACKEND", "")).startswith(BACKEND_PATHS)
                for backend in getattr(settings, "TASKS", {}).values()):
             import_module(DJANGO_TASKS_BRIDGE).discover()
         post_migrate.connect(_sync_lambdas, sender=self)

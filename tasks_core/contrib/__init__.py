@@ -1,1 +1,2 @@
-"""Optional integrations: a backend for the django-tasks package, helpers for the commands."""
+"""Optional integrations: the backend of Django's tasks framework (`django.tasks`, or the
+django-tasks backport on Django 5.2), and helpers for the commands."""

@@ -7,11 +7,17 @@ Django's own `BaseTaskBackend` and hands back Django's own `Task`, `TaskResult` 
 `TaskError`, sends Django's signals and raises Django's exceptions, and the backport is never
 imported. The two differ only in where things live and in two exception names (the
 backport's `InvalidTaskError` is Django's `InvalidTask`).
+
+`task` is the framework's own decorator, except on Django 6.0, whose `task` passes no options
+beyond Django's to the backend: there it is Django 6.1's, so that ATF's options work on every
+supported Django when `task` is imported from here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import django
 
@@ -33,7 +39,12 @@ if NATIVE or TYPE_CHECKING:
         task_backends,
     )
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskError
+    from django.tasks.base import (
+        DEFAULT_TASK_PRIORITY,
+        TASK_MAX_PRIORITY,
+        TASK_MIN_PRIORITY,
+        TaskError,
+    )
     from django.tasks.exceptions import InvalidTask as InvalidTaskError
     from django.tasks.exceptions import (
         InvalidTaskBackend,
@@ -60,6 +71,7 @@ else:
         BaseTaskBackend,
     )
     from django_tasks.base import (
+        DEFAULT_TASK_PRIORITY,
         TASK_MAX_PRIORITY,
         TASK_MIN_PRIORITY,
         Task,
@@ -82,8 +94,30 @@ else:
 
     LOGGER_NAME = "django_tasks"
 
+
+
+def _task_with_options(function: Callable[..., Any] | None = None, *,
+                       priority: int = DEFAULT_TASK_PRIORITY,
+                       queue_name: str = DEFAULT_TASK_QUEUE_NAME,
+                       backend: str = DEFAULT_TASK_BACKEND_ALIAS, takes_context: bool = False,
+                       **options: Any) -> Any:
+    """Django 6.1's `task` decorator, for Django 6.0, whose `task` takes no other options: the
+    rest go to the backend's task class (ATF's options, tasks_core.contrib.task_options)."""
+
+    def wrapper(func: Callable[..., Any]) -> Task:
+        return task_backends[backend].task_class(
+            func=func, priority=priority, queue_name=queue_name, backend=backend,
+            takes_context=takes_context, run_after=None, **options)
+
+    return wrapper(function) if function else wrapper
+
+
+if "kwargs" not in inspect.signature(task).parameters:  # Django 6.0
+    task = _task_with_options  # type: ignore[assignment]
+
 __all__ = [
-    "DEFAULT_TASK_BACKEND_ALIAS", "DEFAULT_TASK_QUEUE_NAME", "LOGGER_NAME", "NATIVE",
+    "DEFAULT_TASK_BACKEND_ALIAS", "DEFAULT_TASK_PRIORITY", "DEFAULT_TASK_QUEUE_NAME",
+    "LOGGER_NAME", "NATIVE",
     "TASK_MAX_PRIORITY", "TASK_MIN_PRIORITY", "BaseTaskBackend", "InvalidTaskBackend",
     "InvalidTaskError", "Task", "TaskContext", "TaskError", "TaskResult", "TaskResultDoesNotExist",
     "TaskResultMismatch", "TaskResultStatus", "default_task_backend", "normalize_json", "task",

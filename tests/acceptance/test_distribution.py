@@ -140,14 +140,17 @@ def _pip(python: Path, *args: str | Path) -> subprocess.CompletedProcess:
 
 
 def test_installing_the_wheel_keeps_the_projects_django(
-        dist: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+        dist: Path, client_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     # Given a project's environment with its Django (the one running this suite)
     python = _venv(tmp_path_factory)
-    # When pip resolves the wheel with its postgres extra there
+    # When pip resolves the wheel with its postgres and client extras there, as the docs say
+    # (`--find-links` where the atf-client wheel is)
     report = json.loads(_pip(python, "install", "--dry-run", "--no-index", "--quiet",
-                             "--report", "-", f"{_wheel(dist)}[postgres]").stdout)
-    # Then it installs django-atf and nothing else: the project's Django stays as it is
-    assert [item["metadata"]["name"] for item in report["install"]] == ["django-atf"]
+                             "--find-links", client_wheel.parent, "--report", "-",
+                             f"{_wheel(dist)}[postgres,client]").stdout)
+    # Then it installs django-atf and atf-client and nothing else: the project's Django stays
+    assert sorted(item["metadata"]["name"] for item in report["install"]) == [
+        "atf-client", "django-atf"]
 
 
 @pytest.fixture(scope="module")

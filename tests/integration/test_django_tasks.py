@@ -171,7 +171,9 @@ def run_due(*, now: datetime | None = None, worker: str = "w1",
 # --- the backend -------------------------------------------------------------------------
 
 
-def test_using_the_atf_backend() -> None:
+@pytest.mark.parametrize("path", [BACKEND, "tasks_core.backend.ATFBackend"])
+def test_using_the_atf_backend(settings: Any, path: str) -> None:
+    settings.TASKS = {"default": {"BACKEND": path}}
     backend = task_backends["default"]
     assert isinstance(backend, ATFBackend)
     assert backend.supports_defer and backend.supports_get_result
