@@ -26,11 +26,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks_api import permissions, scopes
+from tasks_api import scopes
 from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.renderers import FirstRenderer, JsonErrorsMixin, PrometheusRenderer
-from tasks_core import consumer_liveness, incident_stats, pooling, queues, stats
+from tasks_core import access, consumer_liveness, incident_stats, pooling, queues, stats
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Lambda
 from tasks_core.states import TaskStatus
@@ -196,7 +196,7 @@ class MetricsView(ApiPolicy, JsonErrorsMixin):
     def get(self, request: Request) -> Response:
         lambda_ids = None
         if request.user.is_authenticated:
-            lambda_ids = permissions.lambda_ids_for(request.user)
+            lambda_ids = access.Scope.of(request.user).lambda_ids()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(StoreCollector(lambda_ids))
         return Response(generate_latest(registry),

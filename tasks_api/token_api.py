@@ -11,12 +11,13 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from tasks_api import permissions, tokens
+from tasks_api import tokens
 from tasks_api.models import ApiToken, Scope
 from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.serializers import StrictSerializer
 from tasks_api.views import _errors
+from tasks_core import access
 from tasks_core.limits import bad_text
 from tasks_core.models import Team
 
@@ -101,7 +102,7 @@ class TokenViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
     lookup_value_regex = "[0-9]{1,18}"
 
     def get_queryset(self) -> QuerySet[ApiToken]:
-        return tokens.acting_on(permissions.team_ids(self.request.user))
+        return tokens.acting_on(access.Scope.of(self.request.user).team_ids)
 
     @extend_schema(responses={200: TokenSerializer(many=True), **_errors()})
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

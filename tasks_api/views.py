@@ -17,11 +17,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks_api import permissions, serializers
+from tasks_api import serializers
 from tasks_api.openapi import extend_schema
 from tasks_api.pagination import TaskCursorPagination
 from tasks_api.policy import ApiPolicy
-from tasks_core import limits, operations, periodic, scheduling, stats
+from tasks_core import limits, operations, periodic, stats
 from tasks_core.access import Scope
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
@@ -94,7 +94,7 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
     lookup_value_regex = "[0-9]{1,18}"
 
     def get_queryset(self) -> QuerySet[TaskEntity]:
-        tasks = permissions.tasks_for(self.request.user).prefetch_related("parents", "children")
+        tasks = Scope.of(self.request.user).tasks().prefetch_related("parents", "children")
         return tasks.prefetch_related("attempt_history") if self.action == "retrieve" else tasks
 
     def get_serializer_class(self) -> type[serializers.TaskSerializer]:
@@ -121,9 +121,7 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         **_errors(400, 403, 409, 413, 415)})
     def create(self, request: Request) -> Response:
         asked = serializers.validated(serializers.ScheduleTaskSerializer, request.data)
-        permissions.check_may_schedule(request.user, [asked.lambda_name])
-        permissions.check_may_follow(request.user, asked.after)
-        task, created = scheduling.schedule(asked)
+        task, created = operations.schedule(Scope.of(request.user), asked)
         if not created:
             return Response(_shown([task])[0], status=status.HTTP_200_OK)
         # Everything about a task just created is at hand: no need to read it back.
@@ -136,9 +134,7 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
     @action(detail=False, methods=["post"])
     def batch(self, request: Request) -> Response:
         asked = serializers.validated(serializers.ScheduleBatchSerializer, request.data)["tasks"]
-        permissions.check_may_schedule(request.user, (one.lambda_name for one in asked))
-        permissions.check_may_follow(request.user, (p for one in asked for p in one.after))
-        tasks = scheduling.schedule_many(asked)
+        tasks = operations.schedule_many(Scope.of(request.user), asked)
         for one, task in zip(asked, tasks, strict=True):
             if one.idempotency_key is None:  # a new task: shown as scheduled, not read back
                 setattr(task, serializers.NEW_PARENTS, one.after)
@@ -212,7 +208,7 @@ class LambdaViewSet(ApiPolicy, viewsets.ReadOnlyModelViewSet):
     pagination_class = None
 
     def get_queryset(self) -> QuerySet[Lambda]:
-        return (permissions.lambdas_for(self.request.user).select_related("team")
+        return (Scope.of(self.request.user).lambdas().select_related("team")
                 .prefetch_related("collections", "overrides").order_by("name"))
 
     def get_object(self) -> Lambda:
@@ -282,7 +278,7 @@ class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModel
     pagination_class = None
 
     def get_queryset(self) -> QuerySet[PeriodicTask]:
-        return permissions.periodic_tasks_for(self.request.user).select_related(
+        return Scope.of(self.request.user).periodic_tasks().select_related(
             "lambda_ref", "team").order_by("name", "team__name")
 
     def get_object(self) -> PeriodicTask:
@@ -309,12 +305,11 @@ class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModel
             row.name = name  # taken or not in the lambda's team: periodic.check_row says
         if "lambda" in changes:
             lambda_name = changes.pop("lambda")
-            permissions.check_may_schedule(request.user, [lambda_name])
             found = Lambda.objects.filter(name=lambda_name).first()
             if found is None:
                 raise ValidationError({"lambda": [f"Unknown lambda {lambda_name!r}."]})
             changes["lambda_ref"] = found
-        saved = periodic.save_row(row, changes, now=timezone.now())
+        saved = operations.save_periodic(Scope.of(request.user), row, changes)
         return Response(serializers.PeriodicTaskSerializer(saved).data, status=code)
 
     @extend_schema(responses={200: serializers.PeriodicTaskSerializer(many=True), **_errors()})
@@ -400,7 +395,7 @@ class StatsView(ApiPolicy, APIView):
     def get(self, request: Request) -> Response:
         minutes = _query(serializers.StatsQuerySerializer, request).validated_data["minutes"]
         snap = stats.snapshot(now=timezone.now(), window_s=minutes * 60.0,
-                              lambda_ids=permissions.lambda_ids_for(request.user))
+                              lambda_ids=Scope.of(request.user).lambda_ids())
         return Response(serializers.StatsSerializer({
             "window_s": snap.window_s,
             "counts": snap.counts,

@@ -17,14 +17,14 @@ from tasks_console import (  # noqa: F401
     display,
     filters,
     gate_admin,
-    scoping,
     task_admin,
     token_admin,
 )
 from tasks_console.base import ConsoleAdmin
 from tasks_console.forms import PeriodicTaskForm
 from tasks_console.paginator import EstimatedCountPaginator
-from tasks_core import liveness, periodic
+from tasks_core import access, liveness, operations
+from tasks_core.access import Scope
 from tasks_core.models import PeriodicTask, TaskAttempt, TaskDependency, Team, Worker
 
 
@@ -67,10 +67,10 @@ class PeriodicTaskAdmin(ConsoleAdmin):
     form = PeriodicTaskForm
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return scoping.is_console_user(request.user)
+        return access.may_use_console(request.user)
 
     def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return scoping.is_console_user(request.user) and not (
+        return access.may_use_console(request.user) and not (
             isinstance(obj, PeriodicTask) and obj.in_code)
 
     def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
@@ -79,16 +79,15 @@ class PeriodicTaskAdmin(ConsoleAdmin):
     def formfield_for_foreignkey(self, db_field: ForeignKey, request: HttpRequest,
                                  **kwargs: Any) -> ModelChoiceField | None:
         if db_field.name == "lambda_ref":
-            kwargs["queryset"] = scoping.visible_lambdas(request.user)
+            kwargs["queryset"] = Scope.of(request.user).lambdas()
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: PeriodicTask, form: Any,
                    change: bool) -> None:
         """Saved as the API saves it: a new timing starts from its next occurrence."""
-        scoping.check_lambdas(request.user, [obj.lambda_ref_id])
         row = PeriodicTask.objects.get(pk=obj.pk) if change else obj
-        saved = periodic.save_row(row, {name: getattr(obj, name) for name in form.changed_data},
-                                  now=timezone.now())
+        changes = {name: getattr(obj, name) for name in form.changed_data}
+        saved = operations.save_periodic(Scope.of(request.user), row, changes)
         obj.pk, obj.next_run_at = saved.pk, saved.next_run_at
 
 
@@ -131,19 +130,19 @@ class WorkerAdmin(ConsoleAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
         workers = super().get_queryset(request)
-        if scoping.sees_everything(request.user):
+        if Scope.of(request.user).every_team:
             return workers
         # The worker table is small (one row per process); JSON lists are compared in Python
         # because SQLite has no JSON containment lookup.
-        keep = [worker.pk for worker in scoping.visible_workers(request.user, workers)]
+        keep = [worker.pk for worker in Scope.of(request.user).workers(workers)]
         return workers.filter(pk__in=keep)
 
     def _lambda_list(self, request: HttpRequest) -> Callable[[Worker], str]:
-        names = scoping.visible_lambda_names(request.user)
+        names = Scope.of(request.user).lambda_names()
 
         @admin.display(description="lambdas")
         def lambda_list(worker: Worker) -> str:
-            return scoping.worker_lambdas(worker, names)
+            return display.worker_lambdas(worker, names)
 
         return lambda_list
 

@@ -13,7 +13,8 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from tasks_console import scoping
+from tasks_core import access
+from tasks_core.access import Scope
 from tasks_core.limits import bad_text
 
 #: Per-task messages shown after an action; the rest are summed up in one line.
@@ -30,10 +31,10 @@ class ConsoleAdmin(admin.ModelAdmin):
         queryset = super().get_queryset(request)
         if self.team_path is None:
             return queryset
-        return scoping.scope(queryset, request.user, self.team_path)
+        return Scope.of(request.user).filter(queryset, self.team_path)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return scoping.is_console_user(request.user)
+        return access.may_use_console(request.user)
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
@@ -69,7 +70,7 @@ class ConsoleAdmin(admin.ModelAdmin):
         return super().get_search_results(request, queryset, search_term)
 
     def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return scoping.is_console_user(request.user)
+        return access.may_use_console(request.user)
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
         return False

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-from tasks_console import charts, gates, latency, scoping
+from tasks_console import charts, display, gates, latency
 from tasks_console.display import STATUS_COLOURS
 from tasks_core import liveness, stats
 from tasks_core.access import Scope
@@ -73,9 +73,10 @@ def _failure_chart(failures: dict[str, int], lambda_ids: dict[str, int]) -> Safe
 def _gated(user: Any, now: datetime) -> list[dict[str, Any]]:
     """Closed gates the user can see, with the tasks each holds back."""
     rows: list[Lambda | Collection] = [
-        *scoping.visible_lambdas(user).exclude(gate="open"),
-        *scoping.scope(Collection.objects.exclude(gate="open").select_related("lambda_ref"),
-                       user, "lambda_ref__team"),
+        *Scope.of(user).lambdas().exclude(gate="open"),
+        *Scope.of(user).filter(
+            Collection.objects.exclude(gate="open").select_related("lambda_ref"),
+            "lambda_ref__team"),
     ]
     return [{"name": str(gates.GateTarget.of(row)), "gate": gates.describe(row, now),
              "held_back": gates.due_count(gates.GateTarget.of(row), now),
@@ -85,7 +86,7 @@ def _gated(user: Any, now: datetime) -> list[dict[str, Any]]:
 
 def build(user: Any, now: datetime) -> dict[str, Any]:
     """Everything the dashboard page shows, for `user`'s teams."""
-    lambda_rows = dict(scoping.visible_lambdas(user).values_list("name", "pk"))
+    lambda_rows = dict(Scope.of(user).lambdas().values_list("name", "pk"))
     lambda_ids = None if Scope.of(user).every_team else list(lambda_rows.values())
     since = now - timedelta(seconds=WINDOW_S)
     # The parts of stats.snapshot() the page shows (it skips the per-lambda status counts,
@@ -98,8 +99,8 @@ def build(user: Any, now: datetime) -> dict[str, Any]:
     labels = [f"{m:%H:%M}" for m in minutes]
     done = dict(throughput)
     lat = latency.per_minute(since=minutes[0], lambda_ids=lambda_ids)
-    workers = scoping.visible_workers(user, liveness.live_workers(now=now))
-    names = scoping.visible_lambda_names(user)
+    workers = Scope.of(user).workers(liveness.live_workers(now=now))
+    names = Scope.of(user).lambda_names()
     return {
         "now": now,
         "cards": [
@@ -126,7 +127,7 @@ def build(user: Any, now: datetime) -> dict[str, Any]:
             "failures": _failure_chart(failures, lambda_rows),
         },
         "workers": [{"worker_id": w.worker_id, "threads": w.threads, "last_seen": w.last_seen,
-                     "lambdas": scoping.worker_lambdas(w, names)} for w in workers[:50]],
+                     "lambdas": display.worker_lambdas(w, names)} for w in workers[:50]],
         "gated": _gated(user, now),
     }
 

@@ -10,8 +10,9 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from tasks_console import scoping, views
+from tasks_console import views
 from tasks_console.models import Dashboard
+from tasks_core import access
 
 
 @admin.register(Dashboard)
@@ -33,10 +34,10 @@ class DashboardAdmin(admin.ModelAdmin):
         return views.page(request, data_url=data_url)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return scoping.is_console_user(request.user)
+        return access.may_use_console(request.user)
 
     def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return scoping.is_console_user(request.user)
+        return access.may_use_console(request.user)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

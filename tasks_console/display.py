@@ -9,7 +9,17 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from tasks_core.models import Worker
 from tasks_core.states import TaskStatus
+
+
+def worker_lambdas(worker: Worker, names: frozenset[str] | None) -> str:
+    """The lambdas a worker serves, as the user may read them: only those in `names` (None:
+    all)."""
+    if not worker.lambdas:
+        return "all registered"
+    return ", ".join(name for name in worker.lambdas if names is None or name in names)
+
 
 #: Badge colours by status: waiting/queued grey-blue, running amber, good green, bad red.
 STATUS_COLOURS: dict[str, str] = {

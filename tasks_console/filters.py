@@ -10,7 +10,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from tasks_console import scoping
+from tasks_core.access import Scope
 from tasks_core.models import Collection, Team
 
 #: Rows of the dead-letter queue that the error-type choices are taken from.
@@ -46,7 +46,7 @@ class LambdaFilter(_ChoiceFilter):
     closed = True
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        lambdas = scoping.visible_lambdas(request.user).values_list("pk", "name")
+        lambdas = Scope.of(request.user).lambdas().values_list("pk", "name")
         return [(str(pk), name) for pk, name in lambdas]
 
 
@@ -56,7 +56,7 @@ class CollectionFilter(_ChoiceFilter):
     field = "collection"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        rows = scoping.scope(Collection.objects.all(), request.user, "lambda_ref__team")
+        rows = Scope.of(request.user).filter(Collection.objects.all(), "lambda_ref__team")
         names = sorted(set(rows.values_list("name", flat=True)))
         return self.with_current([(name, name) for name in names])
 
@@ -80,7 +80,7 @@ class TeamFilter(_ChoiceFilter):
     closed = True
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        teams = scoping.scope(Team.objects.all(), request.user, "pk").values_list("pk", "name")
+        teams = Scope.of(request.user).filter(Team.objects.all(), "pk").values_list("pk", "name")
         return [(str(pk), name) for pk, name in teams]
 
 

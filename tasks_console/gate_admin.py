@@ -15,7 +15,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from tasks_console import display, filters, gates, options, scoping
+from tasks_console import display, filters, gates, options
 from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.forms import GateForm
 from tasks_console.gates import GateTarget
@@ -59,7 +59,7 @@ class GatedAdmin(ConsoleAdmin):
         if self.related_for_gate:
             queryset = queryset.select_related(*self.related_for_gate)
         rows = list(queryset)
-        scoping.check_lambdas(request.user, {gates.GateTarget.of(r).lambda_id for r in rows})
+        Scope.of(request.user).check_lambda_ids({gates.GateTarget.of(r).lambda_id for r in rows})
         return [gates.GateTarget.of(row) for row in rows]
 
     def _apply(self, request: HttpRequest, targets: list[gates.GateTarget], state: GateState,

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from tasks_console import display, filters, scoping
+from tasks_console import display, filters
 from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.models import DeadLetter
 from tasks_console.paginator import EstimatedCountPaginator
@@ -77,7 +77,7 @@ class BigTaskListAdmin(ConsoleAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        lambda_ids = list(scoping.visible_lambdas(request.user).values_list("pk", flat=True))
+        lambda_ids = list(Scope.of(request.user).lambdas().values_list("pk", flat=True))
         match = Q(lambda_ref_id__in=lambda_ids, idempotency_key=term)
         if term.lstrip("#").isdigit():  # a number is an id (or a key), not error text
             match |= Q(pk=int(term.lstrip("#")))

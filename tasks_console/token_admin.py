@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from tasks_api import tokens
 from tasks_api.models import ApiToken
-from tasks_console import filters, scoping
+from tasks_console import filters
 from tasks_console.base import ConsoleAdmin, report
+from tasks_core import access
 from tasks_core.access import Scope
 from tasks_core.models import Team
 
@@ -54,20 +55,20 @@ class ApiTokenAdmin(ConsoleAdmin):
                 "revoked_at", "last_used_at")
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return scoping.is_console_user(request.user)
+        return access.may_use_console(request.user)
 
     def formfield_for_foreignkey(self, db_field: ForeignKey, request: HttpRequest,
                                  **kwargs: Any) -> ModelChoiceField | None:
         if db_field.name == "team":
-            kwargs["queryset"] = scoping.scope(Team.objects.all(), request.user, "pk")
+            kwargs["queryset"] = Scope.of(request.user).filter(Team.objects.all(), "pk")
             kwargs["required"] = True
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         # Only an add reaches here (tokens cannot be changed); the team came from the
         # scoped choices above, checked again in case the form was forged.
-        if obj.team_id is None or not scoping.scope(
-                Team.objects.filter(pk=obj.team_id), request.user, "pk").exists():
+        if obj.team_id is None or not Scope.of(request.user).filter(
+                Team.objects.filter(pk=obj.team_id), "pk").exists():
             raise PermissionDenied("You may make tokens only for your teams.")
         # The admin site lets only signed-in staff in.
         obj.user = cast("User", request.user)

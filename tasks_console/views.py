@@ -17,14 +17,15 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
-from tasks_console import dashboard, scoping
+from tasks_console import dashboard
+from tasks_core import access
 
 #: Seconds between two redraws of an open dashboard.
 REFRESH_S = 5
 
 
 def _content(request: HttpRequest) -> dict:
-    if not scoping.is_console_user(request.user):
+    if not access.may_use_console(request.user):
         raise PermissionDenied("Ask an administrator to add you to a team.")
     return dashboard.build(request.user, timezone.now())
 

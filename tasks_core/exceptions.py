@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import PermissionDenied
+
 
 class AtfError(Exception):
     """Something went wrong in ATF."""
@@ -27,6 +29,12 @@ class InvalidTask(AtfError):
     def __init__(self, errors: dict[str, list[str]]) -> None:
         self.errors = errors
         super().__init__("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in errors.items()))
+
+
+class NotYourTeam(AtfError, PermissionDenied):
+    """The lambda belongs to another team.
+
+    Also Django's PermissionDenied, so every front end answers it as a refusal (403)."""
 
 
 class InvalidOverride(InvalidTask):

@@ -12,14 +12,15 @@ nothing else to act on an operator's behalf, so each rule is written once:
   not allow raises InvalidTransition. Front ends turn these into a 400/409, a form error or a
   command's one-line message.
 
-One section per kind of target: single tasks, bulk actions on tasks, dead letters, gates,
+One section per kind of target: scheduling (tasks and operators' periodic schedules), single
+tasks, bulk actions on tasks, dead letters, gates,
 lambda options.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,10 +29,10 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from tasks_core import directory, limits, overrides, scheduling, states, store, wakeup
+from tasks_core import directory, limits, overrides, periodic, scheduling, states, store, wakeup
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidTask, InvalidTransition, LambdaNotFound, TaskNotFound
-from tasks_core.models import Collection, Lambda, TaskEntity
+from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,35 @@ class Done:
     @property
     def skipped(self) -> int:
         return self.selected - self.changed
+
+
+# --- scheduling ----------------------------------------------------------------------------
+
+
+def schedule(scope: Scope, request: scheduling.TaskRequest, *,
+             now: datetime | None = None) -> tuple[TaskEntity, bool]:
+    """scheduling.schedule() of a lambda of the scope, after parents the scope holds;
+    NotYourTeam for another team's lambda."""
+    scope.check_may_schedule([request.lambda_name])
+    scope.check_may_follow(request.after)
+    return scheduling.schedule(request, now=now)
+
+
+def schedule_many(scope: Scope, requests: Sequence[scheduling.TaskRequest], *,
+                  now: datetime | None = None) -> list[TaskEntity]:
+    """scheduling.schedule_many() with the checks of `schedule` for every request."""
+    scope.check_may_schedule(request.lambda_name for request in requests)
+    scope.check_may_follow(pk for request in requests for pk in request.after)
+    return scheduling.schedule_many(requests, now=now)
+
+
+def save_periodic(scope: Scope, row: PeriodicTask, changes: Mapping[str, Any], *,
+                  now: datetime | None = None) -> PeriodicTask:
+    """periodic.save_row() of an operator's schedule whose lambda, before and after the
+    change, is the scope's; NotYourTeam otherwise."""
+    lambda_rows = [changes.get("lambda_ref"), row.lambda_ref if row.lambda_ref_id else None]
+    scope.check_may_schedule(lam.name for lam in lambda_rows if lam is not None)
+    return periodic.save_row(row, changes, now=now or timezone.now())
 
 
 # --- one task ------------------------------------------------------------------------------

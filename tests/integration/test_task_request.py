@@ -8,9 +8,12 @@ import pytest
 
 from atf_client import Call
 from tasks_api.serializers import ScheduleTaskSerializer
-from tasks_core import atf, scheduling
-from tasks_core.exceptions import InvalidTask
+from tasks_core import atf, operations, scheduling
+from tasks_core.access import Scope
+from tasks_core.exceptions import InvalidTask, NotYourTeam
+from tasks_core.models import TaskEntity
 from tasks_core.scheduling import TaskRequest
+from tests.factories import LambdaFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -54,3 +57,19 @@ def test_from_json_refuses_what_is_not_an_object() -> None:
     with pytest.raises(InvalidTask) as caught:
         TaskRequest.from_json(["demo.noop"])
     assert list(caught.value.errors) == ["non_field_errors"]
+
+
+def test_scheduling_goes_through_the_actors_scope() -> None:
+    mine, theirs = LambdaFactory(), LambdaFactory()
+    scope = Scope(frozenset({mine.team_id}))
+    parent = TaskFactory(lambda_ref=theirs)
+    # Another team's lambda is refused; another team's task is an unknown parent
+    with pytest.raises(NotYourTeam):
+        operations.schedule(scope, TaskRequest(theirs.name))
+    with pytest.raises(InvalidTask) as caught:
+        operations.schedule_many(scope, [TaskRequest(mine.name, after=[parent.pk])])
+    assert caught.value.errors == {"after": [f"Unknown parent task(s): {parent.pk}."]}
+    assert not TaskEntity.objects.filter(lambda_ref=mine).exists()
+    # ...while the team's own lambda is scheduled
+    task, created = operations.schedule(scope, TaskRequest(mine.name, {"n": 1}))
+    assert created and task.lambda_ref_id == mine.pk

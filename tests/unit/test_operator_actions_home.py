@@ -15,7 +15,9 @@ FRONT_ENDS = [*sorted((ROOT / "tasks_api").rglob("*.py")),
 #: Modules whose state changes belong behind the operations module.
 FORBIDDEN_MODULES = {"store"}
 #: scheduling's writers that an operator action must not call directly.
-FORBIDDEN_CALLS = {("scheduling", "cancel"), ("scheduling", "set_gate")}
+FORBIDDEN_CALLS = {("scheduling", "cancel"), ("scheduling", "set_gate"),
+                   ("scheduling", "schedule"), ("scheduling", "schedule_many"),
+                   ("periodic", "save_row")}
 
 
 def _violations(path: Path) -> list[str]:
