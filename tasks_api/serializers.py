@@ -7,14 +7,23 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tasks_core import directory, limits, overrides, scheduling
+from tasks_core import directory, limits, operations, overrides, scheduling
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import GateState
-from tasks_core.models import Collection, Lambda, PeriodicTask, TaskAttempt, TaskEntity, Team
+from tasks_core.models import (
+    Collection,
+    Lambda,
+    PeriodicTask,
+    TaskAttempt,
+    TaskEntity,
+    Team,
+    Worker,
+)
 from tasks_core.states import TaskStatus
 
 
@@ -158,15 +167,32 @@ def _shared(serializer_class: type[serializers.Serializer]) -> serializers.Seria
     return shared
 
 
+class AttemptListSerializer(serializers.ListSerializer):
+    """A task's attempts, with the host of each one's worker read in one query."""
+
+    def to_representation(self, data: Any) -> list[Any]:
+        attempts = list(data.all() if hasattr(data, "all") else data)
+        self.child.hosts = dict(  # type: ignore[union-attr]
+            Worker.objects.filter(worker_id__in={a.worker for a in attempts})
+            .values_list("worker_id", "host"))
+        return super().to_representation(attempts)
+
+
 class AttemptSerializer(serializers.ModelSerializer):
-    """One attempt at a task: who ran it, when, how it ended and with which error."""
+    """One attempt at a task: who ran it and on which host, when, how it ended and with which
+    error."""
 
     error = serializers.JSONField(read_only=True)
+    host = serializers.SerializerMethodField(help_text="The host of the worker that ran it.")
 
     class Meta:
         model = TaskAttempt
-        fields = ["number", "worker", "started_at", "ended_at", "outcome", "error"]
+        fields = ["number", "worker", "host", "started_at", "ended_at", "outcome", "error"]
         read_only_fields = fields
+        list_serializer_class = AttemptListSerializer
+
+    def get_host(self, attempt: TaskAttempt) -> str:
+        return getattr(self, "hosts", {}).get(attempt.worker, "")
 
 
 class TaskDetailSerializer(TaskSerializer):
@@ -275,12 +301,18 @@ class TaskFilterSerializer(ListQuerySerializer):
     collection = serializers.CharField(required=False, max_length=limits.COLLECTION_CHARS)
     status = serializers.ChoiceField(required=False, choices=[s.value for s in TaskStatus])
     priority = serializers.CharField(required=False, max_length=limits.PRIORITY_CHARS)
+    worker = serializers.CharField(required=False, max_length=200,
+                                   help_text="A worker's id: the tasks it runs or ran.")
 
-    def filters(self) -> dict[str, str]:
-        """The ORM filters of the validated query."""
+    def filters(self) -> Q:
+        """The ORM filter of the validated query."""
         fields = {"lambda": "lambda_ref__name", "collection": "collection",
                   "status": "status", "priority": "priority"}
-        return {fields[key]: value for key, value in self.validated_data.items() if key in fields}
+        query = Q(**{fields[key]: value for key, value in self.validated_data.items()
+                     if key in fields})
+        if "worker" in self.validated_data:
+            query &= operations.worked_by(self.validated_data["worker"])
+        return query
 
 
 # --- lambdas, collections, gates -------------------------------------------------------------

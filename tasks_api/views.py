@@ -105,7 +105,7 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
     def filter_queryset(self, queryset: QuerySet[TaskEntity, _Row]) -> QuerySet[TaskEntity, _Row]:
         if self.action != "list":
             return queryset
-        return queryset.filter(**_query(serializers.TaskFilterSerializer, self.request).filters())
+        return queryset.filter(_query(serializers.TaskFilterSerializer, self.request).filters())
 
     @extend_schema(parameters=[serializers.TaskFilterSerializer], responses={
         200: serializers.TaskSummarySerializer(many=True), **_errors(400, 404)})

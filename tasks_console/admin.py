@@ -19,6 +19,7 @@ from tasks_console import (  # noqa: F401
     gate_admin,
     task_admin,
     token_admin,
+    worker_tasks,
 )
 from tasks_console.base import ConsoleAdmin
 from tasks_console.forms import PeriodicTaskForm
@@ -152,7 +153,17 @@ class WorkerAdmin(ConsoleAdmin):
         return columns
 
     def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[Any]:
-        return [*super().get_readonly_fields(request, obj), self._lambda_list(request)]
+        return [*super().get_readonly_fields(request, obj), self._lambda_list(request),
+                self._running_tasks(request)]
+
+    def _running_tasks(self, request: HttpRequest) -> Callable[[Worker], str]:
+        lambdas = Scope.of(request.user).lambdas()
+
+        @admin.display(description="running tasks")
+        def running_tasks(worker: Worker) -> str:
+            return worker_tasks.running_table(worker, lambdas, now=timezone.now())
+
+        return running_tasks
 
     @admin.display(description="alive", boolean=True)
     def alive(self, worker: Worker) -> bool:

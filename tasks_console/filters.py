@@ -9,7 +9,9 @@ from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 
+from tasks_core import liveness, operations
 from tasks_core.access import Scope
 from tasks_core.models import Collection, Team
 
@@ -87,6 +89,24 @@ class TeamFilter(_ChoiceFilter):
 def team_filter(team_path: str) -> type[TeamFilter]:
     """A TeamFilter for rows whose team is reached by `team_path`."""
     return type(f"TeamFilter[{team_path}]", (TeamFilter,), {"field": f"{team_path}__id"})
+
+
+class WorkerFilter(_ChoiceFilter):
+    """The tasks a worker process runs or ran; the choices are the live workers of the user's
+    lambdas (a stopped worker's id can still be given in the URL)."""
+
+    title = "worker"
+    parameter_name = "worker"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        live = liveness.live_workers(now=timezone.now()).order_by("worker_id")
+        workers = Scope.of(request.user).workers(live)
+        return self.with_current([(w.worker_id, w.worker_id) for w in workers])
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in (None, ""):
+            return queryset
+        return queryset.filter(operations.worked_by(str(self.value())))
 
 
 class ErrorTypeFilter(_ChoiceFilter):

@@ -154,14 +154,15 @@ class BigTaskListAdmin(ConsoleAdmin):
 @admin.register(TaskEntity)
 class TaskAdmin(BigTaskListAdmin):
     list_display = ("id", "lambda_name", "collection", "priority", "status_badge",
-                    "attempts_display", "run_at", "created_at", "finished_at", "error_summary")
+                    "attempts_display", "worker", "run_at", "created_at", "finished_at",
+                    "error_summary")
     list_filter = (filters.LambdaFilter, filters.CollectionFilter, "status",
-                   filters.PriorityFilter, filters.TeamFilter,
+                   filters.PriorityFilter, filters.TeamFilter, filters.WorkerFilter,
                    ("created_at", DateFieldListFilter))
     actions = ["cancel_tasks", "run_now", "requeue_tasks"]
     object_buttons = TASK_BUTTONS
 
-    @admin.action(description="Cancel selected tasks (only those no worker holds)")
+    @admin.action(description="Cancel selected tasks (running ones: their worker stops them)")
     def cancel_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
         done = operations.cancel_many(Scope.of(request.user), queryset)
         report(request, f"Cancelled {done.changed} task(s)." if done.changed else "",

@@ -243,6 +243,8 @@ class TaskAttempt(models.Model):
         ordering = ["task", "number"]
         indexes = [
             models.Index(fields=["task", "number"], name="attempt_task_number"),
+            # The tasks a worker ran (?worker= in the API, a worker's console page).
+            models.Index(fields=["worker"], name="attempt_worker"),
             # /metrics counts recent lost attempts (heartbeat losses) on every scrape.
             models.Index(fields=["ended_at"], name="attempt_lost_ended",
                          condition=models.Q(outcome="lost")),

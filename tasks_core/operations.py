@@ -32,7 +32,7 @@ from django.utils import timezone
 from tasks_core import directory, limits, overrides, periodic, scheduling, states, store, wakeup
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidTask, InvalidTransition, LambdaNotFound, TaskNotFound
-from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
+from tasks_core.models import Collection, Lambda, PeriodicTask, TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
@@ -92,6 +92,13 @@ def task(scope: Scope, task_id: int) -> TaskEntity:
     if found is None:
         raise TaskNotFound(f"no task {task_id}")
     return found
+
+
+def worked_by(worker_id: str) -> Q:
+    """Tasks a worker process runs (claimed or processing, by their `worker`) or ran (an attempt
+    row of it): both probes use an index, the running tasks being few."""
+    running = Q(status__in=[TaskStatus.CLAIMED, TaskStatus.PROCESSING], worker=worker_id)
+    return running | Q(pk__in=TaskAttempt.objects.filter(worker=worker_id).values("task_id"))
 
 
 def cancel(scope: Scope, task_id: int, *, now: datetime | None = None) -> TaskEntity:

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
-from tasks_core.models import TaskEntity
+from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
 from tests.factories import TaskFactory
 from tests.integration.test_api_support import Member, member, schedule
@@ -355,3 +356,29 @@ def test_a_parent_the_caller_cannot_see_answers_400(alice: Member) -> None:
         assert response.status_code == 400
         assert response.json()["after"] == [f"Unknown parent task(s): {parents[0]}."]
     assert TaskEntity.objects.filter(lambda_ref=alice.lam).count() == 0
+
+
+def test_list_by_worker_shows_what_it_runs_and_ran_within_the_team(alice: Member) -> None:
+    # Given a worker on host-a that runs one task and ran another, and tasks run elsewhere
+    now = timezone.now()
+    worker = "host-a:41:abc123"
+    Worker.objects.create(worker_id=worker, host="host-a", pid=41, lambdas=[], threads=1,
+                          started_at=now, last_seen=now)
+    running = TaskFactory(lambda_ref=alice.lam, status=TaskStatus.PROCESSING, worker=worker)
+    ran = TaskFactory(lambda_ref=alice.lam, status=TaskStatus.SUCCESS, worker="host-b:7:def")
+    TaskAttempt.objects.create(task=ran, number=1, worker=worker, started_at=now, ended_at=now,
+                               outcome="retry")
+    TaskAttempt.objects.create(task=ran, number=2, worker="host-b:7:def", started_at=now,
+                               ended_at=now, outcome="success")
+    TaskFactory(lambda_ref=alice.lam, status=TaskStatus.SUCCESS, worker="host-b:7:def")
+    theirs = TaskFactory(lambda_ref=member("beta").lam, status=TaskStatus.PROCESSING,
+                         worker=worker)
+    # When the team lists the worker's tasks
+    response = alice.client.get("/api/v1/tasks/", {"worker": worker})
+    # Then it sees the one it runs and the one it ran, newest first, and none of another team
+    assert response.status_code == 200, response.json()
+    assert [task["id"] for task in response.json()["results"]] == [ran.pk, running.pk]
+    assert theirs.pk not in [task["id"] for task in response.json()["results"]]
+    # ...and each attempt names its worker's host
+    history = alice.client.get(f"/api/v1/tasks/{ran.pk}/").json()["attempt_history"]
+    assert [(a["number"], a["host"]) for a in history] == [(1, "host-a"), (2, "")]

@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from tasks_core.models import Collection, TaskAssoc, TaskAttempt, TaskEntity
+from tasks_core.models import Collection, TaskAssoc, TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
 from tests.factories import LambdaFactory, TaskFactory
 
@@ -337,3 +337,28 @@ def test_a_group_link_lists_that_group_only(admin_client: Client) -> None:
                                    "error_message": "card declined"})
     # Then only that group is listed
     assert {row.pk for row in page.context["cl"].result_list} == {t.pk for t in declined}
+
+
+def test_where_work_runs_the_task_list_and_a_workers_page(admin_client: Client) -> None:
+    # Given a live worker running one task for 90 s that ran another, and a task run elsewhere
+    now = timezone.now()
+    worker = Worker.objects.create(worker_id="host-a:41:abc123", host="host-a", pid=41,
+                                   lambdas=[], threads=2, started_at=now, last_seen=now)
+    running = TaskFactory(status=TaskStatus.PROCESSING, worker=worker.worker_id,
+                          started_at=now - timedelta(seconds=90))
+    ran = TaskFactory(status=TaskStatus.SUCCESS, worker=worker.worker_id)
+    TaskAttempt.objects.create(task=ran, number=1, worker=worker.worker_id, started_at=now,
+                               ended_at=now, outcome="success")
+    elsewhere = TaskFactory(status=TaskStatus.SUCCESS, worker="host-b:7:def")
+    # When the task list is filtered by the worker
+    page = admin_client.get(TASKS, {"worker": worker.worker_id})
+    # Then it lists the tasks it runs and ran, with a worker column, and the filter offers it
+    assert page.status_code == 200
+    shown = {row.pk for row in page.context["cl"].result_list}
+    assert shown == {running.pk, ran.pk} and elsewhere.pk not in shown
+    assert 'class="column-worker"' in page.content.decode()
+    # ...and the worker's page lists its running task and how long it has run
+    text = admin_client.get(reverse("admin:tasks_core_worker_change",
+                                    args=[worker.pk])).content.decode()
+    assert f">{running.pk}</a>" in text and "1m 3" in text  # 90 s ago, and the render
+    assert f">{ran.pk}</a>" not in text
