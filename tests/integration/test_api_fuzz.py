@@ -1,6 +1,9 @@
-"""A stateful fuzzer of the REST API: two teams schedule, read, cancel, requeue, gate and re-send
-batches in random order, and after every response it checks that nothing of the other team was
-seen or changed, and that nothing answered 5xx.
+"""A stateful fuzzer of the REST API: two teams schedule, read, cancel, requeue, gate, re-send
+batches, add periodic tasks and overrides, and run remote workers (register, claim, start,
+renew, finish, release with worker tokens) in random order; after every response it checks
+that nothing of the other team was seen (its lambda, periodic-task, worker and user names,
+its tokens' prefixes) or changed (its tasks, gates, collections, links, tokens, periodic tasks,
+overrides and workers), and that nothing answered 5xx.
 
 The strategies draw the teams' real lambda names, existing task ids, known collections and
 idempotency keys, so most requests are accepted and reach the deep paths; some are wrong on
@@ -27,14 +30,19 @@ from django.core import signals
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections, connection
 from django.test import override_settings
+from django.utils import timezone
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 from rest_framework.test import APIClient
 
+from tasks_api.models import Scope
+from tasks_core import periodic, queues
+from tasks_core.models import PeriodicTask
 from tasks_core.states import TaskStatus
 from tests.factories import LambdaFactory, TaskFactory
-from tests.integration.test_api_support import member
+from tests.integration.test_api_support import member, new_token
+from workers.consumer import Consumer
 
 pytestmark = pytest.mark.django_db
 
@@ -64,7 +72,10 @@ class FuzzTeam:
     token: str
     lambdas: list[str]
     markers: list[str]  #: strings only this team's answers may contain
+    worker_client: APIClient  #: with a worker token of the team
     ids: list[int] = field(default_factory=list)
+    workers: list[str] = field(default_factory=list)  #: ids of workers it registered
+    leases: list[dict[str, int]] = field(default_factory=list)  #: of tasks it claimed
 
 
 @dataclass(kw_only=True)
@@ -75,27 +86,39 @@ class Figures:
     cross_team: list[str] = field(default_factory=list)
     posts: int = 0
     posts_accepted: int = 0
+    claimed: int = 0  #: tasks remote workers claimed
 
     def summary(self, elapsed_s: float) -> str:
         codes = ", ".join(f"{code}: {n}" for code, n in sorted(self.by_status.items()))
         accepted = self.posts_accepted / max(self.posts, 1)
         return (f"fuzz: {self.cases} cases, {len(self.server_errors)} 5xx, "
                 f"{len(self.cross_team)} cross-team; {accepted:.0%} of {self.posts} POSTs "
-                f"accepted; {elapsed_s:.0f} s; answers {codes}")
+                f"accepted; {self.claimed} tasks claimed by workers; {elapsed_s:.0f} s; "
+                f"answers {codes}")
+
+
+def _client(token: str) -> APIClient:
+    client = APIClient()
+    client.raise_request_exception = False
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
 
 
 def _team(name: str) -> FuzzTeam:
     someone = member(name, lambda_name=f"{name}.mail")
     second = LambdaFactory(name=f"{name}.bill", team=someone.team)
-    client = APIClient()
-    client.raise_request_exception = False
-    client.credentials(HTTP_AUTHORIZATION=f"Token {someone.token}")
     ids = [TaskFactory(lambda_ref=lam, status=status, collection="eu").pk
            for lam in (someone.lam, second) for status in TaskStatus]
-    return FuzzTeam(name=name, team_id=someone.team.pk, client=client, token=someone.token,
-                 lambdas=[someone.lam.name, second.name],
-                 markers=[someone.lam.name, second.name, someone.user.username,
-                          someone.token[:12]], ids=ids)
+    worker_token = new_token(someone.user, someone.team, scope=Scope.WORKER)
+    # Its own periodic task and worker: their names are the team's alone.
+    PeriodicTask.objects.create(name=f"{name}-nightly-payroll", lambda_ref=someone.lam,
+                                interval_s=3600)
+    return FuzzTeam(name=name, team_id=someone.team.pk, client=_client(someone.token),
+                    token=someone.token, lambdas=[someone.lam.name, second.name],
+                    markers=[someone.lam.name, second.name, someone.user.username,
+                             someone.token[:12], worker_token[:12], f"{name}-nightly-payroll",
+                             f"{name}-host"],
+                    worker_client=_client(worker_token), ids=ids)
 
 
 #: Everything of a team that a request could change, in one statement.
@@ -114,14 +137,25 @@ SELECT md5(concat_ws('|',
    FROM tasks_core_taskdependency d JOIN tasks_core_taskentity t ON t.id = d.child_id
    JOIN tasks_core_lambda l ON l.id = t.lambda_ref_id WHERE l.team_id = %(team)s),
   (SELECT string_agg(concat_ws(',', id, revoked_at), ';' ORDER BY id)
-   FROM tasks_api_apitoken WHERE team_id = %(team)s)))
+   FROM tasks_api_apitoken WHERE team_id = %(team)s),
+  (SELECT string_agg(concat_ws(',', p.id, p.name, p.lambda_ref_id, p.cron, p.interval_s,
+                               p.enabled, p.payload::text, p.next_run_at), ';' ORDER BY p.id)
+   FROM tasks_core_periodictask p WHERE p.team_id = %(team)s),
+  (SELECT string_agg(concat_ws(',', o.id, o.option, o.value), ';' ORDER BY o.id)
+   FROM tasks_core_lambdaoverride o JOIN tasks_core_lambda l ON l.id = o.lambda_ref_id
+   WHERE l.team_id = %(team)s),
+  (SELECT string_agg(concat_ws(',', w.id, w.last_seen, w.stopped_at), ';' ORDER BY w.id)
+   FROM tasks_core_worker w WHERE w.worker_id LIKE %(workers)s),
+  (SELECT string_agg(concat_ws(',', t.id, t.result::text, t.worker), ';' ORDER BY t.id)
+   FROM tasks_core_taskentity t JOIN tasks_core_lambda l ON l.id = t.lambda_ref_id
+   WHERE l.team_id = %(team)s)))
 """
 
 
-def fingerprint(team_id: int) -> str:
+def fingerprint(team: FuzzTeam) -> str:
     """A digest of everything of the team that a request could change."""
     with connection.cursor() as cursor:
-        cursor.execute(FINGERPRINT, {"team": team_id})
+        cursor.execute(FINGERPRINT, {"team": team.team_id, "workers": f"{team.name}-host%"})
         return cursor.fetchone()[0]
 
 
@@ -140,9 +174,10 @@ def _task_shapes(value: Any) -> Iterator[dict[str, Any]]:
 class World:
     """The two teams, the figures, and the checks run after every response."""
 
-    def __init__(self) -> None:
+    def __init__(self, queue: queues.QueueBackend) -> None:
         self.teams = [_team("alpha"), _team("beta")]
         self.figures = Figures()
+        self.consumer = Consumer(batch_size=100, poll_interval_s=0.1, queue=queue)
         self.schema = schemathesis.openapi.from_wsgi(
             "/api/schema/?format=json", get_wsgi_application(),
             headers={"Authorization": f"Token {self.teams[0].token}"})
@@ -150,18 +185,22 @@ class World:
     def other(self, team: FuzzTeam) -> FuzzTeam:
         return self.teams[1 - self.teams.index(team)]
 
-    def send(self, team: FuzzTeam, method: str, path: str, body: Any = None) -> Any:
-        """Make one request as `team`; check and count its answer; return the JSON (or None)."""
+    def send(self, team: FuzzTeam, method: str, path: str, body: Any = None, *,
+             worker: bool = False) -> Any:
+        """Make one request as `team` (with its worker token if `worker`); check and count its
+        answer; return the JSON (or None)."""
         other = self.other(team)
-        before = fingerprint(other.team_id)
-        call = getattr(team.client, method)
+        before = fingerprint(other)
+        call = getattr(team.worker_client if worker else team.client, method)
         response = (call(path, body, format="json") if body is not None else call(path))
         request = f"{method.upper()} {path} {json.dumps(body, default=str)}"
         self.record(team, request, response.status_code, response.content,
-                    changed=fingerprint(other.team_id) != before)
+                    changed=fingerprint(other) != before)
         if method == "post":
             self.figures.posts += 1
             self.figures.posts_accepted += response.status_code < 300
+        if not response.content:  # 204
+            return None
         try:
             return response.json()
         except ValueError:
@@ -207,14 +246,14 @@ def keeping_the_connection() -> Iterator[None]:
 
 
 @pytest.fixture
-def world() -> Iterator[World]:
+def world(queue: queues.QueueBackend) -> Iterator[World]:
     # Thousands of 4xx answers each log a warning; the figures say what matters.
     quiet = logging.getLogger("django.request")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
         with keeping_the_connection():
-            made = World()
+            made = World(queue)
         yield made
     finally:
         quiet.setLevel(level)
@@ -333,6 +372,97 @@ def machine(world: World) -> type[RuleBasedStateMachine]:
             if isinstance(made, dict) and "id" in made and data.draw(st.booleans()):
                 world.send(team, "post", f"/api/v1/tokens/{made['id']}/revoke/")
 
+        # --- periodic tasks and overrides --------------------------------------------------
+
+        @rule(team=teams, data=st.data(), number=st.integers(0, 3), cron=st.booleans(),
+              change=st.sampled_from([None, "patch", "delete"]))
+        def periodic_task(self, team: FuzzTeam, data: st.DataObject, number: int, cron: bool,
+                          change: str | None) -> None:
+            name = f"{team.name}-sched-{number}"
+            timing = {"cron": "*/5 * * * *"} if cron else {"interval_s": 60}
+            world.send(team, "post", "/api/v1/periodic-tasks/",
+                       {"name": name, "lambda": self._lambda(data, team), **timing})
+            if change == "patch":
+                world.send(team, "patch", f"/api/v1/periodic-tasks/{name}/",
+                           {"enabled": data.draw(st.booleans()), "payload": data.draw(JSON)})
+            elif change == "delete":
+                world.send(team, "delete", f"/api/v1/periodic-tasks/{name}/")
+
+        @rule(team=teams)
+        def periodic_name_of_the_other_team(self, team: FuzzTeam) -> None:
+            """The other team's name is free here: taking it says nothing of theirs."""
+            name = f"{world.other(team).name}-nightly-payroll"
+            made = world.send(team, "post", "/api/v1/periodic-tasks/",
+                              {"name": name, "lambda": team.lambdas[0], "interval_s": 60})
+            if made and "exists" in json.dumps(made):
+                world.figures.cross_team.append(f"{team.name} learnt {name!r} exists")
+            world.send(team, "delete", f"/api/v1/periodic-tasks/{name}/")
+            world.send(team, "patch", f"/api/v1/periodic-tasks/{name}/", {"enabled": False})
+
+        @rule(team=teams, data=st.data(), quota=st.one_of(st.none(), st.floats(0.1, 100)),
+              attempts=st.one_of(st.none(), st.integers(1, 9)))
+        def override(self, team: FuzzTeam, data: st.DataObject, quota: float | None,
+                     attempts: int | None) -> None:
+            world.send(team, "patch", f"/api/v1/lambdas/{self._lambda(data, team)}/",
+                       {"quota": quota, "max_attempts": attempts})
+
+        # --- remote workers, with the team's worker token ------------------------------------
+
+        def _worker(self, data: st.DataObject, team: FuzzTeam) -> str:
+            """Mostly one of the team's workers; sometimes the other team's or an unknown one."""
+            rnd = data.draw(st.randoms(use_true_random=True))
+            roll = rnd.random()
+            own, theirs = team.workers, world.other(team).workers
+            if roll < 0.85 and own:
+                return rnd.choice(own)
+            return rnd.choice(theirs) if roll < 0.95 and theirs else "nobody-host:1:x"
+
+        def _leases(self, data: st.DataObject, team: FuzzTeam) -> list[dict[str, int]]:
+            rnd = data.draw(st.randoms(use_true_random=True))
+            pool = team.leases if rnd.random() < 0.85 else world.other(team).leases
+            return rnd.sample(pool, min(len(pool), rnd.randint(1, 3)))
+
+        @rule(team=teams, data=st.data())
+        def register_worker(self, team: FuzzTeam, data: st.DataObject) -> None:
+            worker = f"{team.name}-host:{len(team.workers)}:fuzz"
+            lambdas = [self._lambda(data, team)]
+            made = world.send(team, "post", "/api/v1/worker/register/",
+                              {"worker": worker, "host": "h", "pid": 1, "lambdas": lambdas,
+                               "threads": 2}, worker=True)
+            if isinstance(made, dict) and made.get("worker") == worker:
+                team.workers.append(worker)
+
+        @rule(team=teams, data=st.data(), due=st.booleans())
+        def claim(self, team: FuzzTeam, data: st.DataObject, due: bool) -> None:
+            if due:  # the consumer's passes: due tasks to the queues, periodic occurrences
+                world.consumer.run_pass()
+                periodic.materialise_due(now=timezone.now())
+            answer = world.send(team, "post", "/api/v1/worker/claim/",
+                                {"worker": self._worker(data, team), "max": 3, "wait_s": 0},
+                                worker=True)
+            for task in (answer or {}).get("tasks", []) if isinstance(answer, dict) else []:
+                if task.get("lambda") not in team.lambdas:
+                    world.figures.cross_team.append(f"{team.name} claimed task {task}")
+                team.leases.append({"id": task["id"], "lease": task["lease"]})
+                world.figures.claimed += 1
+
+        @rule(team=teams, data=st.data(),
+              call=st.sampled_from(["start", "heartbeat", "finish", "release"]),
+              outcome=st.sampled_from(["success", "retry", "fatal"]))
+        def work(self, team: FuzzTeam, data: st.DataObject, call: str, outcome: str) -> None:
+            leases = self._leases(data, team)
+            if call in ("start", "release"):
+                body: dict[str, Any] = {"tasks": leases}
+            elif call == "heartbeat":
+                body = {"worker": self._worker(data, team), "tasks": leases}
+            else:
+                body = {"worker": self._worker(data, team), "results": [
+                    {**lease, "outcome": outcome, "result": data.draw(JSON),
+                     "error": None if outcome == "success" else {
+                         "type": "Fuzz", "message": "m", "traceback": ""}}
+                    for lease in leases]}
+            world.send(team, "post", f"/api/v1/worker/{call}/", body, worker=True)
+
         @rule(team=teams, data=st.data(), index=st.integers(0, len(operations) - 1),
               mode=st.sampled_from(list(schemathesis.GenerationMode)))
         def generated(self, team: FuzzTeam, data: st.DataObject, index: int,
@@ -346,12 +476,12 @@ def machine(world: World) -> type[RuleBasedStateMachine]:
             except Exception:  # noqa: BLE001 -- nothing to generate (no parameters to break)
                 return
             other = world.other(team)
-            before = fingerprint(other.team_id)
+            before = fingerprint(other)
             with keeping_the_connection():
                 response = case.call(headers={"Authorization": f"Token {team.token}"})
             request = f"{case.method} {case.formatted_path} {case.body}"
             world.record(team, request, response.status_code, response.content,
-                         changed=fingerprint(other.team_id) != before)
+                         changed=fingerprint(other) != before)
 
     return ApiStates
 
