@@ -123,10 +123,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _api_token(env: dict[str, str], *options: str, user: str = "chaos") -> str | None:
-    """A token of the demo team (`--worker`: a worker token), or None when `atf_token` does
-    not exist (yet)."""
-    result = subprocess.run([sys.executable, "manage.py", "atf_token", "demo", user, *options],
+def api_token(env: dict[str, str], *options: str, user: str = "chaos",
+              team: str = "demo") -> str | None:
+    """A token of `team` (`--worker`: a worker token), or None when `atf_token` does not
+    exist (yet)."""
+    result = subprocess.run([sys.executable, "manage.py", "atf_token", team, user, *options],
                             cwd=Path(__file__).resolve().parents[2], env=env,
                             capture_output=True, text=True, timeout=120)
     lines = result.stdout.strip().splitlines()
@@ -178,11 +179,11 @@ def _run(args: argparse.Namespace, env: dict[str, str], database: ChaosDatabase,
     from tests.chaos.run import run_chaos
 
     call_command("migrate", verbosity=0)
-    token = _api_token(env)
+    token = api_token(env)
     cluster = Cluster(env=env, database_host=args.pg_host, database_port=args.pg_port,
                       workers=args.workers, consumers=args.consumers, threads=args.threads,
                       log_dir=log_dir,
-                      worker_token=_api_token(env, "--worker", user="chaos-worker"))
+                      worker_token=api_token(env, "--worker", user="chaos-worker"))
     cluster.start()
     try:
         api = ApiClient(cluster.api_url, token) if token else None

@@ -1,0 +1,222 @@
+"""One team floods the service; does another team's work keep flowing?
+
+    python -m tests.chaos.flood [--tasks 300] [--rate 30] [--claims 64]
+
+Runs ATF as real processes on a database and a Redis of its own (as the chaos run does): the
+API (gunicorn, the project's config, 32 threads), a consumer, and a remote worker of team
+`demo`. Team `demo` schedules `--tasks` `demo.noop` tasks at `--rate` a second through the API,
+twice: once alone (quiet), once while team `flood` floods: `--claims` long-polling claims from
+four worker tokens (20 s each, sent again as soon as answered), batches of 1,000 tasks sent
+back to back, and as many one-second periodic schedules as it may add. It prints team demo's
+delivery latency (`started_at - run_at`) p50 and p95 in both runs, and exits 1 when the
+flooded p95 is over twice the quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import requests
+
+from tests.chaos.cli import CHILD_SETTINGS, api_token
+from tests.chaos.services import ChaosDatabase, PrivateRedis, free_port, say
+
+#: Worker tokens team flood spreads its claims over.
+FLOOD_TOKENS = 4
+#: Largest flooded p95 that passes, as a multiple of the quiet one.
+MOST_SLOWDOWN = 2.0
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.flood", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=300, help="team demo's tasks per run")
+    parser.add_argument("--rate", type=float, default=30.0, help="team demo's tasks a second")
+    parser.add_argument("--claims", type=int, default=64, help="team flood's waiting claims")
+    parser.add_argument("--flood", default="claims,batches,periodic",
+                        help="what team flood sends (comma separated; default all three)")
+    parser.add_argument("--database", default="atf_chaos_flood")
+    parser.add_argument("--pg-host", default="127.0.0.1")
+    parser.add_argument("--pg-port", type=int, default=5432)
+    parser.add_argument("--pg-user", default="postgres")
+    return parser.parse_args(argv)
+
+
+class Flood:
+    """Team flood's threads: long polls, batches and periodic schedules, until stopped."""
+
+    def __init__(self, url: str, *, full_token: str, worker_tokens: list[str],
+                 claims: int, kinds: set[str]) -> None:
+        self.url = url
+        self.answers: Counter[str] = Counter()  #: "<kind> <status>"
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._full = full_token
+        self._threads = [threading.Thread(target=self._claims, args=(worker_tokens[n % len(
+            worker_tokens)], n % len(worker_tokens)), daemon=True)
+            for n in range(claims if "claims" in kinds else 0)]
+        if "batches" in kinds:
+            self._threads += [threading.Thread(target=self._batches, daemon=True)
+                              for _ in range(2)]
+        if "periodic" in kinds:
+            self._threads.append(threading.Thread(target=self._schedules, daemon=True))
+
+    def _post(self, kind: str, path: str, body: dict, token: str,
+              timeout_s: float = 30) -> requests.Response | None:
+        try:
+            answer = requests.post(f"{self.url}{path}", json=body, timeout=timeout_s,
+                                   headers={"Authorization": f"Token {token}"})
+        except requests.RequestException:
+            answer = None
+        with self._lock:
+            self.answers[f"{kind} {answer.status_code if answer is not None else 'none'}"] += 1
+        return answer
+
+    def _claims(self, token: str, index: int) -> None:
+        worker = f"flood-host:{index}:w"
+        self._post("register", "/api/v1/worker/register/", {
+            "worker": worker, "host": "flood", "pid": index, "lambdas": ["flood.work"],
+            "threads": 1}, token)
+        while not self._stop.is_set():
+            answer = self._post("claim", "/api/v1/worker/claim/",
+                                {"worker": worker, "max": 1, "wait_s": 20}, token)
+            if answer is None or answer.status_code != 200:  # as a remote worker waits
+                self._stop.wait(float(answer.headers.get("Retry-After", 1)) if answer else 1)
+
+    def _batches(self) -> None:
+        body = {"tasks": [{"lambda": "flood.work", "payload": {"n": n}} for n in range(1000)]}
+        while not self._stop.is_set():
+            self._post("batch", "/api/v1/tasks/batch/", body, self._full)
+
+    def _schedules(self) -> None:
+        """As many one-second schedules as the team may add (429 naming the setting ends it)."""
+        made = 0
+        while not self._stop.is_set():
+            answer = self._post("periodic", "/api/v1/periodic-tasks/", {
+                "name": f"flood-{made}", "lambda": "flood.work", "interval_s": 1}, self._full)
+            if answer is not None and answer.status_code == 201:
+                made += 1
+            elif answer is not None and "PERIODIC" in answer.text:
+                return
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+
+def deliver(url: str, token: str, *, tasks: int, rate: float, label: str) -> list[float]:
+    """Schedule `tasks` demo.noop tasks at `rate` a second, wait until all succeeded; the
+    delivery latency of each in seconds (started_at - run_at), sorted."""
+    from tasks_core.models import TaskEntity
+
+    ids: list[int] = []
+    started = time.monotonic()
+    for n in range(tasks):
+        time.sleep(max(0.0, started + n / rate - time.monotonic()))
+        answer = requests.post(f"{url}/api/v1/tasks/", json={"lambda": "demo.noop"},
+                               headers={"Authorization": f"Token {token}"}, timeout=60)
+        answer.raise_for_status()
+        ids.append(answer.json()["id"])
+    deadline = time.monotonic() + 120
+    while (done := TaskEntity.objects.filter(pk__in=ids, status="success").count()) < tasks:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{label}: only {done} of {tasks} tasks succeeded in 120 s")
+        time.sleep(0.5)
+    rows = TaskEntity.objects.filter(pk__in=ids).values_list("started_at", "run_at")
+    return sorted((started_at - run_at).total_seconds() for started_at, run_at in rows)
+
+
+def percentile(values: list[float], share: float) -> float:
+    """Nearest-rank percentile of sorted `values`."""
+    return values[max(0, min(len(values) - 1, round(share * len(values)) - 1))]
+
+
+def _prepare_flood_team(env: dict[str, str]) -> tuple[str, list[str]]:
+    """Team flood with the lambda row its tasks use (no code runs it); its tokens."""
+    from tasks_core.models import Lambda, Team
+
+    team, _created = Team.objects.get_or_create(name="flood")
+    Lambda.objects.get_or_create(name="flood.work", defaults={"team": team, "in_code": False})
+    full = api_token(env, team="flood", user="flood")
+    workers = [api_token(env, "--worker", team="flood", user=f"flood-worker-{n}")
+               for n in range(FLOOD_TOKENS)]
+    if full is None or None in workers:
+        raise SystemExit("could not make team flood's tokens (atf_token)")
+    return full, [token for token in workers if token]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING)
+    log_dir = Path(tempfile.mkdtemp(prefix="atf-flood-"))
+    database = ChaosDatabase(args.database, host=args.pg_host, port=args.pg_port,
+                             user=args.pg_user)
+    database.recreate()
+    server = PrivateRedis(free_port(), log_dir)
+    server.start()
+    env = {**os.environ, **CHILD_SETTINGS, "DATABASE_URL": database.url,
+           "REDIS_URL": server.url, "ATF_QUEUE_PREFIX": "flood"}
+    os.environ.update({**env, "ATF_LOG_LEVEL": "WARNING"})
+    say(f"flood: database {database.name}, redis port {server.port}, logs in {log_dir}")
+    try:
+        return _run(args, env, log_dir)
+    finally:
+        server.stop()
+        database.drop()
+
+
+def _run(args: argparse.Namespace, env: dict[str, str], log_dir: Path) -> int:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from tests.chaos.cluster import Cluster
+
+    call_command("migrate", verbosity=0)
+    demo_token = api_token(env)
+    cluster = Cluster(env=env, database_host=args.pg_host, database_port=args.pg_port,
+                      workers=0, consumers=1, threads=8, log_dir=log_dir,
+                      worker_token=api_token(env, "--worker", user="demo-worker"))
+    cluster.start()
+    try:
+        assert demo_token is not None, "atf_token made no token"
+        full, workers = _prepare_flood_team(env)
+        quiet = deliver(cluster.api_url, demo_token, tasks=args.tasks, rate=args.rate,
+                        label="quiet")
+        flood = Flood(cluster.api_url, full_token=full, worker_tokens=workers,
+                      claims=args.claims, kinds=set(args.flood.split(",")))
+        flood.start()
+        try:
+            time.sleep(3.0)  # let the flood fill the server before team demo measures
+            flooded = deliver(cluster.api_url, demo_token, tasks=args.tasks, rate=args.rate,
+                              label="flooded")
+        finally:
+            flood.stop()
+    finally:
+        cluster.stop()
+    quiet_p95, flooded_p95 = percentile(quiet, 0.95), percentile(flooded, 0.95)
+    say(f"team demo delivery (started_at - run_at) of {args.tasks} tasks at {args.rate:g}/s, "
+        f"team flood sending {args.flood}:")
+    say(f"  quiet:   p50 {percentile(quiet, 0.5) * 1000:.0f} ms, p95 {quiet_p95 * 1000:.0f} ms")
+    say(f"  flooded: p50 {percentile(flooded, 0.5) * 1000:.0f} ms, "
+        f"p95 {flooded_p95 * 1000:.0f} ms ({flooded_p95 / quiet_p95:.2f}x the quiet p95)")
+    say(f"  team flood's answers: {dict(sorted(flood.answers.items()))}")
+    return 0 if flooded_p95 <= MOST_SLOWDOWN * quiet_p95 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
