@@ -89,8 +89,8 @@ def plan_due(rows: Sequence[DueRow], *, decide: Callable[[str], Decision],
             plan.drop.append(row.task_id)
             continue
         if row.status is TaskStatus.PROCESSING:
-            plan.lost.append(LostAttempt(task_id=row.task_id, number=row.attempts,
-                                         worker=row.worker, started_at=row.started_at or now))
+            plan.lost.append(LostAttempt(task_id=row.task_id, worker=row.worker,
+                                         started_at=row.started_at or now))
             if row.attempts >= row.max_attempts:
                 plan.dead.append(row.task_id)
                 continue
@@ -155,7 +155,7 @@ def ending(task: ClaimedTask, result: Result, *, now: datetime, timeouts: states
         result=result.value if target is TaskStatus.SUCCESS else None, error=result.error,
         finished_at=now if target in states.FINAL else None,
         assoc=assoc_change(target, now=now, timeouts=timeouts, delay_s=delay_s),
-        attempt=task.attempt, worker=result.worker, started_at=result.started_at or now,
+        worker=result.worker, started_at=result.started_at or now,
         # A last failed attempt is marked `dead`; a timed-out one keeps saying why it ended.
         outcome=(Outcome.DEAD if target is TaskStatus.DEAD and result.outcome is Outcome.RETRY
                  else result.outcome),

@@ -160,7 +160,6 @@ class LostAttempt:
     """An attempt whose worker stopped heartbeating: the consumer records it as lost."""
 
     task_id: int
-    number: int
     worker: str
     started_at: datetime
 
@@ -176,7 +175,6 @@ class Ending:
     error: dict[str, str] | None  #: the attempt's error; also the task's last_error when set
     finished_at: datetime | None
     assoc: AssocChange
-    attempt: int
     worker: str
     started_at: datetime
     outcome: str  #: the attempt row's outcome

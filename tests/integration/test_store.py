@@ -327,7 +327,21 @@ def test_attempts_exhausted_goes_dead_and_requeue_brings_it_back(now: datetime) 
     row = entity(task.pk)
     assert (row.status, row.attempts, row.assoc.status) == ("new", 0, "new")
     assert row.assoc.next_trigger_at == clock
-    assert [m.task_id for m in messages(enqueue_due("demo.noop", clock))] == [task.pk]
+    # When it runs again, and its first attempt since the requeue is lost, then one succeeds
+    (claimed,) = claim(messages(enqueue_due("demo.noop", clock)), clock)
+    assert claimed.attempt == 1  # the lambda's count starts again (ctx.attempt)
+    assert store.start(claimed, now=clock)
+    lost_at = clock + timedelta(seconds=claimed.heartbeat_timeout_s + 1)
+    again = enqueue_due("demo.noop", lost_at)
+    assert again.reenqueued == {"processing": 1}
+    (claimed,) = claim(messages(again), lost_at)
+    assert store.start(claimed, now=lost_at)
+    assert store.finish(claimed, success(), now=lost_at) is TaskStatus.SUCCESS
+    # Then the history numbers every attempt it ever made: no second "attempt 1"
+    assert list(TaskAttempt.objects.filter(task=row).order_by("number")
+                .values_list("number", "outcome")) == [
+        (1, "retry"), (2, "dead"), (3, "lost"), (4, "success")]
+    assert entity(task.pk).attempts == 2
 
 
 def test_requeue_and_discard_touch_only_dead_tasks(now: datetime) -> None:

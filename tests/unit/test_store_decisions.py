@@ -59,8 +59,8 @@ def test_a_processing_row_lost_its_worker_and_goes_dead_on_its_last_attempt() ->
     plan = plan_due(rows, decide=enqueue_all, now=NOW)
     assert plan.enqueue == [("default", Lease(1, 4))]
     assert plan.dead == [2]
-    assert plan.lost == [LostAttempt(task_id=1, number=1, worker="w1", started_at=started),
-                         LostAttempt(task_id=2, number=3, worker="w1", started_at=NOW)]
+    assert plan.lost == [LostAttempt(task_id=1, worker="w1", started_at=started),
+                         LostAttempt(task_id=2, worker="w1", started_at=NOW)]
 
 
 def test_gates_drop_or_postpone_a_collection_and_final_rows_are_left_alone() -> None:
@@ -98,7 +98,7 @@ def test_success_keeps_the_result_and_ends_the_task() -> None:
     assert (e.status, e.result, e.finished_at, e.outcome, e.worker) == (
         TaskStatus.SUCCESS, {"ok": 1}, NOW, Outcome.SUCCESS, "w9")
     assert (e.assoc.status, e.assoc.next_trigger_at) == (AssocStatus.COMPLETED, None)
-    assert (e.task_id, e.lease, e.attempt, e.started_at) == (7, 5, 1, NOW)
+    assert (e.task_id, e.lease, e.started_at) == (7, 5, NOW)
 
 
 def test_fatal_ends_at_once_with_its_error_and_no_result() -> None:

@@ -8,11 +8,11 @@ backend inherits them and replaces only the hot batch statements.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F
+from django.db.models import F, Max
 
 from tasks_core import gating
 from tasks_core.gating import Decision, Gate, GateState
@@ -55,6 +55,16 @@ def due_row(pk: int, status: str, lease: int, collection: str, priority: str, at
     return DueRow(task_id=pk, status=TaskStatus(status), lease=lease, collection=collection,
                   priority=priority, attempts=attempts, max_attempts=max_attempts, worker=worker,
                   started_at=started_at)
+
+
+def _next_attempt_numbers(task_ids: Iterable[int]) -> defaultdict[int, int]:
+    """The number each task's next attempt row gets: one after its last row, so numbers count
+    on across requeues (which reset `attempts`)."""
+    last = (TaskAttempt.objects.filter(task_id__in=list(task_ids)).values("task_id")
+            .annotate(last=Max("number")).values_list("task_id", "last"))
+    numbers: defaultdict[int, int] = defaultdict(lambda: 1)
+    numbers.update({task_id: number + 1 for task_id, number in last})
+    return numbers
 
 
 def _gate_decisions(task_ids: Collection[int], now: datetime) -> dict[int, Decision]:
@@ -151,8 +161,9 @@ class OrmBackend(StoreBackend):
 
     def record_lost(self, attempts: Sequence[LostAttempt], *, now: datetime,
                     error: Mapping[str, str]) -> None:
+        numbers = _next_attempt_numbers(a.task_id for a in attempts)
         TaskAttempt.objects.bulk_create(
-            TaskAttempt(task_id=a.task_id, number=a.number, worker=a.worker,
+            TaskAttempt(task_id=a.task_id, number=numbers[a.task_id], worker=a.worker,
                         started_at=a.started_at, ended_at=now, outcome=Outcome.LOST,
                         error=dict(error))
             for a in attempts
@@ -245,8 +256,9 @@ class OrmBackend(StoreBackend):
                 status=ending.status, **{k: v for k, v in changes.items() if v is not None}
             )
             TaskAssoc.objects.filter(task_id=ending.task_id).update(**_assoc(ending.assoc))
+        numbers = _next_attempt_numbers(e.task_id for e in endings)
         TaskAttempt.objects.bulk_create(
-            TaskAttempt(task_id=e.task_id, number=e.attempt, worker=e.worker,
+            TaskAttempt(task_id=e.task_id, number=numbers[e.task_id], worker=e.worker,
                         started_at=e.started_at, ended_at=now, outcome=e.outcome, error=e.error)
             for e in endings
         )

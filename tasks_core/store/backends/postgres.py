@@ -245,10 +245,10 @@ WITH ending AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(statuses)s::varchar[],
                          %(results)s::jsonb[], %(errors)s::jsonb[],
                          %(finished)s::timestamptz[], %(assoc_statuses)s::varchar[],
-                         %(triggers)s::timestamptz[], %(attempts)s::int[], %(workers)s::varchar[],
+                         %(triggers)s::timestamptz[], %(workers)s::varchar[],
                          %(started)s::timestamptz[], %(outcomes)s::varchar[])
-        AS e(id, lease, status, result, error, finished_at, assoc_status, trigger, attempt,
-             worker, started_at, outcome)
+        AS e(id, lease, status, result, error, finished_at, assoc_status, trigger, worker,
+             started_at, outcome)
 ), locked AS (
     SELECT t.id FROM ending e CROSS JOIN LATERAL (
         SELECT id FROM {entity} WHERE id = e.id AND lease = e.lease AND status = %(expected)s
@@ -265,7 +265,10 @@ WITH ending AS (
     FROM ending e JOIN written ON written.id = e.id WHERE a.task_id = e.id
 ), history AS (
     INSERT INTO {attempt} (task_id, number, worker, started_at, ended_at, outcome, error)
-    SELECT e.id, e.attempt, e.worker, e.started_at, %(now)s, e.outcome, e.error
+    -- Numbered after the task's last attempt row, so they count on across requeues (which
+    -- reset `attempts`); one probe of (task, number) a row.
+    SELECT e.id, COALESCE((SELECT max(p.number) FROM {attempt} p WHERE p.task_id = e.id), 0) + 1,
+           e.worker, e.started_at, %(now)s, e.outcome, e.error
     FROM ending e JOIN written ON written.id = e.id
 )
 SELECT written.id, EXISTS (SELECT 1 FROM {dependency} d WHERE d.parent_id = written.id)
@@ -397,7 +400,7 @@ class PostgresBackend(OrmBackend):
             "finished": [e.finished_at for e in endings],
             "assoc_statuses": [e.assoc.status for e in endings],
             "triggers": [e.assoc.next_trigger_at for e in endings],
-            "attempts": [e.attempt for e in endings], "workers": [e.worker for e in endings],
+            "workers": [e.worker for e in endings],
             "started": [e.started_at for e in endings], "outcomes": [e.outcome for e in endings],
             "expected": TaskStatus.PROCESSING.value, "now": now,
         }))
