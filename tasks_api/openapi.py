@@ -24,8 +24,10 @@ def extend_schema(**kwargs: Any) -> Callable[[F], F]:
 
     def decorator(target: F) -> F:
         if not inspect.isclass(target) and not getattr(target, "kwargs", {}).get("schema"):
-            # The decorator's second choice of base, after a `schema` attribute.
-            target.kwargs = {**getattr(target, "kwargs", {}), "schema": AutoSchema}  # type: ignore[attr-defined]
+            # The decorator's second choice of base, after a `schema` attribute. A function
+            # attribute, as DRF's @action sets one: the type of F does not declare it.
+            kwargs = {**getattr(target, "kwargs", {}), "schema": AutoSchema}
+            target.kwargs = kwargs  # type: ignore[attr-defined]
         return decorate(target)
 
     return decorator
