@@ -1,7 +1,7 @@
 """A typed client of the ATF REST API, for services that are not Django projects.
 
     from atf_client import Client
-    with Client("https://atf.example.com/api/", token) as atf:
+    with Client("https://atf.example.com", token) as atf:
         task = atf.schedule("billing.send_invoice", {"order": 7}, priority="high")
         atf.get(task.id).status
 """
@@ -28,9 +28,10 @@ from atf_client.errors import (
     Unavailable,
 )
 from atf_client.models import Call, Task
+from atf_client.retries import NO_RETRIES, RetryPolicy
 
 __all__ = [
-    "ApiError", "AtfClientError", "Call", "Client", "Conflict", "Forbidden", "InvalidRequest",
-    "NotFound", "PayloadTooLarge", "ServerError", "Task", "Throttled", "TransportError",
-    "Unauthorized", "Unavailable", "__version__",
+    "NO_RETRIES", "ApiError", "AtfClientError", "Call", "Client", "Conflict", "Forbidden",
+    "InvalidRequest", "NotFound", "PayloadTooLarge", "RetryPolicy", "ServerError", "Task",
+    "Throttled", "TransportError", "Unauthorized", "Unavailable", "__version__",
 ]

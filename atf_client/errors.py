@@ -16,9 +16,11 @@ class TransportError(AtfClientError):
 class ApiError(AtfClientError):
     """The API refused the request. `status` is the HTTP status, `detail` its message, and
     `errors` the field errors (`{"priority": ["Unknown priority ..."]}`; in a batch the field
-    is named `tasks[i].field`), empty when the answer had none."""
+    is named `tasks[i].field`), empty when the answer had none. `retry_after_s` is the
+    server's Retry-After on a 429 or 503 (None when not said)."""
 
     status: int = 0
+    retry_after_s: float | None = None
 
     def __init__(self, status: int, body: Any) -> None:
         self.status = status
@@ -59,7 +61,7 @@ class NotFound(ApiError):
 
 
 class Conflict(ApiError):
-    """409: the task's status does not allow it (e.g. cancelling a running task)."""
+    """409: the task's status does not allow it (e.g. cancelling a finished task)."""
 
 
 class PayloadTooLarge(ApiError):
@@ -67,13 +69,12 @@ class PayloadTooLarge(ApiError):
 
 
 class Throttled(ApiError):
-    """429: too many requests; `retry_after_s` says when to try again (None when not said)."""
-
-    retry_after_s: float | None = None
+    """429: too many requests, after the client's retries; `retry_after_s` says when to try
+    again (None when not said)."""
 
 
 class Unavailable(ApiError):
-    """503: the server's database or queue is unavailable; try again later."""
+    """503: the server's database or queue is unavailable, after the client's retries."""
 
 
 class ServerError(ApiError):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pytest_django.live_server_helper import LiveServer
@@ -21,7 +23,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def client(live_server: LiveServer, alice: Member) -> Iterator[Client]:
-    with Client(f"{live_server.url}/api/", alice.token) as client:
+    # The base URL `runworker --api` takes: the client adds api/
+    with Client(live_server.url, alice.token) as client:
         yield client
 
 
@@ -113,3 +116,82 @@ def test_the_options_reach_the_task_and_the_old_delay_s_still_works(client: Clie
         old = client.schedule(alice.lam.name, delay_s=60)
     row = TaskEntity.objects.get(pk=old.id)
     assert 55 <= (row.run_at - row.created_at).total_seconds() <= 65
+
+
+@pytest.mark.parametrize(("url", "api"), [
+    ("https://atf.example.com", "https://atf.example.com/api/"),
+    ("https://atf.example.com/", "https://atf.example.com/api/"),
+    ("https://shop.example.com/atf", "https://shop.example.com/atf/api/"),
+    ("https://atf.example.com/api/", "https://atf.example.com/api/"),  # the API's own URL
+    ("https://atf.example.com/api", "https://atf.example.com/api/"),
+])
+def test_the_client_takes_the_base_url_runworker_api_takes(url: str, api: str) -> None:
+    assert atf_client.client.api_url(url) == api
+
+
+def test_a_throttled_request_is_tried_again_after_retry_after(
+        live_server: LiveServer, alice: Member, settings: Any) -> None:
+    # Given a server that allows two requests a second per token
+    settings.ATF_API_THROTTLE_RATE = "2/s"
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(seconds)
+
+    task = TaskFactory(lambda_ref=alice.lam)
+    # When the client reads a task five times in a row
+    with Client(live_server.url, alice.token, sleep=sleep) as client:
+        statuses = [client.get(task.pk).status for _ in range(5)]
+    # Then every read succeeded, after waiting what the server's Retry-After said
+    assert statuses == ["new"] * 5
+    assert waits and all(0 < wait <= 1 for wait in waits)
+    # ...and with retries off, the 429 comes back at once, with its Retry-After
+    with Client(live_server.url, alice.token, retries=atf_client.NO_RETRIES) as client, \
+            pytest.raises(atf_client.Throttled) as caught:
+        for _ in range(5):
+            client.get(task.pk)
+    assert caught.value.status == 429 and caught.value.retry_after_s is not None
+
+
+@pytest.mark.parametrize(("retry", "retry_after_s", "wait_s"), [
+    (1, 3.0, 3.0),  # the server's word
+    (1, 120.0, 30.0),  # ...capped
+    (1, None, 0.375),  # backoff: half to all of 0.5 s (rand 0.5)
+    (3, None, 1.5),  # doubling
+    (10, None, 22.5),  # capped at 30 s, times the jitter
+])
+def test_the_wait_before_a_retry(retry: int, retry_after_s: float | None,
+                                 wait_s: float) -> None:
+    policy = atf_client.RetryPolicy()
+    assert policy.wait_s(retry, retry_after_s, rand=lambda: 0.5) == pytest.approx(wait_s)
+
+
+def test_the_operator_api(client: Client, alice: Member) -> None:
+    # Gates: pause a collection, then the lambda, then open it
+    assert client.set_gate(alice.lam.name, "paused", collection="bulk")["gate"] == "paused"
+    until = datetime.now(UTC) + timedelta(hours=1)
+    assert client.set_gate(alice.lam.name, "paused", until=until)["gate"] == "paused"
+    assert client.set_gate(alice.lam.name, "open")["gate"] == "open"
+    # Options: an override and its clearing
+    assert client.set_options(alice.lam.name, quota=20)["quota"]["source"] == "operator"
+    assert client.lambda_info(alice.lam.name)["quota"]["value"] == 20
+    assert client.set_options(alice.lam.name, quota=None)["quota"]["source"] == "code"
+    # Dead letters: list, requeue by id, discard by lambda
+    dead = [TaskFactory(lambda_ref=alice.lam, status=TaskStatus.DEAD) for _ in range(3)]
+    assert sorted(task.id for task in client.dead_letters(lambda_name=alice.lam.name)) == \
+        sorted(task.pk for task in dead)
+    assert client.requeue_dead(ids=[dead[0].pk]) == 1
+    assert client.discard_dead(lambda_name=alice.lam.name) == 2
+    # One task: requeue a failed one, run a delayed one now, list by status
+    failed = TaskFactory(lambda_ref=alice.lam, status=TaskStatus.FATAL_FAILURE)
+    assert client.requeue(failed.pk).status == "new"
+    later = client.schedule(alice.lam.name, delay=3600)
+    assert client.run_now(later.id).run_at <= datetime.now(UTC)
+    assert {task.id for task in client.tasks(status="new")} == {dead[0].pk, failed.pk, later.id}
+    # Periodic tasks: add, change, list, delete
+    client.add_periodic("nightly", alice.lam.name, cron="0 3 * * *")
+    assert client.change_periodic("nightly", enabled=False)["enabled"] is False
+    assert [row["name"] for row in client.periodic_tasks()] == ["nightly"]
+    client.delete_periodic("nightly")
+    assert client.periodic_tasks() == []
