@@ -20,6 +20,9 @@ from tasks_core.models import TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
 from workers.testing import TaskOutcome, run_due_tasks
 
+# Also in the SQLite run (`make test`): many projects test on SQLite.
+pytestmark = pytest.mark.sqlite
+
 GREET, FLAKY = "tests.testing.greet", "tests.testing.flaky"
 RunDueTasks = Callable[..., list[TaskOutcome]]
 
