@@ -18,7 +18,7 @@ from tasks_api.serializers import (
 )
 from tasks_core import limits, remote_workers, scheduling
 from tasks_core.models import TaskAttempt
-from tasks_core.remote_workers import Ending
+from tasks_core.remote_workers import ReportedEnd
 
 #: Most tasks, leases or results in one request.
 MAX_BATCH = 1000
@@ -77,7 +77,7 @@ class LeaseSerializer(StrictSerializer):
 
 class PlainItemsListField(serializers.ListField):
     """A ListField that takes plainly valid items without running its child serializer on each
-    (30-90 µs an item, most of a start's or finish's time in the API). `plain(item)` returns the
+    (most of a start's or finish's time in the API: docs/benchmarks.md). `plain(item)` returns the
     item as the child would validate it, or None when it is not plainly valid: then the whole
     list is validated by the child, with its usual errors."""
 
@@ -248,8 +248,8 @@ class FinishSerializer(WorkerIdSerializer):
     def validate_results(self, value: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         return _unique_ids(value)
 
-    def endings(self) -> list[Ending]:
-        return [Ending(task_id=item["id"], lease=item["lease"], outcome=item["outcome"],
+    def reported_ends(self) -> list[ReportedEnd]:
+        return [ReportedEnd(task_id=item["id"], lease=item["lease"], outcome=item["outcome"],
                        value=item["result"], error=item["error"], delay_s=item["delay_s"],
                        started_at=item["started_at"])
                 for item in self.validated_data["results"]]

@@ -172,7 +172,7 @@ class FinishView(WorkerView):
                    responses={200: shapes.FinishedListSerializer, **_errors(400, 404, 413, 415)})
     def post(self, request: Request) -> Response:
         form = _form(shapes.FinishSerializer, request)
-        statuses = remote_workers.finish(self.worker(form), form.endings(), self.teams())
+        statuses = remote_workers.finish(self.worker(form), form.reported_ends(), self.teams())
         return Response({"results": [{"id": pk, "status": None if s is None else str(s)}
                                      for pk, s in statuses.items()]})
 

@@ -31,7 +31,7 @@ Teams = frozenset[int] | None
 
 
 @dataclass(frozen=True, kw_only=True)
-class Ending:
+class ReportedEnd:
     """One finished attempt as a remote worker reports it."""
 
     task_id: int
@@ -201,16 +201,17 @@ def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *,
     return lost | (set(leases) - set(owned)), store.stop_requested(set(owned) - lost)
 
 
-def finish(row: Worker, endings: Sequence[Ending], teams: Teams) -> dict[int, TaskStatus | None]:
+def finish(row: Worker, reported_ends: Sequence[ReportedEnd],
+           teams: Teams) -> dict[int, TaskStatus | None]:
     """Record attempts' ends; per task its new status, or None when the lease was stale."""
-    tasks = _tasks({e.task_id: e.lease for e in endings}, teams, started=True,
+    tasks = _tasks({e.task_id: e.lease for e in reported_ends}, teams, started=True,
                    claimed_by=[row.worker_id])
-    done = [(tasks[e.task_id], e.result(row.worker_id)) for e in endings
+    done = [(tasks[e.task_id], e.result(row.worker_id)) for e in reported_ends
             if e.task_id in tasks]
     statuses = store.finish_many(done, now=timezone.now()) if done else []
     written = {task.task_id: status for (task, _result), status in zip(done, statuses,
                                                                         strict=True)}
-    return {e.task_id: written.get(e.task_id) for e in endings}
+    return {e.task_id: written.get(e.task_id) for e in reported_ends}
 
 
 def release(leases: Mapping[int, int], teams: Teams, credential: str) -> int:

@@ -58,7 +58,8 @@ class LongRunningCommand(BaseCommand):
 
     Only the checks that concern a process without a web server run: the URL, admin, template
     and static-file checks import the whole web side (the URLconf, DRF, the API schema, the
-    console), about 23 MB that a worker or consumer would then carry for its whole life.
+    console), megabytes that a worker or consumer would then carry for its whole life (see
+    docs/benchmarks.md).
     `manage.py check` and the web server still run them all.
     """
 

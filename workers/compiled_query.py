@@ -1,7 +1,7 @@
 """A `values_list()` query compiled to SQL once and run again with a new "now".
 
 The consumer runs the same two ORM queries every pass; building and compiling them took most
-of a pass (about 4 ms of a 4.3 ms idle pass), on the path of every immediate task. Compiled
+of an idle pass, on the path of every immediate task (figures: docs/benchmarks.md). Compiled
 once, a run is a cursor execute and Django's own result converters.
 """
 

@@ -26,7 +26,7 @@ from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.heartbeat import HeartbeatThread
 from workers.results import Tally, log_outcome
-from workers.transport import Done, Transport
+from workers.transport import FinishedAttempt, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def start_writer(transport: Transport) -> BatchWriterThread[store.ClaimedTask, b
                              reset=transport.reset)
 
 
-def result_writer(transport: Transport) -> BatchWriterThread[Done, TaskStatus | None]:
+def result_writer(transport: Transport) -> BatchWriterThread[FinishedAttempt, TaskStatus | None]:
     """The thread that records finished attempts in batches."""
     return BatchWriterThread(name="ResultWriterThread", write=transport.finish_many,
                              reset=transport.reset)
@@ -78,7 +78,8 @@ def result_writer(transport: Transport) -> BatchWriterThread[Done, TaskStatus | 
 class ExecutorThread(threading.Thread):
     def __init__(self, *, index: int, buffer: WorkBuffer, heartbeat: HeartbeatThread,
                  worker_id: str, starts: BatchWriterThread[store.ClaimedTask, bool],
-                 results: BatchWriterThread[Done, TaskStatus | None], tally: Tally) -> None:
+                 results: BatchWriterThread[FinishedAttempt, TaskStatus | None],
+                 tally: Tally) -> None:
         super().__init__(name=f"ExecutorThread-{index}", daemon=True)
         self.buffer = buffer
         self.heartbeat = heartbeat

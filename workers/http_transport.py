@@ -18,7 +18,7 @@ import requests
 from tasks_core import store
 from tasks_core.exceptions import AtfError
 from tasks_core.states import TaskStatus
-from workers.transport import Beat, Done, Transport, TransportUnavailable, WorkerInfo
+from workers.transport import Beat, FinishedAttempt, Transport, TransportUnavailable, WorkerInfo
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class HttpTransport(Transport):
             "tasks": [{"id": pk, "lease": lease} for pk, lease in leases.items()]})
         return Beat(lost=set(answer["lost"]), cancel=set(answer.get("cancel", ())))
 
-    def finish_many(self, done: Sequence[Done]) -> list[TaskStatus | None]:
+    def finish_many(self, done: Sequence[FinishedAttempt]) -> list[TaskStatus | None]:
         answer = self._post("finish/", {"worker": self._worker_id(),
                                         "results": [_result(t, r) for t, r in done]})
         statuses = {item["id"]: item["status"] for item in answer["results"]}

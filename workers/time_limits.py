@@ -23,10 +23,10 @@ from tasks_core.states import TaskStatus
 from workers.batching import BatchWriterThread
 from workers.buffer import Running, WorkBuffer
 from workers.results import Tally, log_outcome
+from workers.transport import FinishedAttempt
 
 logger = logging.getLogger(__name__)
 
-Done = tuple[store.ClaimedTask, store.Result]
 
 
 def stopped_result(running: Running, *, worker: str) -> store.Result:
@@ -47,8 +47,9 @@ class AttemptStops:
     """Ends the attempts of a worker process's tasks that run past their time limit or that a
     cancel asked to stop."""
 
-    def __init__(self, *, buffer: WorkBuffer, results: BatchWriterThread[Done, TaskStatus | None],
-                 worker_id: str, tally: Tally, grace_s: float) -> None:
+    def __init__(self, *, buffer: WorkBuffer,
+                 results: BatchWriterThread[FinishedAttempt, TaskStatus | None], worker_id: str,
+                 tally: Tally, grace_s: float) -> None:
         self.buffer = buffer
         self.results = results
         self.worker_id = worker_id

@@ -27,7 +27,8 @@ from workers import db
 
 logger = logging.getLogger(__name__)
 
-Done = tuple[store.ClaimedTask, store.Result]
+#: An attempt that ended: the claimed task and what it ended with.
+FinishedAttempt = tuple[store.ClaimedTask, store.Result]
 
 
 class TransportUnavailable(AtfError):
@@ -89,7 +90,7 @@ class Transport(abc.ABC):
         whose lease was lost, and those a cancel asks to stop."""
 
     @abc.abstractmethod
-    def finish_many(self, done: Sequence[Done]) -> list[TaskStatus | None]:
+    def finish_many(self, done: Sequence[FinishedAttempt]) -> list[TaskStatus | None]:
         """Record attempts' ends; per task its new status, or None when its lease was lost."""
 
     @abc.abstractmethod
@@ -168,7 +169,7 @@ class DirectTransport(Transport):
             worker_registry.seen(self.worker.worker_id, now=now)
         return Beat(lost=lost, cancel=store.stop_requested(set(leases) - lost))
 
-    def finish_many(self, done: Sequence[Done]) -> list[TaskStatus | None]:
+    def finish_many(self, done: Sequence[FinishedAttempt]) -> list[TaskStatus | None]:
         with _store_errors():
             return store.finish_many(done, now=timezone.now())
 

@@ -55,7 +55,7 @@ def test_a_list_with_one_item_not_plain_gets_the_usual_errors() -> None:
         "Ensure this value is greater than or equal to 0."]}}}
     plain = shapes.FinishSerializer(data={**body, "results": PLAIN_RESULTS})
     assert plain.is_valid(), plain.errors
-    assert [e.task_id for e in plain.endings()] == [item["id"] for item in PLAIN_RESULTS]
+    assert [e.task_id for e in plain.reported_ends()] == [item["id"] for item in PLAIN_RESULTS]
 
 
 PLAIN_LEASES: list[Any] = [{"id": 1, "lease": 0}, {"id": 2**63 - 1, "lease": 5}]
