@@ -8,6 +8,7 @@ from drf-spectacular-sidecar's static files.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,12 @@ SPECTACULAR_SETTINGS: dict[str, Any] = {
 }
 
 
+#: drf-spectacular patches its one settings object for the whole process while such a view
+#: runs, and restores it from one shared record: two ATF views patching at once would restore
+#: each other's values and leave ATF's in place for the project's own schema. One at a time.
+_patching = threading.Lock()
+
+
 class AtfEndpoints(EndpointEnumerator):
     """The project's URLs, of which only ATF's API views (those that take its policy)."""
 
@@ -61,7 +68,8 @@ class SchemaView(ApiPolicy, JsonErrorsMixin, SpectacularAPIView):
 
     @extend_schema(**SCHEMA_KWARGS)
     def get(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
-        return super().get(request, *args, **kwargs)
+        with _patching:  # SpectacularAPIView.get patches with custom_settings
+            return super().get(request, *args, **kwargs)
 
 
 class DocsView(ApiPolicy, SpectacularSwaggerView):
@@ -75,5 +83,5 @@ class DocsView(ApiPolicy, SpectacularSwaggerView):
     def get(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
             return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
-        with patched_settings(SPECTACULAR_SETTINGS):
+        with _patching, patched_settings(SPECTACULAR_SETTINGS):
             return super().get(request, *args, **kwargs)

@@ -52,9 +52,11 @@ def host_shell(code: str, **env: str) -> dict:
 
 
 WEB = """
-    import json, os, re
+    import json, os, re, threading
     from django.contrib.auth.models import User
+    from django.db import connection
     from django.test import Client
+    from drf_spectacular.settings import spectacular_settings
 
     # A view's exception comes back as its 500, as a browser would meet it.
     root, anonymous = Client(raise_request_exception=False), Client(raise_request_exception=False)
@@ -66,6 +68,19 @@ WEB = """
         return {"status": response.status_code, "type": response.get("Content-Type", ""),
                 "body": response.json() if "json" in response.get("Content-Type", "") else None}
 
+    def fetch_schema():
+        client = Client(raise_request_exception=False)
+        client.force_login(User.objects.get(username="root"))
+        client.get("/atf/api/schema/?format=json")
+        connection.close()
+
+    # Schemas asked for at once, as the host's SPECTACULAR_SETTINGS stand
+    at_once = [threading.Thread(target=fetch_schema) for _ in range(3)]
+    for thread in at_once:
+        thread.start()
+    for thread in at_once:
+        thread.join()
+    host_title = spectacular_settings.TITLE
     schema = root.get("/atf/api/schema/?format=json")
     docs = root.get("/atf/api/docs/").content.decode()
     index = root.get("/admin/").content.decode()
@@ -74,6 +89,8 @@ WEB = """
     print(json.dumps({
         "schema": schema.status_code,
         "paths": sorted(schema.json()["paths"]) if schema.status_code == 200 else [],
+        "host_title": [host_title, spectacular_settings.TITLE],
+        "atf_title": schema.json()["info"]["title"] if schema.status_code == 200 else None,
         "docs_assets": re.findall(r'(?:src|href)="([^"]*)"', docs),
         "docs_absolute_urls": re.findall(r"[a-z]+://[^\\s\\"']+", docs),
         "anonymous": [answer(anonymous.get("/atf/api/v1/tasks/")) for _ in range(2)],
@@ -102,6 +119,10 @@ def test_the_api_and_console_hold_in_a_host_project_with_its_own_drf_defaults() 
     assert seen["schema"] == 200
     assert "/atf/api/v1/tasks/" in seen["paths"] and "/atf/healthz" in seen["paths"]
     assert all(path.startswith("/atf/") for path in seen["paths"]), seen["paths"]
+    # with ATF's title, while the host's own drf-spectacular settings stay its own, also after
+    # several ATF schemas were built at once
+    assert seen["atf_title"] == "ATF for Django"
+    assert seen["host_title"] == ["", ""]
     # and the docs page loads Swagger UI from the site's static files, nothing from elsewhere
     assert seen["docs_assets"] and all(
         url.startswith("/static/drf_spectacular_sidecar/") for url in seen["docs_assets"])
