@@ -124,7 +124,8 @@ def test_the_detail_shows_the_attempt_history_oldest_first(alice: Member) -> Non
     history = body["attempt_history"]
     assert [(a["number"], a["worker"], a["outcome"], a["error"]) for a in history] == [
         (1, "w1", "retry", error), (2, "w2", "success", None)]
-    assert set(history[0]) == {"number", "worker", "started_at", "ended_at", "outcome", "error"}
+    assert set(history[0]) == {"number", "worker", "host", "started_at", "ended_at", "outcome",
+                               "error"}
 
 
 def test_lists_do_not_carry_the_attempt_history(alice: Member) -> None:
