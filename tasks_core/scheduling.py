@@ -72,6 +72,9 @@ class TaskRequest:
                 fields[name] = value.strip() if type(value) is str and name in _TEXT else value
         if "lambda_name" not in fields:
             errors["lambda"] = ["This field is required."]
+        elif not isinstance(fields["lambda_name"], str):  # a name, before any scope check
+            errors["lambda"] = ["Not a valid string."]
+            del fields["lambda_name"]
         if isinstance(run_at := fields.get("run_at"), str):
             if (parsed := _datetime(run_at)) is None:
                 errors["run_at"] = [RUN_AT_FORMAT]

@@ -112,6 +112,8 @@ def test_an_idempotency_key_used_again_answers_200_with_the_first_task(alice: Me
     ({"collection": "c" * 101}, "collection"),
     ({"colection": "typo"}, "colection"),
     ({"lambda": None}, "lambda"),
+    ({"lambda": ["alpha.work"]}, "lambda"),  # the fuzzer's 500: a list reached the scope check
+    ({"lambda": {"name": "x"}}, "lambda"),
 ])
 def test_bad_fields_answer_400_naming_the_field(alice: Member, body: dict[str, Any],
                                                  field: str) -> None:
