@@ -22,7 +22,9 @@ worker_class = "gthread"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 #: Requests in progress per process, waiting claims included.
 threads = int(os.environ.get("ATF_WEB_THREADS", "128"))
-#: Seconds a stopping process lets requests (a waiting claim, at most 20 s) finish.
+#: Seconds a stopping process lets requests finish, at the most. The longest is a waiting claim
+#: (ATF_WORKER_CLAIM_WAIT_S, 5 s; at most 20 s), so a drain takes about that long; remote workers
+#: ride through a restart that answers again within their heartbeat budget (3 x 5 s).
 graceful_timeout = int(os.environ.get("ATF_WEB_GRACEFUL_TIMEOUT_S", "25"))
 
 # The threads of one process share a pool of this many database connections.

@@ -20,13 +20,16 @@ from tests.proxy import Proxy
 from tests.queue_servers import free_port
 
 
-def start_api(processes: Processes, env: dict[str, str], *, threads: int = 32) -> str:
-    """The API under gunicorn with the project's config (gthread, a database pool); its URL."""
-    port = free_port()
+def start_api(processes: Processes, env: dict[str, str], *, threads: int = 32,
+              web_processes: int = 1, port: int | None = None) -> str:
+    """The API under gunicorn with the project's config (gthread, a database pool), on `port`
+    (a free one by default); its URL. Its master process is `processes.children[-1]`."""
+    port = port or free_port()
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     processes.spawn("api", [gunicorn, "-c", "python:atf_project.gunicorn_conf",
                             "--bind", f"127.0.0.1:{port}", "atf_project.wsgi"],
-                    env={**env, "WEB_CONCURRENCY": "1", "ATF_WEB_THREADS": str(threads)})
+                    env={**env, "WEB_CONCURRENCY": str(web_processes),
+                         "ATF_WEB_THREADS": str(threads)})
     url = f"http://127.0.0.1:{port}"
 
     def answers() -> bool:

@@ -7,6 +7,7 @@ own future, so nothing it hands over is lost before it is durable.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -15,6 +16,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Generic, TypeVar
 
+from django.conf import settings
+
+from tasks_core.liveness import MAX_FAILED_HEARTBEATS
 from workers.transport import TransportUnavailable
 
 logger = logging.getLogger(__name__)
@@ -24,8 +28,16 @@ Out = TypeVar("Out")
 
 #: Writes in one transaction at the most.
 MAX_BATCH = 200
-#: Attempts at writing a batch when ATF cannot be reached; then its submitters get the error.
-WRITE_ATTEMPTS = 5
+#: Seconds between two attempts at a batch ATF did not take (growing to the most).
+RETRY_FIRST_S = 0.2
+RETRY_MOST_S = 1.0
+
+
+def retry_budget_s() -> float:
+    """How long a batch is retried while ATF cannot be reached: as long as the heartbeat
+    budget, after which the process ends anyway. A restarting API or a database failover
+    shorter than that costs no write (a start or a result given up would run its task again)."""
+    return MAX_FAILED_HEARTBEATS * settings.ATF_HEARTBEAT_INTERVAL_S
 
 
 class BatchWriterThread(threading.Thread, Generic[Item, Out]):
@@ -69,7 +81,9 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
 
     def _write(self, batch: list[tuple[Item, Future[Out]]]) -> None:
         items = [item for item, _future in batch]
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
+        deadline_s = time.monotonic() + retry_budget_s()
+        delay_s = RETRY_FIRST_S
+        for attempt in itertools.count(1):
             try:
                 outcomes = self.write(items)
                 break
@@ -77,11 +91,12 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
                 logger.warning("%s: writing %d item(s) failed (attempt %d): %s", self.name,
                                len(items), attempt, exc)
                 self.reset()
-                if attempt == WRITE_ATTEMPTS:
+                if time.monotonic() + delay_s > deadline_s:
                     for _item, future in batch:
                         future.set_exception(exc)
                     return
-                time.sleep(0.2 * attempt)
+                time.sleep(delay_s)
+                delay_s = min(delay_s * 2, RETRY_MOST_S)
             except Exception as exc:  # noqa: BLE001 - handed to every submitter, who logs it
                 self.reset()
                 for _item, future in batch:

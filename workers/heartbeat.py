@@ -1,8 +1,8 @@
 """The heartbeat thread: renews the leases of running tasks and the worker's `last_seen`.
 
-After three consecutive failed heartbeats, or three intervals without a successful one (a
-write that hangs), the process ends at once and a fresh image of it takes over
-(workers.replacement). heartbeat_timeout is checked at start to
+A failed heartbeat is tried again within a second, on a fresh connection; after three
+intervals without a successful one (failures, or a write that hangs), the process ends at once
+and a fresh image of it takes over (workers.replacement). heartbeat_timeout is checked at start to
 exceed three intervals, so no task is enqueued again while this process could still run it.
 """
 
@@ -22,6 +22,9 @@ logger = logging.getLogger(__name__)
 
 #: Exit status of a worker process that cut itself off from its tasks.
 EXIT_CUT_OFF = 75
+#: Seconds a failed heartbeat waits before it is tried again (at most one interval): a
+#: restarting API or database is tried every second until the budget of three intervals ends.
+RETRY_S = 1.0
 
 
 def cut_off(reason: str) -> None:
@@ -43,25 +46,30 @@ class HeartbeatThread(threading.Thread):
         self._stopped = threading.Event()
 
     def run(self) -> None:
-        while not self._stopped.wait(self.interval_s):
-            self.beat()
+        wait_s = self.interval_s
+        while not self._stopped.wait(wait_s):
+            wait_s = self.interval_s if self.beat() else min(RETRY_S, self.interval_s)
 
-    def beat(self) -> None:
-        """Renew every running task's lease; mark the ones whose lease was lost."""
+    def beat(self) -> bool:
+        """Renew every running task's lease; mark the ones whose lease was lost. False if the
+        heartbeat failed (it is tried again within a second, on a fresh connection)."""
         # The deadline counts from before the write: the store's trigger counts from `now`.
         started_s = time.monotonic()
         try:
             beat = self.transport.heartbeat(self.buffer.leases())
-        except Exception as exc:  # noqa: BLE001 - any failure counts; the third one ends us
+        except Exception as exc:  # noqa: BLE001 - any failure counts; the budget ends us
             self.failures += 1
-            logger.warning("heartbeat failed (%d in a row): %s", self.failures, exc)
+            logger.warning("heartbeat failed (%d in a row, %.1fs since the last one): %s",
+                           self.failures, self.silent_for_s(), exc)
             self.transport.reset()
-            if self.failures >= MAX_FAILED_HEARTBEATS:
-                cut_off(f"{self.failures} heartbeats failed in a row")
-            return
+            if self.silent_for_s() > MAX_FAILED_HEARTBEATS * self.interval_s:
+                cut_off(f"no successful heartbeat for {self.silent_for_s():.1f}s "
+                        f"({self.failures} failed)")
+            return False
         self.failures = 0
         self.last_ok_s = started_s
         self._heard(beat)
+        return True
 
     def _heard(self, beat: Beat) -> None:
         for task in self.buffer.mark_lost(beat.lost):

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import requests
+from django.conf import settings
 
 from tasks_core import store
 from tasks_core.exceptions import AtfError
@@ -106,9 +107,12 @@ class HttpTransport(Transport):
         return [started.get(task.task_id, False) for task in tasks]
 
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
+        # At most one interval: a call stuck on a connection the server no longer reads (an
+        # API process draining for a restart) leaves time to retry on a fresh one.
         answer = self._post("heartbeat/", {
             "worker": self._worker_id(), "seen": seen,
-            "tasks": [{"id": pk, "lease": lease} for pk, lease in leases.items()]})
+            "tasks": [{"id": pk, "lease": lease} for pk, lease in leases.items()]},
+            timeout_s=min(self.timeout_s, settings.ATF_HEARTBEAT_INTERVAL_S))
         return Beat(lost=set(answer["lost"]), cancel=set(answer.get("cancel", ())))
 
     def finish_many(self, done: Sequence[FinishedAttempt]) -> list[TaskStatus | None]:
