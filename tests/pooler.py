@@ -2,7 +2,8 @@
 
 `scripts/ensure_services.py pgbouncer` installs the program (`make test` runs it); each
 PgBouncer runs as the `postgres` user (PgBouncer refuses root) from a directory of its own, in
-the pool mode it is given, and passes every database name through to the local PostgreSQL.
+the pool mode it is given, and passes every database name through to the local PostgreSQL,
+with at most 10 server connections per database (the machine's PostgreSQL is shared).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ auth_type = trust
 auth_file = {directory}/users.txt
 pool_mode = {mode}
 max_client_conn = 1000
-default_pool_size = 40
+default_pool_size = 10
 reserve_pool_size = 0
 ignore_startup_parameters = extra_float_digits,options
 logfile = {directory}/pgbouncer.log
