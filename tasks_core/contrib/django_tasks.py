@@ -103,7 +103,7 @@ DJANGO_PRIORITIES = ["high", *(f"p{n}" for n in range(TASK_MAX_PRIORITY - 1, 0, 
 
 
 def priority_name(priority: int) -> str:
-    """The ATF priority of a django-tasks priority: 0 is the default priority, higher numbers
+    """The ATF priority of a Django task priority: 0 is the default priority, higher numbers
     the names above it in ATF_PRIORITIES (split evenly over 1..100), lower ones those below."""
     names = list(settings.ATF_PRIORITIES)
     default = names.index(settings.ATF_DEFAULT_PRIORITY)
@@ -136,7 +136,9 @@ _discovered = False
 
 def remember(task: Task) -> None:
     """Know `task` by its module path (enqueue does it; so does discovery), and register the
-    lambda of its own that it names, if any."""
+    lambda of its own that it names, if any. An enqueue's idempotency key is not the task's."""
+    if isinstance(task, ATFTask) and task.idempotency_key is not None:
+        task = replace(task, idempotency_key=None)
     with _known_lock:
         known = _known.setdefault(task.module_path, task)
     if isinstance(known, ATFTask) and known.lambda_name:

@@ -304,6 +304,8 @@ def test_an_idempotency_key_given_at_enqueue_returns_the_first_task(
     assert again.id == first.id
     assert TaskEntity.objects.get(pk=int(first.id)).idempotency_key == "order-7"
     assert TaskEntity.objects.count() == 1
+    # The key belongs to that enqueue, not to the task: the result's task enqueues anew
+    assert default_task_backend.get_result(first.id).task.enqueue(1).id != first.id
 
 
 @pytest.fixture
