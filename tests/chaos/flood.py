@@ -43,6 +43,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--claims", type=int, default=64, help="team flood's waiting claims")
     parser.add_argument("--flood", default="claims,batches,periodic",
                         help="what team flood sends (comma separated; default all three)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of every process, e.g. ATF_API_THROTTLE_RATE=3000/min")
     parser.add_argument("--database", default="atf_chaos_flood")
     parser.add_argument("--pg-host", default="127.0.0.1")
     parser.add_argument("--pg-port", type=int, default=5432)
@@ -168,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     server = PrivateRedis(free_port(), log_dir)
     server.start()
     env = {**os.environ, **CHILD_SETTINGS, "DATABASE_URL": database.url,
-           "REDIS_URL": server.url, "ATF_QUEUE_PREFIX": "flood"}
+           "REDIS_URL": server.url, "ATF_QUEUE_PREFIX": "flood",
+           **dict(item.split("=", 1) for item in args.set)}
     os.environ.update({**env, "ATF_LOG_LEVEL": "WARNING"})
     say(f"flood: database {database.name}, redis port {server.port}, logs in {log_dir}")
     try:
