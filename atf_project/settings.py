@@ -2,8 +2,9 @@
 
 Every setting that an operator may change is read here, once, from the environment. The ATF
 settings have their defaults and meanings in `tasks_core/conf.py`; each can be set from the
-environment variable of the same name (`ATF_QUEUE_BACKEND=sqs`). The rest have a local default
-and a `#:` line here. Other code reads `django.conf.settings`.
+environment variable of the same name (`ATF_QUEUE_BACKEND=sqs`), read as its type says
+(`tasks_core.conf.from_environment`). The rest have a local default and a `#:` line here. ATF's
+code reads its settings through `tasks_core.conf.atf_settings`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any
 
 import dj_database_url
 import django
@@ -34,34 +34,12 @@ def env_float(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
 
 
-def env_limit_s(name: str, default: float | None) -> float | None:
-    """Seconds from the environment, where "0", "none" or an empty value mean no limit (None)."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    return None if raw.strip().lower() in {"", "0", "none"} else float(raw)
-
-
 def env_bool(name: str, default: bool) -> bool:
     return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
 
 
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-def env_like(name: str, default: Any) -> Any:
-    """The environment variable `name`, read as the type of `default` (a list: comma separated;
-    a default of None: a string, empty meaning None)."""
-    if isinstance(default, bool):
-        return env_bool(name, default)
-    if isinstance(default, int):
-        return env_int(name, default)
-    if isinstance(default, float):
-        return env_float(name, default)
-    if isinstance(default, list):
-        return env_list(name, ",".join(default))
-    return os.environ.get(name) or default
 
 
 # --- Django ---------------------------------------------------------------------------
@@ -200,7 +178,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 ATF_REDIS_URL = REDIS_URL
 #: The SQS backend's region, under AWS's own variable name.
-ATF_SQS_REGION = env_str("AWS_DEFAULT_REGION", conf.ATF_SQS_REGION)
+ATF_SQS_REGION = env_str("AWS_DEFAULT_REGION", conf.AtfSettings.sqs_region)
 
 CACHES = {
     "default": {
@@ -215,16 +193,12 @@ CACHES = {
 #: Team that owns the `demo.*` lambdas.
 ATF_DEMO_TEAM = env_str("ATF_DEMO_TEAM", "demo")
 
-# --- Time limits ----------------------------------------------------------------------
-
-#: Every attempt's default time limit (tasks_core/conf.py); "0", "none" or empty: no limit.
-ATF_TASK_TIMEOUT_S = env_limit_s("ATF_TASK_TIMEOUT_S", conf.ATF_TASK_TIMEOUT_S)
-
 # --- Every other ATF setting, from the variable of its own name ------------------------
 
-for _name, _default in conf.defaults().items():
-    if _name in os.environ and _name not in globals():
-        globals()[_name] = env_like(_name, _default)
+# Each read as its type says (tasks_core.conf.parse): a list comma separated, a time limit's
+# "0", "none" or empty as no limit.
+globals().update({name: value for name, value in conf.from_environment(os.environ).items()
+                  if name not in globals()})
 
 # --- API ------------------------------------------------------------------------------
 

@@ -15,11 +15,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from django.conf import settings
 from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 
 from tasks_api.models import ApiToken
+from tasks_core import conf
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Share:
 
     @property
     def limit(self) -> int:
-        return int(getattr(settings, self.setting))
+        return int(conf.value(self.setting))
 
 
 class Shares:

@@ -24,6 +24,7 @@ from django.conf import settings
 from django.core import checks
 
 from tasks_core import conf, logs, pooling, redaction
+from tasks_core.conf import atf_settings
 
 QUEUE_BACKENDS = ("redis", "sqs")
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -45,11 +46,11 @@ def _is_number(value: Any) -> bool:
 
 def _queue_errors() -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
-    if settings.ATF_QUEUE_BACKEND not in QUEUE_BACKENDS:
+    if atf_settings.queue_backend not in QUEUE_BACKENDS:
         errors.append(checks.Error(
-            f"unknown ATF_QUEUE_BACKEND {settings.ATF_QUEUE_BACKEND!r}",
+            f"unknown ATF_QUEUE_BACKEND {atf_settings.queue_backend!r}",
             hint="Use 'redis' or 'sqs'.", id="atf.E001"))
-    url = settings.ATF_REDIS_URL
+    url = atf_settings.redis_url
     if not isinstance(url, str) or not url.startswith(REDIS_SCHEMES):
         errors.append(checks.Error(
             f"ATF_REDIS_URL is {redaction.url(url) if isinstance(url, str) else url!r}; "
@@ -59,15 +60,15 @@ def _queue_errors() -> list[checks.CheckMessage]:
 
 
 def _priority_errors() -> list[checks.CheckMessage]:
-    names = settings.ATF_PRIORITIES
+    names = atf_settings.priorities
     if (not isinstance(names, list | tuple) or not names
             or not all(isinstance(name, str) and name for name in names)
             or len(set(names)) != len(names)):
         return [checks.Error(f"ATF_PRIORITIES is {names!r}",
                              hint="A list of distinct names, highest first.", id="atf.E004")]
-    if settings.ATF_DEFAULT_PRIORITY not in names:
+    if atf_settings.default_priority not in names:
         return [checks.Error(
-            f"ATF_DEFAULT_PRIORITY {settings.ATF_DEFAULT_PRIORITY!r} is not in ATF_PRIORITIES",
+            f"ATF_DEFAULT_PRIORITY {atf_settings.default_priority!r} is not in ATF_PRIORITIES",
             hint=f"Use one of {', '.join(names)}.", id="atf.E005")]
     return []
 
@@ -77,7 +78,7 @@ def _number_errors() -> list[checks.CheckMessage]:
     for name, default in conf.defaults().items():
         if not _is_number(default):
             continue
-        value = getattr(settings, name)
+        value = conf.value(name)
         least = "over 0" if name in POSITIVE else "0 or more"
         if not _is_number(value) or value < 0 or (value == 0 and name in POSITIVE):
             errors.append(checks.Error(f"{name} is {value!r}; it must be a number {least}",
@@ -86,15 +87,25 @@ def _number_errors() -> list[checks.CheckMessage]:
 
 
 def _log_level_errors() -> list[checks.CheckMessage]:
-    if logs.level_number(settings.ATF_LOG_LEVEL) is not None:
+    if logs.level_number(atf_settings.log_level) is not None:
         return []
-    return [checks.Error(f"ATF_LOG_LEVEL is {settings.ATF_LOG_LEVEL!r}",
+    return [checks.Error(f"ATF_LOG_LEVEL is {atf_settings.log_level!r}",
                          hint="Use DEBUG, INFO, WARNING, ERROR or CRITICAL.", id="atf.E008")]
+
+
+def _unknown_name_warnings() -> list[checks.CheckMessage]:
+    """An `ATF_*` setting that ATF does not know is most likely misspelt: it would be ignored."""
+    names = [name for name in dir(settings) if name.startswith(conf.PREFIX)]
+    return [checks.Warning(
+        f"{name} is not an ATF setting; it is ignored",
+        hint=f"Did you mean {close}?" if close else "See the settings reference.", id="atf.W004")
+            for name, close in sorted(conf.unknown_names(names).items())]
 
 
 def settings_errors() -> list[checks.CheckMessage]:
     """Every problem with the ATF settings of tasks_core, in id order."""
-    return _queue_errors() + _priority_errors() + _number_errors() + _log_level_errors()
+    return (_queue_errors() + _priority_errors() + _number_errors() + _log_level_errors()
+            + _unknown_name_warnings())
 
 
 @checks.register("atf")

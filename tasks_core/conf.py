@@ -1,178 +1,231 @@
-"""Every ATF setting, with its default and a `#:` line saying what it means.
+"""Every ATF setting, typed, with its default and a `#:` line saying what it means.
 
-A project sets only what it wants to change, as ordinary Django settings (`ATF_PRIORITIES =
-[...]` in its settings module). When Django loads the apps, `install_defaults()` gives
-`django.conf.settings` each ATF setting the project left out (the way django-appconf does), so
-ATF's code reads every value in one way, `settings.ATF_<NAME>`, and always finds one.
-`tasks_core.checks` reports values that cannot work as system-check errors.
+A project sets only what it wants to change, as ordinary Django settings named `ATF_` and the
+attribute's name in capitals (`ATF_PRIORITIES = [...]` in its settings module). ATF's code
+reads them through one typed object:
+
+    from tasks_core.conf import atf_settings
+
+    atf_settings.heartbeat_interval_s  # settings.ATF_HEARTBEAT_INTERVAL_S, else its default
+
+Each read goes to `django.conf.settings` at that moment, so `override_settings` works. When
+the apps load, `install_defaults()` also gives `django.conf.settings` each ATF setting the
+project left out, for code that still reads `settings.ATF_*`. The standalone service reads its
+environment with `from_environment()`, as each setting's type says (a `None` default
+included), so nothing downstream parses text again. `tasks_core.checks` reports values that
+cannot work, and `ATF_*` names that are no setting (with the closest one).
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
+import typing
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import LazySettings, settings
+from django.core.exceptions import ImproperlyConfigured
 
-# --- Queues and wake-ups --------------------------------------------------------------
+#: The prefix of every ATF setting's name in Django's settings and in the environment.
+PREFIX = "ATF_"
+#: `ATF_*` settings of the standalone service (atf_project/settings.py) that the apps do not
+#: read: known here so that the unknown-name check leaves them alone.
+SERVICE_SETTINGS = frozenset({"ATF_DB_CONN_MAX_AGE", "ATF_DB_POOL_SIZE", "ATF_DEMO",
+                              "ATF_DEMO_TEAM", "ATF_TEST_DATABASE_NAME"})
 
-#: Redis for the queues and the consumer's wake-ups, e.g. "redis://127.0.0.1:6379/0". Required
-#: (check atf.E002); with the SQS backend it still carries the wake-ups.
-ATF_REDIS_URL: str | None = None
-#: Queue service: "redis" or "sqs".
-ATF_QUEUE_BACKEND = "redis"
-#: SQS endpoint (a local SQS-compatible server in tests); None means AWS itself.
-ATF_SQS_ENDPOINT_URL: str | None = None
-#: SQS region.
-ATF_SQS_REGION = "us-east-1"
-#: Seconds a message popped from SQS stays invisible before SQS delivers it again (unless acked).
-ATF_SQS_VISIBILITY_TIMEOUT_S = 30
-#: ATF_REDIS_URL names one node of a Redis Cluster (its database must be 0); queues use
-#: RedisCluster.
-ATF_REDIS_CLUSTER = False
-#: Prefix of every queue name and Redis key, so several deployments can share one server.
-ATF_QUEUE_PREFIX = "atf"
 
-# --- Scheduling -----------------------------------------------------------------------
+class AtfSettings:
+    """ATF's settings, typed. An attribute's value is the project's `ATF_<NAME>`, else the
+    default declared here."""
 
-#: Priority names, highest first.
-ATF_PRIORITIES = ["high", "default", "low"]
-#: Priority of a task scheduled without one; one of ATF_PRIORITIES.
-ATF_DEFAULT_PRIORITY = "default"
-#: Largest payload accepted, in bytes of its JSON text.
-ATF_MAX_PAYLOAD_BYTES = 256 * 1024
-#: Largest result a lambda may return, in bytes of its JSON text; a larger one ends the attempt
-#: as a fatal failure (ResultTooLarge), on direct and remote workers alike.
-ATF_MAX_RESULT_BYTES = 256 * 1024
-#: Deepest nesting of objects and arrays in a payload.
-ATF_MAX_PAYLOAD_DEPTH = 100
-#: Most tasks in one schedule_many call or batch request.
-ATF_MAX_BATCH_SIZE = 1000
-#: Most parents (`after`) the tasks of one batch name in all: each is a dependency row.
-ATF_MAX_BATCH_PARENTS = 10_000
-#: Most collections one batch may create (names no task used before); 400 above it.
-ATF_MAX_NEW_COLLECTIONS = 20
-#: Longest idempotency key accepted.
-ATF_MAX_IDEMPOTENCY_KEY_LENGTH = 200
-#: Team that owns a lambda registered without `team=`.
-ATF_DEFAULT_TEAM = "default"
+    # --- Queues and wake-ups --------------------------------------------------------------
 
-# --- Lifecycle defaults (a lambda may override the per-lambda ones) --------------------
+    #: Redis for the queues and the consumer's wake-ups, e.g. "redis://127.0.0.1:6379/0". Required
+    #: (check atf.E002); with the SQS backend it still carries the wake-ups.
+    redis_url: str | None = None
+    #: Queue service: "redis" or "sqs".
+    queue_backend: str = "redis"
+    #: SQS endpoint (a local SQS-compatible server in tests); None means AWS itself.
+    sqs_endpoint_url: str | None = None
+    #: SQS region.
+    sqs_region: str = "us-east-1"
+    #: Seconds a message popped from SQS stays invisible before SQS delivers it again (unless
+    #: acked).
+    sqs_visibility_timeout_s: int = 30
+    #: ATF_REDIS_URL names one node of a Redis Cluster (its database must be 0); queues use
+    #: RedisCluster.
+    redis_cluster: bool = False
+    #: Prefix of every queue name and Redis key, so several deployments can share one server.
+    queue_prefix: str = "atf"
 
-#: Attempts before a failing task goes to the dead-letter queue.
-ATF_MAX_ATTEMPTS = 5
-#: Seconds a running task may go without a heartbeat before it is enqueued again; more than
-#: three heartbeat intervals (check atf.E003).
-ATF_HEARTBEAT_TIMEOUT_S = 30.0
-#: Seconds between two heartbeats of a running task.
-ATF_HEARTBEAT_INTERVAL_S = 5.0
-#: Seconds an enqueued task may wait unclaimed before it is enqueued again.
-ATF_ENQUEUE_TIMEOUT_S = 60.0
-#: Seconds a claimed task may wait unstarted before it is enqueued again.
-ATF_CLAIM_TIMEOUT_S = 30.0
-#: Backoff of retriable failures: min(cap, base * 2**attempt) times a random factor.
-ATF_BACKOFF_BASE_S = 1.0
-#: Longest backoff delay.
-ATF_BACKOFF_CAP_S = 600.0
-#: Seconds one attempt may run before it ends with outcome `timeout`, for lambdas registered
-#: without `timeout=` (docs/lambdas.md says why ten minutes); 0 or None: no limit.
-ATF_TASK_TIMEOUT_S: float | None = 600.0
-#: Seconds a timed-out lambda has to stop once interrupted; then its worker process hands back
-#: its buffered tasks and replaces itself (workers.replacement; under `--processes N` it exits
-#: with status 76 for its supervisor to restart it).
-ATF_TIMEOUT_GRACE_S = 5.0
+    # --- Scheduling -----------------------------------------------------------------------
 
-# --- Database -------------------------------------------------------------------------
+    #: Priority names, highest first.
+    priorities: list[str] = ["high", "default", "low"]
+    #: Priority of a task scheduled without one; one of ATF_PRIORITIES.
+    default_priority: str = "default"
+    #: Largest payload accepted, in bytes of its JSON text.
+    max_payload_bytes: int = 256 * 1024
+    #: Largest result a lambda may return, in bytes of its JSON text; a larger one ends the attempt
+    #: as a fatal failure (ResultTooLarge), on direct and remote workers alike.
+    max_result_bytes: int = 256 * 1024
+    #: Deepest nesting of objects and arrays in a payload.
+    max_payload_depth: int = 100
+    #: Most tasks in one schedule_many call or batch request.
+    max_batch_size: int = 1000
+    #: Most parents (`after`) the tasks of one batch name in all: each is a dependency row.
+    max_batch_parents: int = 10_000
+    #: Most collections one batch may create (names no task used before); 400 above it.
+    max_new_collections: int = 20
+    #: Longest idempotency key accepted.
+    max_idempotency_key_length: int = 200
+    #: Team that owns a lambda registered without `team=`.
+    default_team: str = "default"
 
-#: Prepare the store's hot statements on the server, once per connection. Off by default:
-#: behind a pooler in transaction mode (PgBouncer's `pool_mode = transaction`, pgcat, Supavisor,
-#: RDS Proxy) the next transaction may run on a server connection that never saw them, and
-#: measured on a direct connection they saved nothing worth the risk (docs/production.md).
-#: Turned on where the session is not kept, a process prepares nothing, logs an error and
-#: fails /readyz (tasks_core.pooling).
-ATF_DB_PREPARED_STATEMENTS = False
+    # --- Lifecycle defaults (a lambda may override the per-lambda ones) --------------------
 
-# --- Processes ------------------------------------------------------------------------
+    #: Attempts before a failing task goes to the dead-letter queue.
+    max_attempts: int = 5
+    #: Seconds a running task may go without a heartbeat before it is enqueued again; more than
+    #: three heartbeat intervals (check atf.E003).
+    heartbeat_timeout_s: float = 30.0
+    #: Seconds between two heartbeats of a running task.
+    heartbeat_interval_s: float = 5.0
+    #: Seconds an enqueued task may wait unclaimed before it is enqueued again.
+    enqueue_timeout_s: float = 60.0
+    #: Seconds a claimed task may wait unstarted before it is enqueued again.
+    claim_timeout_s: float = 30.0
+    #: Backoff of retriable failures: min(cap, base * 2**attempt) times a random factor.
+    backoff_base_s: float = 1.0
+    #: Longest backoff delay.
+    backoff_cap_s: float = 600.0
+    #: Seconds one attempt may run before it ends with outcome `timeout`, for lambdas registered
+    #: without `timeout=` (docs/lambdas.md says why ten minutes); 0 or None: no limit.
+    task_timeout_s: float | None = 600.0
+    #: Seconds a timed-out lambda has to stop once interrupted; then its worker process hands back
+    #: its buffered tasks and replaces itself (workers.replacement; under `--processes N` it exits
+    #: with status 76 for its supervisor to restart it).
+    timeout_grace_s: float = 5.0
 
-#: The store consumer's longest sleep between two polls.
-ATF_POLL_INTERVAL_S = 0.5
-#: Due rows the consumer takes in one batch, across all lambdas.
-ATF_CONSUMER_BATCH_SIZE = 500
-#: Seconds a loop waits after an unexpected error before it goes on.
-ATF_RESTART_DELAY_S = 1.0
-#: Executor threads per worker process.
-ATF_WORKER_THREADS = 8
-#: Seconds a stopping worker lets running tasks finish before it exits.
-ATF_SHUTDOWN_GRACE_S = 30.0
-#: Remote workers (`runworker --api`): the ATF API's base URL; empty for a direct worker.
-ATF_API_URL = ""
-#: Remote workers: the worker token (`atf_token TEAM NAME --worker`) they present.
-ATF_API_TOKEN = ""
-#: Remote workers: seconds one claim waits on the server while no task is ready (a long poll).
-ATF_WORKER_CLAIM_WAIT_S = 5.0
-#: Remote workers: seconds before any other call to the API gives up (and counts as failed).
-ATF_API_TIMEOUT_S = 10.0
-#: Worker API: the longest a claim may wait on the server (a longer `wait_s` is cut to this).
-ATF_WORKER_CLAIM_WAIT_MAX_S = 20.0
-#: The consumer marks a worker whose last_seen is older than this as stopped (live workers are
-#: those seen within four heartbeat intervals, see tasks_core.liveness).
-ATF_WORKER_STALE_S = 60.0
-#: Seconds after which finished tasks are deleted by the consumer (0 keeps them forever).
-ATF_RETENTION_S = 7 * 24 * 3600.0
-#: A periodic occurrence later than this (consumers down) is handled by its catch-up policy.
-ATF_PERIODIC_GRACE_S = 10.0
-#: Periodic tasks one team may add in the console or the API (those defined in code do not
-#: count); 0: no limit.
-ATF_MAX_PERIODIC_TASKS_PER_TEAM = 100
+    # --- Database -------------------------------------------------------------------------
 
-# --- API ------------------------------------------------------------------------------
+    #: Prepare the store's hot statements on the server, once per connection. Off by default:
+    #: behind a pooler in transaction mode (PgBouncer's `pool_mode = transaction`, pgcat, Supavisor,
+    #: RDS Proxy) the next transaction may run on a server connection that never saw them, and
+    #: measured on a direct connection they saved nothing worth the risk (docs/production.md).
+    #: Turned on where the session is not kept, a process prepares nothing, logs an error and
+    #: fails /readyz (tasks_core.pooling).
+    db_prepared_statements: bool = False
 
-#: Requests per token, e.g. "6000/min"; empty turns throttling off.
-ATF_API_THROTTLE_RATE = "100000/min"
-#: Seconds a server process remembers a token it checked (tasks_api.token_cache) and a remote
-#: worker it found: a token revoked, a user or membership changed, or a worker marked stopped
-#: in another process takes effect within this.
-ATF_API_AUTH_CACHE_S = 5.0
-#: Fair shares of one API server process (429 naming the setting above them; 0: no limit).
-#: The API's gunicorn config sets them from its threads per process (ATF_WEB_THREADS).
-#: Requests one team's tokens (a session: its user) may have in progress at once.
-ATF_API_CONCURRENT_PER_TEAM = 64
-#: Requests one token (a session: its user) may have in progress at once.
-ATF_API_CONCURRENT_PER_TOKEN = 64
-#: Worker API: claims that may wait for a task (a long poll) at once, in all; they block on a
-#: Redis connection pool of this size of their own, so they never take the connections that
-#: other requests use.
-ATF_API_WAITING_CLAIMS = 64
-#: Worker API: claims one team's worker tokens may have waiting at once.
-ATF_API_WAITING_CLAIMS_PER_TEAM = 16
-#: Worker API: claims one worker token may have waiting at once.
-ATF_API_WAITING_CLAIMS_PER_TOKEN = 16
-#: Tasks per page of a list, unless the caller asks for another `page_size` (at most 1000).
-ATF_API_PAGE_SIZE = 100
-#: Serve /metrics without a token (for scrapers that cannot send one); it shows every lambda.
-ATF_METRICS_PUBLIC = False
-#: Seconds of recent history behind the delivery-latency histogram of /metrics.
-ATF_METRICS_WINDOW_S = 300.0
+    # --- Processes ------------------------------------------------------------------------
 
-# --- Logging --------------------------------------------------------------------------
+    #: The store consumer's longest sleep between two polls.
+    poll_interval_s: float = 0.5
+    #: Due rows the consumer takes in one batch, across all lambdas.
+    consumer_batch_size: int = 500
+    #: Seconds a loop waits after an unexpected error before it goes on.
+    restart_delay_s: float = 1.0
+    #: Executor threads per worker process.
+    worker_threads: int = 8
+    #: Seconds a stopping worker lets running tasks finish before it exits.
+    shutdown_grace_s: float = 30.0
+    #: Remote workers (`runworker --api`): the ATF API's base URL; empty for a direct worker.
+    api_url: str = ""
+    #: Remote workers: the worker token (`atf_token TEAM NAME --worker`) they present.
+    api_token: str = ""
+    #: Remote workers: seconds one claim waits on the server while no task is ready (a long poll).
+    worker_claim_wait_s: float = 5.0
+    #: Remote workers: seconds before any other call to the API gives up (and counts as failed).
+    api_timeout_s: float = 10.0
+    #: Worker API: the longest a claim may wait on the server (a longer `wait_s` is cut to this).
+    worker_claim_wait_max_s: float = 20.0
+    #: The consumer marks a worker whose last_seen is older than this as stopped (live workers are
+    #: those seen within four heartbeat intervals, see tasks_core.liveness).
+    worker_stale_s: float = 60.0
+    #: Seconds after which finished tasks are deleted by the consumer (0 keeps them forever).
+    retention_s: float = 7 * 24 * 3600.0
+    #: A periodic occurrence later than this (consumers down) is handled by its catch-up policy.
+    periodic_grace_s: float = 10.0
+    #: Periodic tasks one team may add in the console or the API (those defined in code do not
+    #: count); 0: no limit.
+    max_periodic_tasks_per_team: int = 100
 
-#: Level of the `tasks_core` and `workers` loggers, unless the project's LOGGING gives them one:
-#: "DEBUG", "INFO", "WARNING", "ERROR" or "CRITICAL". runconsumer and runworker write ATF's
-#: lines to stderr when the project's logging has no handler for them.
-ATF_LOG_LEVEL = "INFO"
+    # --- API ------------------------------------------------------------------------------
 
-# --- Console --------------------------------------------------------------------------
+    #: Requests per token, e.g. "6000/min"; empty turns throttling off.
+    api_throttle_rate: str = "100000/min"
+    #: Seconds a server process remembers a token it checked (tasks_api.token_cache) and a remote
+    #: worker it found: a token revoked, a user or membership changed, or a worker marked stopped
+    #: in another process takes effect within this.
+    api_auth_cache_s: float = 5.0
+    #: Fair shares of one API server process (429 naming the setting above them; 0: no limit).
+    #: The API's gunicorn config sets them from its threads per process (ATF_WEB_THREADS).
+    #: Requests one team's tokens (a session: its user) may have in progress at once.
+    api_concurrent_per_team: int = 64
+    #: Requests one token (a session: its user) may have in progress at once.
+    api_concurrent_per_token: int = 64
+    #: Worker API: claims that may wait for a task (a long poll) at once, in all; they block on a
+    #: Redis connection pool of this size of their own, so they never take the connections that
+    #: other requests use.
+    api_waiting_claims: int = 64
+    #: Worker API: claims one team's worker tokens may have waiting at once.
+    api_waiting_claims_per_team: int = 16
+    #: Worker API: claims one worker token may have waiting at once.
+    api_waiting_claims_per_token: int = 16
+    #: Tasks per page of a list, unless the caller asks for another `page_size` (at most 1000).
+    api_page_size: int = 100
+    #: Serve /metrics without a token (for scrapers that cannot send one); it shows every lambda.
+    metrics_public: bool = False
+    #: Seconds of recent history behind the delivery-latency histogram of /metrics.
+    metrics_window_s: float = 300.0
 
-#: Failed console logins for one user name from one address before that pair is locked out.
-ATF_LOGIN_MAX_FAILURES = 5
-#: Seconds a locked-out user name and address wait (counted from their first failure).
-ATF_LOGIN_LOCKOUT_S = 300
+    # --- Logging --------------------------------------------------------------------------
+
+    #: Level of the `tasks_core` and `workers` loggers, unless the project's LOGGING gives them one:
+    #: "DEBUG", "INFO", "WARNING", "ERROR" or "CRITICAL". runconsumer and runworker write ATF's
+    #: lines to stderr when the project's logging has no handler for them.
+    log_level: str = "INFO"
+
+    # --- Console --------------------------------------------------------------------------
+
+    #: Failed console logins for one user name from one address before that pair is locked out.
+    login_max_failures: int = 5
+    #: Seconds a locked-out user name and address wait (counted from their first failure).
+    login_lockout_s: int = 300
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _DEFAULTS:
+            return getattr(settings, PREFIX + name.upper(), _DEFAULTS[name])
+        return object.__getattribute__(self, name)
+
+
+#: Each setting's default, by attribute name.
+_DEFAULTS: dict[str, Any] = {name: value for name, value in vars(AtfSettings).items()
+                             if not name.startswith("_")}
+#: Each setting's type, by attribute name.
+_TYPES: dict[str, Any] = typing.get_type_hints(AtfSettings)
+
+#: The one object ATF's code reads its settings from.
+atf_settings = AtfSettings()
+
+
+def value(name: str) -> Any:
+    """The value of setting `name` given by its Django name (`ATF_…`), e.g. to name it in a
+    message."""
+    return getattr(atf_settings, name[len(PREFIX):].lower())
+
+
+def redis_url() -> str:
+    """ATF_REDIS_URL, which ATF needs (check atf.E002 stops a process without it)."""
+    if not (url := atf_settings.redis_url):
+        raise ImproperlyConfigured("ATF_REDIS_URL is not set (see `manage.py check`, atf.E002)")
+    return url
 
 
 def defaults() -> dict[str, Any]:
-    """Each ATF setting's name and default value (a fresh copy of each)."""
-    return {name: copy.deepcopy(value) for name, value in globals().items()
-            if name.startswith("ATF_")}
+    """Each ATF setting's Django name and default value (a fresh copy of each)."""
+    return {PREFIX + name.upper(): copy.deepcopy(value) for name, value in _DEFAULTS.items()}
 
 
 def install_defaults(target: LazySettings = settings) -> None:
@@ -180,3 +233,36 @@ def install_defaults(target: LazySettings = settings) -> None:
     for name, value in defaults().items():
         if not hasattr(target, name):
             setattr(target, name, value)
+
+
+def parse(name: str, text: str) -> Any:
+    """The value of setting `name` (its Django name) given as text, read as its type: a list is
+    comma separated; a bool is 1/true/yes/on; where None is allowed, an empty text (and, for a
+    number, "0" or "none" too) means None."""
+    kind = _TYPES[name[len(PREFIX):].lower()]
+    args = typing.get_args(kind)
+    nullable = type(None) in args
+    base = next((arg for arg in args if arg is not type(None)), kind) if nullable else kind
+    text = text.strip()
+    if nullable and (text == "" or (base in (int, float) and text.lower() in {"0", "none"})):
+        return None
+    if base is bool:
+        return text.lower() in {"1", "true", "yes", "on"}
+    if base in (int, float, str):
+        return base(text)
+    if typing.get_origin(base) is list:
+        return [item.strip() for item in text.split(",") if item.strip()]
+    raise TypeError(f"{name}: no way to read a {kind} from text")
+
+
+def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The ATF settings that `environ` sets (variables of the settings' own names), parsed."""
+    return {name: parse(name, environ[name]) for name in defaults() if name in environ}
+
+
+def unknown_names(names: typing.Iterable[str]) -> dict[str, str | None]:
+    """The `ATF_*` names among `names` that are no ATF setting, each with the closest known
+    name (None when none is close)."""
+    known = [*defaults(), *SERVICE_SETTINGS]
+    return {name: next(iter(difflib.get_close_matches(name, known, n=1)), None)
+            for name in names if name.startswith(PREFIX) and name not in known}

@@ -12,7 +12,9 @@ import os
 import threading
 
 import redis
-from django.conf import settings
+
+from tasks_core import conf
+from tasks_core.conf import atf_settings
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +23,7 @@ _client: redis.Redis | None = None
 
 
 def channel() -> str:
-    return f"{settings.ATF_QUEUE_PREFIX}:wakeup"
+    return f"{atf_settings.queue_prefix}:wakeup"
 
 
 def client() -> redis.Redis:
@@ -29,7 +31,7 @@ def client() -> redis.Redis:
     global _client
     with _client_lock:
         if _client is None:
-            _client = redis.Redis.from_url(settings.ATF_REDIS_URL, socket_connect_timeout=1,
+            _client = redis.Redis.from_url(conf.redis_url(), socket_connect_timeout=1,
                                            socket_timeout=1)
         return _client
 
@@ -86,7 +88,7 @@ class Listener(threading.Thread):
     def run(self) -> None:
         while self.running:
             try:
-                client = redis.Redis.from_url(settings.ATF_REDIS_URL, socket_connect_timeout=2,
+                client = redis.Redis.from_url(conf.redis_url(), socket_connect_timeout=2,
                                               health_check_interval=10)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(channel())
@@ -95,7 +97,7 @@ class Listener(threading.Thread):
                         self.event.set()
             except redis.RedisError as exc:
                 logger.debug("wake-up listener lost redis: %s", exc)
-                self.event.wait(settings.ATF_RESTART_DELAY_S)
+                self.event.wait(atf_settings.restart_delay_s)
 
     def stop(self) -> None:
         self.running = False

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-
+from tasks_core import conf
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import ConfigurationError
 from tasks_core.queues.base import Message, Popped, QueueBackend
 
@@ -16,19 +16,19 @@ def backend(*, connections: int | None = None) -> QueueBackend:
     `connections` bounds a Redis client's pool: a thread that finds every connection taken
     waits for one instead of failing (a client shared by many request threads).
     """
-    name = settings.ATF_QUEUE_BACKEND
+    name = atf_settings.queue_backend
     if name == "redis":
         from tasks_core.queues.redis import RedisQueue
 
-        return RedisQueue(settings.ATF_REDIS_URL, settings.ATF_QUEUE_PREFIX,
-                          cluster=settings.ATF_REDIS_CLUSTER, connections=connections)
+        return RedisQueue(conf.redis_url(), atf_settings.queue_prefix,
+                          cluster=atf_settings.redis_cluster, connections=connections)
     if name == "sqs":
         from tasks_core.queues.sqs import SqsQueue
 
         return SqsQueue(
-            prefix=settings.ATF_QUEUE_PREFIX,
-            endpoint_url=settings.ATF_SQS_ENDPOINT_URL,
-            region=settings.ATF_SQS_REGION,
-            visibility_timeout_s=settings.ATF_SQS_VISIBILITY_TIMEOUT_S,
+            prefix=atf_settings.queue_prefix,
+            endpoint_url=atf_settings.sqs_endpoint_url,
+            region=atf_settings.sqs_region,
+            visibility_timeout_s=atf_settings.sqs_visibility_timeout_s,
         )
     raise ConfigurationError(f"unknown ATF_QUEUE_BACKEND {name!r}: use 'redis' or 'sqs'")

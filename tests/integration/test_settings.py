@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 from django.core import checks
+from django.test import override_settings
 from pytest_django.fixtures import Settings
 
-from atf_project import settings as project_settings
 from tasks_core import conf, registry
+from tasks_core.conf import atf_settings
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 APPS = ("tasks_core", "tasks_api", "tasks_console", "workers")
@@ -28,16 +29,41 @@ def _atf_ids() -> list[str]:
     return [message.id for message in checks.run_checks(tags=["atf"])]
 
 
-def test_every_atf_setting_the_apps_read_has_a_default() -> None:
-    # Given every `settings.ATF_*` the apps read
-    read = {name for path in _app_sources()
-            for name in re.findall(r"settings\.(ATF_[A-Z0-9_]+)", path.read_text())}
-    # Then each has its default and its meaning in tasks_core/conf.py
-    assert read, "the scan found no reads"
-    assert read <= set(conf.defaults()), sorted(read - set(conf.defaults()))
+def test_every_atf_setting_has_a_type_a_default_and_a_meaning() -> None:
     conf_text = (ROOT / "tasks_core" / "conf.py").read_text()
     for name in conf.defaults():
-        assert re.search(rf"#: [^\n]*\n(#:[^\n]*\n)*{name}\b", conf_text), f"{name} has no #: line"
+        attribute = name.removeprefix("ATF_").lower()
+        assert re.search(rf"#: [^\n]*\n(    #:[^\n]*\n)*    {attribute}: ", conf_text), \
+            f"{name} has no #: line"
+
+
+def test_the_apps_read_settings_through_the_typed_object() -> None:
+    # Every `atf_settings.<name>` the apps read is a declared setting, and no app reads
+    # `settings.ATF_*` any more
+    read = {name for path in _app_sources()
+            for name in re.findall(r"atf_settings\.([a-z0-9_]+)", path.read_text())}
+    assert read, "the scan found no reads"
+    declared = {name.removeprefix("ATF_").lower() for name in conf.defaults()}
+    assert read <= declared, sorted(read - declared)
+    old = [str(path) for path in _app_sources()
+           if path.name != "conf.py" and re.search(r"settings\.ATF_", path.read_text())]
+    assert old == []
+
+
+def test_a_read_follows_the_projects_settings_at_that_moment() -> None:
+    assert atf_settings.max_batch_size == conf.AtfSettings.max_batch_size
+    with override_settings(ATF_MAX_BATCH_SIZE=7):
+        assert atf_settings.max_batch_size == 7
+
+
+def test_an_unknown_atf_setting_is_named_with_the_closest_known_one() -> None:
+    with override_settings(ATF_HEARTBEAT_INTERVAL=2, ATF_NOTHING_LIKE_IT=1):
+        warnings = {m.msg: m.hint for m in checks.run_checks(tags=["atf"]) if m.id == "atf.W004"}
+    assert warnings == {
+        "ATF_HEARTBEAT_INTERVAL is not an ATF setting; it is ignored":
+            "Did you mean ATF_HEARTBEAT_INTERVAL_S?",
+        "ATF_NOTHING_LIKE_IT is not an ATF setting; it is ignored": "See the settings reference.",
+    }
 
 
 def test_the_settings_reference_lists_every_setting_and_check() -> None:
@@ -54,30 +80,22 @@ def test_the_apps_never_read_the_environment() -> None:
     assert offenders == []
 
 
-def test_the_environment_sets_each_atf_setting_as_the_type_of_its_default(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("X", "a, b,,c")
-    assert project_settings.env_like("X", ["high"]) == ["a", "b", "c"]
-    monkeypatch.setenv("X", "2.5")
-    assert project_settings.env_like("X", 1.0) == 2.5
-    monkeypatch.setenv("X", "on")
-    assert project_settings.env_like("X", False) is True
-    monkeypatch.setenv("X", "")
-    assert project_settings.env_like("X", None) is None
-    monkeypatch.delenv("X")
-    assert project_settings.env_like("X", 7) == 7
-
-
-@pytest.mark.parametrize(("value", "limit_s"), [
-    ("90", 90.0), ("0", None), ("none", None), ("", None), (None, 600.0),
+@pytest.mark.parametrize(("name", "text", "value"), [
+    ("ATF_PRIORITIES", "a, b,,c", ["a", "b", "c"]),
+    ("ATF_HEARTBEAT_INTERVAL_S", "2.5", 2.5),
+    ("ATF_MAX_BATCH_SIZE", "7", 7),
+    ("ATF_METRICS_PUBLIC", "on", True),
+    ("ATF_METRICS_PUBLIC", "0", False),
+    ("ATF_REDIS_URL", "", None),
+    ("ATF_REDIS_URL", "redis://x:6379/1", "redis://x:6379/1"),
+    ("ATF_TASK_TIMEOUT_S", "90", 90.0),
+    ("ATF_TASK_TIMEOUT_S", "0", None),
+    ("ATF_TASK_TIMEOUT_S", "none", None),
+    ("ATF_TASK_TIMEOUT_S", "", None),
 ])
-def test_the_default_time_limit_from_the_environment(
-        monkeypatch: pytest.MonkeyPatch, value: str | None, limit_s: float | None) -> None:
-    if value is None:
-        monkeypatch.delenv("X", raising=False)
-    else:
-        monkeypatch.setenv("X", value)
-    assert project_settings.env_limit_s("X", 600.0) == limit_s
+def test_the_environment_sets_each_atf_setting_as_its_type(name: str, text: str,
+                                                           value: object) -> None:
+    assert conf.from_environment({name: text, "OTHER": "x"}) == {name: value}
 
 
 def test_a_lambda_host_with_an_empty_database_url_starts() -> None:

@@ -424,7 +424,7 @@ def test_a_time_limit_is_a_number_of_seconds_and_0_is_no_limit() -> None:
 
 
 @pytest.mark.parametrize(("task_s", "operator_s", "limit_s"), [
-    (None, None, conf.ATF_TASK_TIMEOUT_S),  # nobody set one: the default
+    (None, None, conf.AtfSettings.task_timeout_s),  # nobody set one: the default
     (2.5, None, 2.5),  # the task's own
     (0, None, None),  # the task asks for no limit
     (None, 30, 30.0),  # an operator's, for the lambda

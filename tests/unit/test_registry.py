@@ -51,7 +51,7 @@ def test_a_lambdas_time_limit_is_its_own_else_the_default(
 
 
 def test_every_attempt_has_a_time_limit_by_default() -> None:
-    assert conf.ATF_TASK_TIMEOUT_S == 600.0
+    assert conf.AtfSettings.task_timeout_s == 600.0
 
 
 def test_a_duplicate_name_raises_at_registration(registered: str) -> None:
