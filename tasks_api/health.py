@@ -13,7 +13,6 @@ import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -31,6 +30,7 @@ from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.renderers import FirstRenderer, JsonErrorsMixin, PrometheusRenderer
 from tasks_core import access, consumer_liveness, incident_stats, pooling, queues, stats
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Lambda
 from tasks_core.states import TaskStatus
@@ -99,7 +99,7 @@ class StoreCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         now = timezone.now()
-        window_s = settings.ATF_METRICS_WINDOW_S
+        window_s = atf_settings.metrics_window_s
         tasks = GaugeMetricFamily("atf_tasks", "Tasks in the store by lambda and status.",
                                   labels=["lambda", "status"])
         counts = stats.status_counts_by_lambda(lambda_ids=self.lambda_ids)
@@ -184,7 +184,7 @@ class MetricsPermission(BasePermission):
     def has_permission(self, request: Request, view: APIView) -> bool:
         if scopes.is_worker_token(request):
             return False
-        return settings.ATF_METRICS_PUBLIC or IsAuthenticated().has_permission(request, view)
+        return atf_settings.metrics_public or IsAuthenticated().has_permission(request, view)
 
 
 class MetricsView(ApiPolicy, JsonErrorsMixin):

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Generic, TypeVar
 
-from django.conf import settings
+from tasks_core.conf import atf_settings
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -31,7 +31,7 @@ class ShortMemory(Generic[K, V]):
         return entry[1]
 
     def put(self, key: K, value: V) -> None:
-        ttl_s = settings.ATF_API_AUTH_CACHE_S
+        ttl_s = atf_settings.api_auth_cache_s
         if ttl_s <= 0:
             return
         with self._lock:

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
 from tasks_api.serializers import BODY_PAGE_SIZE
+from tasks_core.conf import atf_settings
 
 
 class TaskCursorPagination(CursorPagination):
     """`?cursor=` from `next`/`previous`; `?page_size=` up to 1000."""
 
     ordering = "-id"
-    page_size = settings.ATF_API_PAGE_SIZE
+    page_size = atf_settings.api_page_size
     page_size_query_param = "page_size"
     max_page_size = 1000
 

@@ -6,13 +6,13 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from tasks_core import directory, limits, operations, overrides, scheduling
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import GateState
 from tasks_core.models import (
@@ -233,7 +233,7 @@ class ScheduleTaskSerializer(StrictSerializer):
     payload = PayloadField(required=False, allow_null=True)
     collection = serializers.CharField(required=False, max_length=limits.COLLECTION_CHARS)
     priority = serializers.CharField(required=False, max_length=limits.PRIORITY_CHARS,
-                                     help_text=f"One of {', '.join(settings.ATF_PRIORITIES)}.")
+                                     help_text=f"One of {', '.join(atf_settings.priorities)}.")
     run_at = serializers.DateTimeField(required=False, help_text="ISO 8601; UTC without offset.")
     delay = serializers.FloatField(required=False, min_value=0, max_value=limits.MAX_DELAY_S,
                                    help_text="Seconds from now; not with run_at.")

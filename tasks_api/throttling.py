@@ -6,12 +6,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.throttling import BaseThrottle
 
 from tasks_api.models import ApiToken
+from tasks_core.conf import atf_settings
 
 if TYPE_CHECKING:
     from rest_framework.request import Request
@@ -45,13 +45,13 @@ class TokenRateThrottle(BaseThrottle):
         self.wait_s: float | None = None
 
     def allow_request(self, request: Request, view: APIView) -> bool:
-        rate = settings.ATF_API_THROTTLE_RATE
+        rate = atf_settings.api_throttle_rate
         if not rate:
             return True
         limit, period_s = parse_rate(rate)
         now = time.time()
         window = int(now // period_s)
-        key = f"{settings.ATF_QUEUE_PREFIX}:throttle:{self._ident(request)}:{window}"
+        key = f"{atf_settings.queue_prefix}:throttle:{self._ident(request)}:{window}"
         try:
             count = cache.incr(key)
         except ValueError:  # the window's first request: one round trip more, once a window

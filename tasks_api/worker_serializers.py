@@ -7,7 +7,6 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.conf import settings
 from rest_framework import serializers
 
 from tasks_api.serializers import (
@@ -17,6 +16,7 @@ from tasks_api.serializers import (
     plain_json,
 )
 from tasks_core import limits, remote_workers, scheduling
+from tasks_core.conf import atf_settings
 from tasks_core.models import TaskAttempt
 from tasks_core.remote_workers import ReportedEnd
 
@@ -67,7 +67,7 @@ class ClaimSerializer(WorkerIdSerializer):
         "(capped at ATF_WORKER_CLAIM_WAIT_MAX_S).")
 
     def validate_wait_s(self, value: float) -> float:
-        return min(value, settings.ATF_WORKER_CLAIM_WAIT_MAX_S)
+        return min(value, atf_settings.worker_claim_wait_max_s)
 
 
 class LeaseSerializer(StrictSerializer):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from django.conf import settings
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
@@ -27,6 +26,7 @@ from tasks_api.policy import ApiPolicy
 from tasks_api.scopes import WorkerOnly, worker_credential, worker_team_id
 from tasks_api.views import _errors
 from tasks_core import queues, remote_workers
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import LambdaNotFound
 from tasks_core.models import Worker
 
@@ -48,7 +48,7 @@ def _shared_queue(kind: str = "requests") -> queues.QueueBackend:
     ATF_API_WAITING_CLAIMS lets claims wait, so they never take the others' connections)."""
     with _queue_lock:
         if kind not in _queues:
-            connections = (settings.ATF_API_WAITING_CLAIMS or None if kind == "waits"
+            connections = (atf_settings.api_waiting_claims or None if kind == "waits"
                            else REQUEST_CONNECTIONS)
             _queues[kind] = queues.backend(connections=connections)
         return _queues[kind]

@@ -6,7 +6,6 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
@@ -14,6 +13,7 @@ from tasks_console import charts, display, gates, latency
 from tasks_console.display import STATUS_COLOURS
 from tasks_core import liveness, stats
 from tasks_core.access import Scope
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda
 from tasks_core.states import TaskStatus
@@ -45,7 +45,7 @@ def _status_chart(counts: dict[str, int]) -> SafeString:
 def _queue_chart(depths: dict[str, dict[str, int]] | None) -> SafeString:
     if depths is None:
         return charts.empty("Queue depth", "queue service unreachable")
-    colours = dict(zip(settings.ATF_PRIORITIES, PRIORITY_COLOURS, strict=False))
+    colours = dict(zip(atf_settings.priorities, PRIORITY_COLOURS, strict=False))
     rows = [charts.Bar(label=f"{name} · {priority}", value=depth,
                        colour=colours.get(priority, "#417690"))
             for name, by_priority in depths.items() for priority, depth in by_priority.items()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
@@ -13,6 +12,7 @@ from django.utils import timezone
 
 from tasks_core import liveness, operations
 from tasks_core.access import Scope
+from tasks_core.conf import atf_settings
 from tasks_core.models import Collection, Team
 
 #: Rows of the dead-letter queue that the error-type choices are taken from.
@@ -70,7 +70,7 @@ class PriorityFilter(_ChoiceFilter):
     closed = True
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in settings.ATF_PRIORITIES]
+        return [(name, name) for name in atf_settings.priorities]
 
 
 class TeamFilter(_ChoiceFilter):

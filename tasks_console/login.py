@@ -8,10 +8,11 @@ import hashlib
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
+
+from tasks_core.conf import atf_settings
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ logger = logging.getLogger(__name__)
 def _key(address: str, username: str) -> str:
     who = hashlib.sha256(f"{address}\x00{username.casefold()}".encode(
         "utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{settings.ATF_QUEUE_PREFIX}:login-failures:{who}"
+    return f"{atf_settings.queue_prefix}:login-failures:{who}"
 
 
 class ThrottledLoginForm(AdminAuthenticationForm):
@@ -33,7 +34,7 @@ class ThrottledLoginForm(AdminAuthenticationForm):
     def clean(self) -> dict[str, Any]:
         address = self.request.META.get("REMOTE_ADDR", "") if self.request else ""
         key = _key(address, self.cleaned_data.get("username") or "")
-        if (cache.get(key) or 0) >= settings.ATF_LOGIN_MAX_FAILURES:
+        if (cache.get(key) or 0) >= atf_settings.login_max_failures:
             logger.warning("console login locked out for %s", address,
                            extra={"action": "login_locked_out"})
             raise ValidationError(self.error_messages["locked_out"], code="locked_out")
@@ -41,7 +42,7 @@ class ThrottledLoginForm(AdminAuthenticationForm):
             cleaned = super().clean()
         except ValidationError as exc:
             if getattr(exc, "code", None) == "invalid_login":
-                cache.add(key, 0, timeout=settings.ATF_LOGIN_LOCKOUT_S)
+                cache.add(key, 0, timeout=atf_settings.login_lockout_s)
                 # ValueError: the counter vanished (cache unreachable); that try is not counted.
                 with contextlib.suppress(ValueError):
                     cache.incr(key)

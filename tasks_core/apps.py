@@ -9,6 +9,7 @@ from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
 from tasks_core import conf
+from tasks_core.conf import atf_settings
 
 #: The module of the Django tasks backend, which registers the lambdas its tasks run as.
 DJANGO_TASKS_BRIDGE = "tasks_core.contrib.django_tasks"
@@ -44,7 +45,7 @@ class TasksCoreConfig(AppConfig):
         )
 
         # After Django applied the project's LOGGING, which keeps any level it set.
-        logs.apply_level(settings.ATF_LOG_LEVEL)
+        logs.apply_level(atf_settings.log_level)
 
         # The registry holds code and the directory reads the store; neither imports what
         # schedules or syncs, so both are wired here, above them.

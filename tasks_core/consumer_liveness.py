@@ -13,15 +13,15 @@ import logging
 from datetime import datetime
 
 import redis
-from django.conf import settings
 
 from tasks_core import wakeup
+from tasks_core.conf import atf_settings
 
 logger = logging.getLogger(__name__)
 
 
 def key() -> str:
-    return f"{settings.ATF_QUEUE_PREFIX}:consumer:last_pass"
+    return f"{atf_settings.queue_prefix}:consumer:last_pass"
 
 
 def passed(now: datetime) -> None:

@@ -11,8 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.conf import settings
-
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
 
 #: Characters of a lambda name (its column's length).
@@ -53,7 +52,7 @@ def bad_text(text: str) -> bool:
 
 def idempotency_key_chars() -> int:
     """Longest idempotency key accepted."""
-    return min(settings.ATF_MAX_IDEMPOTENCY_KEY_LENGTH, IDEMPOTENCY_KEY_COLUMN_CHARS)
+    return min(atf_settings.max_idempotency_key_length, IDEMPOTENCY_KEY_COLUMN_CHARS)
 
 
 def _parent_count(call: Any) -> int:
@@ -68,13 +67,13 @@ def check_batch(calls: Sequence[Any]) -> None:
 
     Checked before any item is: an oversize batch costs no validation of its items.
     """
-    if len(calls) > settings.ATF_MAX_BATCH_SIZE:
+    if len(calls) > atf_settings.max_batch_size:
         raise InvalidTask({"tasks": [
-            f"At most {settings.ATF_MAX_BATCH_SIZE} tasks per batch; got {len(calls)}."]})
+            f"At most {atf_settings.max_batch_size} tasks per batch; got {len(calls)}."]})
     parents = sum(map(_parent_count, calls))
-    if parents > settings.ATF_MAX_BATCH_PARENTS:
+    if parents > atf_settings.max_batch_parents:
         raise InvalidTask({"tasks": [
-            f"At most {settings.ATF_MAX_BATCH_PARENTS} parents (after) per batch in all; "
+            f"At most {atf_settings.max_batch_parents} parents (after) per batch in all; "
             f"got {parents}."]})
 
 

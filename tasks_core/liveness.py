@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db.models import QuerySet
 
+from tasks_core.conf import atf_settings
 from tasks_core.models import Worker
 
 #: Failed heartbeats in a row (or silent intervals) after which a worker terminates itself.
@@ -25,7 +25,7 @@ def outlasts_heartbeats(timeout_s: float, interval_s: float) -> bool:
 
 def live_within_s() -> float:
     """Seconds since its last heartbeat within which a worker counts as live."""
-    return (MAX_FAILED_HEARTBEATS + 1) * settings.ATF_HEARTBEAT_INTERVAL_S
+    return (MAX_FAILED_HEARTBEATS + 1) * atf_settings.heartbeat_interval_s
 
 
 def live_workers(*, now: datetime) -> QuerySet[Worker]:

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, OuterRef, Subquery
 from django.db.models.expressions import Expression
 from django.db.models.functions import Coalesce
 
 from tasks_core import limits, liveness
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidOverride
 from tasks_core.models import Lambda, LambdaOverride
 
@@ -60,7 +60,7 @@ def _not_negative(value: float) -> str | None:
 def _above_heartbeats(value: float) -> str | None:
     # A worker cuts itself off only after this many silent intervals, so a shorter timeout
     # could enqueue a running task again; workers refuse to start with one.
-    interval_s = settings.ATF_HEARTBEAT_INTERVAL_S
+    interval_s = atf_settings.heartbeat_interval_s
     if not liveness.outlasts_heartbeats(value, interval_s) or value > MAX_SECONDS:
         return (f"Give more than {liveness.MAX_FAILED_HEARTBEATS * interval_s:g} "
                 f"({liveness.MAX_FAILED_HEARTBEATS} heartbeat intervals of {interval_s:g} s), "

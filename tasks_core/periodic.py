@@ -29,6 +29,7 @@ from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 
 from tasks_core import directory, scheduling
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import (
     AtfError,
     ConfigurationError,
@@ -190,7 +191,7 @@ def every(schedule: ScheduleValue, lambda_name: str, payload: Any = None, *,
     check_timezone(tz)
     if catch_up not in CatchUp.values:
         raise ConfigurationError(f"catch_up must be one of {', '.join(CatchUp.values)}")
-    if priority is not None and priority not in settings.ATF_PRIORITIES:
+    if priority is not None and priority not in atf_settings.priorities:
         raise ConfigurationError(f"unknown priority {priority!r}")
     spec = Spec(name=name or f"{lambda_name}@{cron or f'{interval_s:g}s'}",
                 lambda_name=lambda_name, cron=cron, interval_s=interval_s, timezone=tz,
@@ -242,7 +243,7 @@ def _sync_one(spec: Spec, lambda_id: int) -> None:
     fields: Mapping[str, Any] = {
         "lambda_ref_id": lambda_id, "cron": spec.cron, "interval_s": spec.interval_s,
         "timezone": spec.timezone, "payload": spec.payload, "collection": spec.collection,
-        "priority": spec.priority or settings.ATF_DEFAULT_PRIORITY, "catch_up": spec.catch_up,
+        "priority": spec.priority or atf_settings.default_priority, "catch_up": spec.catch_up,
         "enabled": True, "in_code": True,
     }
     # Consumers starting together may race to create the row: get_or_create settles it.
@@ -318,7 +319,7 @@ def save_row(row: PeriodicTask, changes: Mapping[str, Any], *, now: datetime) ->
 def check_team_room(team_id: int) -> None:
     """LimitReached when the team has ATF_MAX_PERIODIC_TASKS_PER_TEAM operator schedules
     already (schedules defined in code do not count: the code's owner added them)."""
-    limit = settings.ATF_MAX_PERIODIC_TASKS_PER_TEAM
+    limit = atf_settings.max_periodic_tasks_per_team
     if limit and PeriodicTask.objects.filter(team_id=team_id, in_code=False).count() >= limit:
         raise LimitReached(f"A team has at most {limit} periodic tasks "
                            "(ATF_MAX_PERIODIC_TASKS_PER_TEAM); delete one first.")
@@ -411,7 +412,7 @@ def _due_occurrences(row: PeriodicTask, now: datetime) -> tuple[int, datetime]:
     """Schedule the row's due occurrences; (tasks created, the next occurrence after now)."""
     due = row.next_run_at
     assert due is not None
-    grace = timedelta(seconds=settings.ATF_PERIODIC_GRACE_S)
+    grace = timedelta(seconds=atf_settings.periodic_grace_s)
     if now - due > grace:
         missed_created = 0
         if row.catch_up == CatchUp.ONCE:

@@ -19,9 +19,10 @@ import contextlib
 import logging
 import threading
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+from tasks_core.conf import atf_settings
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def session_is_kept(alias: str = DEFAULT_DB_ALIAS) -> bool:
 def _session_settings(alias: str) -> list[str]:
     """The settings in effect that need a session kept between transactions."""
     needs = []
-    if settings.ATF_DB_PREPARED_STATEMENTS:
+    if atf_settings.db_prepared_statements:
         needs.append("ATF_DB_PREPARED_STATEMENTS")
     options = connections[alias].settings_dict.get("OPTIONS", {})
     if options.get("server_side_binding") is True and options.get("prepare_threshold") is not None:
@@ -101,7 +102,7 @@ def problem() -> str | None:
 
 def prepare_statements() -> bool:
     """Whether the store may prepare its statements on the server in this process."""
-    return settings.ATF_DB_PREPARED_STATEMENTS and problem() is None
+    return atf_settings.db_prepared_statements and problem() is None
 
 
 def forget() -> None:

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
-
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import ConfigurationError, DuplicateLambda, LambdaNotFound
 
 if TYPE_CHECKING:
@@ -76,7 +75,7 @@ def use_scheduler(scheduler: Scheduler) -> None:
 
 def _default_timeout_s() -> float | None:
     """ATF_TASK_TIMEOUT_S as seconds; None for no limit (the setting is 0 or None)."""
-    value = settings.ATF_TASK_TIMEOUT_S
+    value = atf_settings.task_timeout_s
     return None if value is None else float(value) or None
 
 
@@ -97,11 +96,11 @@ def register(
     an attempt past it ends with outcome `timeout` and is retried like a failure.
     """
     options = LambdaOptions(
-        team=team or settings.ATF_DEFAULT_TEAM,
-        max_attempts=max_attempts or settings.ATF_MAX_ATTEMPTS,
-        heartbeat_timeout_s=heartbeat_timeout or settings.ATF_HEARTBEAT_TIMEOUT_S,
-        backoff_base_s=settings.ATF_BACKOFF_BASE_S if backoff_base is None else backoff_base,
-        backoff_cap_s=backoff_cap or settings.ATF_BACKOFF_CAP_S,
+        team=team or atf_settings.default_team,
+        max_attempts=max_attempts or atf_settings.max_attempts,
+        heartbeat_timeout_s=heartbeat_timeout or atf_settings.heartbeat_timeout_s,
+        backoff_base_s=atf_settings.backoff_base_s if backoff_base is None else backoff_base,
+        backoff_cap_s=backoff_cap or atf_settings.backoff_cap_s,
         quota_per_s=quota,
         timeout_s=_default_timeout_s() if timeout is None else (timeout or None),
     )

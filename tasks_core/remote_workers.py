@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from tasks_core import directory, queues, store, worker_registry
 from tasks_core.claiming import Claimer
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import LambdaNotFound, WorkerNotFound
 from tasks_core.models import TaskEntity, Worker
 from tasks_core.states import TaskStatus
@@ -116,7 +116,7 @@ def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int,
     """Up to `max_count` claimed tasks of the worker's lambdas, waiting up to `wait_s`."""
     claimer = Claimer(queue=queue, worker_id=row.worker_id,
                       lambda_ids={name: directory.by_name(name).id for name in row.lambdas},
-                      priorities=settings.ATF_PRIORITIES)
+                      priorities=atf_settings.priorities)
     claimed = _claim_ready(claimer, max_count)
     if claimed or wait_s <= 0:
         return claimed

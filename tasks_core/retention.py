@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
 from tasks_core import states
+from tasks_core.conf import atf_settings
 from tasks_core.models import TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def prune_batch(*, now: datetime, batch_size: int = 1000,
 
     `older_than_s` defaults to ATF_RETENTION_S; zero or less disables pruning.
     """
-    age_s = settings.ATF_RETENTION_S if older_than_s is None else older_than_s
+    age_s = atf_settings.retention_s if older_than_s is None else older_than_s
     if age_s <= 0 or batch_size <= 0:
         return 0
     with transaction.atomic():

@@ -15,11 +15,11 @@ from dataclasses import KW_ONLY, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import dateparse, timezone
 
 from tasks_core import directory, limits, store, wakeup
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
 from tasks_core.gating import GateState
 from tasks_core.models import Collection, Lambda, TaskEntity
@@ -165,7 +165,7 @@ def _payload_errors(payload: Any) -> list[str]:
     # Checked first and without recursion: storing a payload nested near Python's recursion
     # limit would fail deep inside the database driver instead of here, and PostgreSQL
     # refuses a NUL in JSON text only when the row is written.
-    if problem := shape_error(payload, settings.ATF_MAX_PAYLOAD_DEPTH):
+    if problem := shape_error(payload, atf_settings.max_payload_depth):
         return [problem]
     try:
         text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
@@ -174,8 +174,8 @@ def _payload_errors(payload: Any) -> list[str]:
     except RecursionError:
         return ["Payload is nested too deeply."]
     size = len(text.encode())
-    if size > settings.ATF_MAX_PAYLOAD_BYTES:
-        return [f"Payload is {size} bytes; the limit is {settings.ATF_MAX_PAYLOAD_BYTES}."]
+    if size > atf_settings.max_payload_bytes:
+        return [f"Payload is {size} bytes; the limit is {atf_settings.max_payload_bytes}."]
     return []
 
 
@@ -195,10 +195,10 @@ def validate(request: TaskRequest, *, now: datetime) -> store.NewTask:
     collection = "default" if request.collection in (None, "") else request.collection
     if problem := limits.collection_name_error(collection):
         errors["collection"] = [problem]
-    priority = request.priority or settings.ATF_DEFAULT_PRIORITY
-    if priority not in settings.ATF_PRIORITIES:
+    priority = request.priority or atf_settings.default_priority
+    if priority not in atf_settings.priorities:
         errors["priority"] = [f"Unknown priority {_shown(priority)}; use one of "
-                              f"{', '.join(settings.ATF_PRIORITIES)}."]
+                              f"{', '.join(atf_settings.priorities)}."]
     run_at, delay = request.run_at, request.delay
     if run_at is not None and delay is not None:
         errors["run_at"] = ["Give run_at or delay, not both."]
@@ -383,7 +383,7 @@ def _item_errors(index: int, exc: InvalidTask) -> dict[str, list[str]]:
 
 def _check_new_collections(pairs: set[tuple[int, str]]) -> None:
     """InvalidTask when a batch would create more than ATF_MAX_NEW_COLLECTIONS collections."""
-    limit = settings.ATF_MAX_NEW_COLLECTIONS
+    limit = atf_settings.max_new_collections
     if len(pairs) <= limit:
         return
     lambda_ids = {lambda_id for lambda_id, _name in pairs}

@@ -15,12 +15,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncMinute
 
 from tasks_core import liveness, queues
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Lambda, TaskEntity
 from tasks_core.states import FINAL, TaskStatus
@@ -125,7 +125,7 @@ def queue_depths(lambda_names: Sequence[str], *,
     try:
         return {
             name: {priority: backend.depth(backend.queue_name(name, priority))
-                   for priority in settings.ATF_PRIORITIES}
+                   for priority in atf_settings.priorities}
             for name in lambda_names
         }
     finally:

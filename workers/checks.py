@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connection
 
 from tasks_core import checks as core_checks
 from tasks_core import logs, queues, registry
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from tasks_core.liveness import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 
 
 def heartbeat_errors() -> list[checks.CheckMessage]:
     """atf.E003 for the default heartbeat timeout and each lambda's that a worker would outlive."""
-    interval_s = settings.ATF_HEARTBEAT_INTERVAL_S
-    default_s = settings.ATF_HEARTBEAT_TIMEOUT_S
+    interval_s = atf_settings.heartbeat_interval_s
+    default_s = atf_settings.heartbeat_timeout_s
     timeouts = {"ATF_HEARTBEAT_TIMEOUT_S": default_s}
     # A lambda that keeps the default is covered by the line about the default.
     timeouts.update((f"lambda {name}", timeout_s) for name in registry.names()

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db.models import Exists, Min, OuterRef, QuerySet
 from django.utils import timezone
 
@@ -37,6 +36,7 @@ from tasks_core import (
     wakeup,
     worker_registry,
 )
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Collection, Lambda, TaskAssoc
 from tasks_core.states import AssocStatus
@@ -121,7 +121,7 @@ def _lambda_gates_query() -> QuerySet:
         lambda_ref_id=OuterRef("pk"), next_trigger_at__lte=compiled_query.NOW
     ).exclude(status=AssocStatus.COMPLETED)
     probes = {f"due_{rank}": Exists(due.filter(priority=priority))
-              for rank, priority in enumerate(settings.ATF_PRIORITIES)}
+              for rank, priority in enumerate(atf_settings.priorities)}
     return (Lambda.objects.order_by("pk")
             .annotate(quota=overrides.effective_expression("quota"), **probes)
             .values_list("pk", "name", "team_id", "gate", "gate_until", "quota", *probes))
@@ -254,7 +254,7 @@ class Consumer:
                 # are pushed again as soon as the queue is back, not after the enqueue timeout.
                 logger.warning("push to %s failed, %d tasks will be retried: %s", queue_name,
                                len(batch), exc)
-                store.retrigger(batch, at=now + timedelta(seconds=settings.ATF_RESTART_DELAY_S))
+                store.retrigger(batch, at=now + timedelta(seconds=atf_settings.restart_delay_s))
                 failed += len(batch)
         return failed
 
@@ -270,10 +270,10 @@ class Consumer:
             if reopened:
                 logger.info("reopened %d %s gate(s) whose time ran out", reopened,
                             model._meta.verbose_name)
-        gone = worker_registry.mark_gone(now=now, unseen_s=settings.ATF_WORKER_STALE_S)
+        gone = worker_registry.mark_gone(now=now, unseen_s=atf_settings.worker_stale_s)
         if gone:
             logger.info("marked %d worker(s) gone (not seen for %ss)", gone,
-                        settings.ATF_WORKER_STALE_S)
+                        atf_settings.worker_stale_s)
         if pruned := retention.prune_batch(now=now, batch_size=PRUNE_BATCH_SIZE):
             logger.info("pruned %d finished task(s) past their retention", pruned)
 
@@ -332,7 +332,7 @@ class Consumer:
             except Exception:
                 logger.exception("consumer loop failed", extra={"action": "consumer_restart"})
                 db.reset_connection()
-                time.sleep(settings.ATF_RESTART_DELAY_S)
+                time.sleep(atf_settings.restart_delay_s)
         listener.stop()
         turns.reset()
         self.queue.close()
@@ -356,8 +356,8 @@ def from_settings(*, batch_size: int | None = None, poll_interval_s: float | Non
     """A consumer as the settings configure it, its code-defined schedules synced to the store
     (the lambdas must be synced already)."""
     periodic.sync_code_schedules()
-    return Consumer(batch_size=batch_size or settings.ATF_CONSUMER_BATCH_SIZE,
-                    poll_interval_s=poll_interval_s or settings.ATF_POLL_INTERVAL_S, queue=queue)
+    return Consumer(batch_size=batch_size or atf_settings.consumer_batch_size,
+                    poll_interval_s=poll_interval_s or atf_settings.poll_interval_s, queue=queue)
 
 
 #: Seconds a stopping process waits for its consumer thread's pass to end.

@@ -6,8 +6,7 @@ import logging
 import threading
 import time
 
-from django.conf import settings
-
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
 from workers.buffer import WorkBuffer
 from workers.transport import Transport, TransportUnavailable
@@ -35,11 +34,11 @@ class ControllerThread(threading.Thread):
             except (QueueUnavailable, TransportUnavailable) as exc:
                 logger.warning("cannot claim tasks: %s", exc)
                 self.transport.reset()
-                time.sleep(settings.ATF_RESTART_DELAY_S)
+                time.sleep(atf_settings.restart_delay_s)
             except Exception:
                 logger.exception("controller loop failed", extra={"action": "controller_restart"})
                 self.transport.reset()
-                time.sleep(settings.ATF_RESTART_DELAY_S)
+                time.sleep(atf_settings.restart_delay_s)
 
     def hand_out(self, claimed: list) -> None:
         """Buffer claimed tasks; ones a closing buffer refuses go straight back to the store."""

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from django.conf import settings
+from tasks_core.conf import atf_settings
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class Supervisor:
         alive = [c for c in self.children if c is not None and c.poll() is None]
         for child in alive:
             child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + settings.ATF_SHUTDOWN_GRACE_S + 10
+        deadline = time.monotonic() + atf_settings.shutdown_grace_s + 10
         for child in alive:
             try:
                 child.wait(max(deadline - time.monotonic(), 0.1))

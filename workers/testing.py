@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 
 from tasks_core import directory, queues, registry, store
 from tasks_core.claiming import Claimer
+from tasks_core.conf import atf_settings
 from tasks_core.context import TaskContext
 from tasks_core.states import TaskStatus
 from workers.consumer import Consumer
@@ -66,12 +66,12 @@ def run_due_tasks(*, lambdas: Sequence[str] | None = None, now: datetime | None 
     clock = timezone.now if now is None else (lambda: now)
     queue = queues.backend()
     try:
-        consumer = Consumer(batch_size=settings.ATF_CONSUMER_BATCH_SIZE,
-                            poll_interval_s=settings.ATF_POLL_INTERVAL_S, queue=queue,
+        consumer = Consumer(batch_size=atf_settings.consumer_batch_size,
+                            poll_interval_s=atf_settings.poll_interval_s, queue=queue,
                             clock=clock)
         claimer = Claimer(queue=queue, worker_id=WORKER_ID,
                           lambda_ids={name: directory.by_name(name).id for name in names},
-                          priorities=settings.ATF_PRIORITIES)
+                          priorities=atf_settings.priorities)
         outcomes: list[TaskOutcome] = []
         for _round in range(max_rounds):
             consumer.run_pass()
@@ -88,7 +88,7 @@ def run_due_tasks(*, lambdas: Sequence[str] | None = None, now: datetime | None 
 def _claim_all(claimer: Claimer) -> list[store.ClaimedTask]:
     """Everything the lambdas' queues hold now, claimed (stale messages are dropped)."""
     claimed: list[store.ClaimedTask] = []
-    while popped := claimer.take(settings.ATF_CONSUMER_BATCH_SIZE, wait_s=0):
+    while popped := claimer.take(atf_settings.consumer_batch_size, wait_s=0):
         claimed += popped
     return claimed
 

@@ -15,12 +15,12 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 
 from tasks_core import directory, queues, store, worker_registry
 from tasks_core.claiming import Claimer
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError, LambdaNotFound
 from tasks_core.states import TaskStatus
 from workers import db
@@ -137,7 +137,7 @@ class DirectTransport(Transport):
         self.claimer = Claimer(
             queue=self.queue, worker_id=worker.worker_id,
             lambda_ids={name: directory.by_name(name).id for name in worker.lambdas},
-            priorities=settings.ATF_PRIORITIES,
+            priorities=atf_settings.priorities,
         )
         worker_registry.register(worker_id=worker.worker_id, host=worker.host, pid=worker.pid,
                                  lambda_names=worker.lambdas, threads=worker.threads,

@@ -18,8 +18,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
-from django.conf import settings
-
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError, ConfigurationError
 from tasks_core.liveness import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 from tasks_core.store import ClaimedTask
@@ -61,14 +60,14 @@ class WorkerProcess:
                  transport: Transport) -> None:
         self.lambda_names = list(lambda_names)
         self.transport = transport
-        self.interval_s = settings.ATF_HEARTBEAT_INTERVAL_S
+        self.interval_s = atf_settings.heartbeat_interval_s
         timeouts_s = transport.heartbeat_timeouts_s(self.lambda_names)
         if missing := [name for name in self.lambda_names if name not in timeouts_s]:
             raise ConfigurationError(f"lambda(s) unknown to ATF, or not this worker token's "
                                      f"team's: {', '.join(missing)}")
         check_heartbeat_timeouts(timeouts_s, self.interval_s)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.buffer = WorkBuffer(priorities=settings.ATF_PRIORITIES, executors=threads)
+        self.buffer = WorkBuffer(priorities=atf_settings.priorities, executors=threads)
         self.tally = Tally()
         self.starts = start_writer(transport)
         self.results = result_writer(transport)
@@ -83,7 +82,7 @@ class WorkerProcess:
         ]
         self.time_limits = AttemptStops(buffer=self.buffer, results=self.results,
                                       worker_id=self.worker_id, tally=self.tally,
-                                      grace_s=settings.ATF_TIMEOUT_GRACE_S)
+                                      grace_s=atf_settings.timeout_grace_s)
         self.exit_code = 0
         self._stop = threading.Event()
 
@@ -162,7 +161,7 @@ class WorkerProcess:
         running = self.buffer.running_count()
         logger.info("worker stopping: handed back %d buffered task(s), waiting for %d running",
                     released, running)
-        deadline = time.monotonic() + settings.ATF_SHUTDOWN_GRACE_S
+        deadline = time.monotonic() + atf_settings.shutdown_grace_s
         for thread in self.executors:
             while thread.is_alive() and time.monotonic() < deadline:
                 thread.join(WATCH_INTERVAL_S)

@@ -51,6 +51,7 @@ from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
 from tasks_core import atf, registry, scheduling
+from tasks_core.conf import atf_settings
 from tasks_core.contrib.task_options import ATFTask
 from tasks_core.contrib.task_options import check as check_options
 from tasks_core.contrib.tasks_compat import (
@@ -105,8 +106,8 @@ DJANGO_PRIORITIES = ["high", *(f"p{n}" for n in range(TASK_MAX_PRIORITY - 1, 0, 
 def priority_name(priority: int) -> str:
     """The ATF priority of a Django task priority: 0 is the default priority, higher numbers
     the names above it in ATF_PRIORITIES (split evenly over 1..100), lower ones those below."""
-    names = list(settings.ATF_PRIORITIES)
-    default = names.index(settings.ATF_DEFAULT_PRIORITY)
+    names = list(atf_settings.priorities)
+    default = names.index(atf_settings.default_priority)
     if priority == 0:
         return names[default]
     side = names[:default][::-1] if priority > 0 else names[default + 1:]

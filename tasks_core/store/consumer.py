@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
 
+from tasks_core.conf import atf_settings
 from tasks_core.gating import Decision
 from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
@@ -32,7 +32,7 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
         # During this transaction the due assoc rows and their entities are locked.
         rows = backend.due(lambda_id, limit=limit, now=now,
                            skip_collections=list(skip_collections),
-                           priorities=list(settings.ATF_PRIORITIES))
+                           priorities=list(atf_settings.priorities))
         if not rows:
             return batch
         plan = decisions.plan_due(rows, decide=decide, now=now)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.conf import settings
-
 from tasks_core import directory, states
+from tasks_core.conf import atf_settings
 from tasks_core.states import TaskStatus
 from tasks_core.store.decisions import assoc_change
 from tasks_core.store.values import AssocChange
@@ -15,8 +14,8 @@ from tasks_core.store.values import AssocChange
 def of_lambda(lambda_id: int) -> states.Timeouts:
     """The enqueue, claim and heartbeat timeouts of a lambda's tasks."""
     return states.Timeouts(
-        enqueue_s=settings.ATF_ENQUEUE_TIMEOUT_S,
-        claim_s=settings.ATF_CLAIM_TIMEOUT_S,
+        enqueue_s=atf_settings.enqueue_timeout_s,
+        claim_s=atf_settings.claim_timeout_s,
         heartbeat_s=directory.by_id(lambda_id).heartbeat_timeout_s,
     )
 

@@ -7,10 +7,10 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
 
 from tasks_core import directory, states
+from tasks_core.conf import atf_settings
 from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
 from tasks_core.store import backends, decisions, guarded, timeouts
@@ -97,8 +97,8 @@ def _ending(task: ClaimedTask, result: Result, now: datetime) -> Ending:
     info = directory.by_name(task.lambda_name)
     return decisions.ending(task, result, now=now, timeouts=timeouts.of_lambda(info.id),
                             backoff_base_s=info.backoff_base_s, backoff_cap_s=info.backoff_cap_s,
-                            timeout_grace_s=settings.ATF_TIMEOUT_GRACE_S,
-                            max_result_bytes=settings.ATF_MAX_RESULT_BYTES)
+                            timeout_grace_s=atf_settings.timeout_grace_s,
+                            max_result_bytes=atf_settings.max_result_bytes)
 
 
 def finish(task: ClaimedTask, result: Result, *, now: datetime) -> TaskStatus | None:

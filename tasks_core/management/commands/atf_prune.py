@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from tasks_core import retention
+from tasks_core.conf import atf_settings
 from tasks_core.contrib import cli
 
 
@@ -33,7 +33,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, older_than_s: float | None, batch_size: int, dry_run: bool,
                **options: Any) -> None:
         if older_than_s is None:
-            older_than_s = settings.ATF_RETENTION_S
+            older_than_s = atf_settings.retention_s
             if older_than_s <= 0:
                 raise CommandError("ATF_RETENTION_S is 0 (keep everything); give --older-than")
         if not 1 <= batch_size <= 100_000:

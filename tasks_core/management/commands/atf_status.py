@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 from django.utils import timezone
 
 from tasks_core import liveness, stats
+from tasks_core.conf import atf_settings
 from tasks_core.contrib import cli
 from tasks_core.models import Lambda
 from tasks_core.states import TaskStatus
@@ -80,7 +80,7 @@ class Command(BaseCommand):
         return "\n\n".join([header, self._lambdas(snap), self._workers(now)])
 
     def _lambdas(self, snap: stats.Snapshot) -> str:
-        priorities = settings.ATF_PRIORITIES
+        priorities = atf_settings.priorities
         names = sorted(set(snap.counts_by_lambda) | set(snap.queue_depths or {}))
         rows = []
         for name in names:

@@ -6,9 +6,8 @@ import logging
 from argparse import ArgumentParser
 from typing import Any
 
-from django.conf import settings
-
 from tasks_core import lambda_sync
+from tasks_core.conf import atf_settings
 from workers import checks, signals
 from workers.consumer import from_settings
 
@@ -20,10 +19,10 @@ class Command(checks.LongRunningCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--poll-interval", type=checks.positive_float,
-                            default=settings.ATF_POLL_INTERVAL_S, metavar="SECONDS",
+                            default=atf_settings.poll_interval_s, metavar="SECONDS",
                             help="longest sleep between two polls (default %(default)s)")
         parser.add_argument("--batch-size", type=checks.positive_int,
-                            default=settings.ATF_CONSUMER_BATCH_SIZE, metavar="N",
+                            default=atf_settings.consumer_batch_size, metavar="N",
                             help="due rows taken in one pass, across lambdas "
                                  "(default %(default)s)")
 
@@ -34,6 +33,6 @@ class Command(checks.LongRunningCommand):
                                  poll_interval_s=options["poll_interval"], queue=queue)
         signals.on_stop(consumer.stop)
         logger.info("consumer started: poll interval %ss, batch size %d, queue backend %s",
-                    options["poll_interval"], options["batch_size"], settings.ATF_QUEUE_BACKEND)
+                    options["poll_interval"], options["batch_size"], atf_settings.queue_backend)
         consumer.run()
         logger.info("consumer stopped")

@@ -11,10 +11,10 @@ from argparse import ArgumentParser
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core.management.base import CommandError
 
 from tasks_core import lambda_sync, registry
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from workers import checks, consumer, reloading, replacement, signals
 from workers.supervisor import Supervisor
@@ -33,15 +33,15 @@ class Command(checks.LongRunningCommand):
         parser.add_argument("lambdas", nargs="*", metavar="LAMBDA",
                             help="lambdas this worker runs (default: all registered)")
         parser.add_argument("--threads", type=checks.positive_int,
-                            default=settings.ATF_WORKER_THREADS, metavar="N",
+                            default=atf_settings.worker_threads, metavar="N",
                             help="executor threads per process (default %(default)s)")
         parser.add_argument("--processes", type=checks.positive_int, default=1, metavar="N",
                             help="worker processes, restarted when they die (default 1: this "
                                  "process works itself)")
-        parser.add_argument("--api", default=settings.ATF_API_URL, metavar="URL",
+        parser.add_argument("--api", default=atf_settings.api_url, metavar="URL",
                             help="a remote worker: the ATF API's base URL (default "
                                  "ATF_API_URL; unset: reach the store and queues directly)")
-        parser.add_argument("--token", default=settings.ATF_API_TOKEN, metavar="TOKEN",
+        parser.add_argument("--token", default=atf_settings.api_token, metavar="TOKEN",
                             help="the worker token a remote worker presents (default "
                                  "ATF_API_TOKEN)")
         parser.add_argument("--reload", action="store_true",
@@ -129,15 +129,15 @@ class Command(checks.LongRunningCommand):
         from workers.http_transport import HttpTransport
 
         return HttpTransport(url=options["api"], token=options["token"],
-                             claim_wait_s=settings.ATF_WORKER_CLAIM_WAIT_S,
-                             timeout_s=settings.ATF_API_TIMEOUT_S)
+                             claim_wait_s=atf_settings.worker_claim_wait_s,
+                             timeout_s=atf_settings.api_timeout_s)
 
     def _supervise(self, names: list[str], options: dict[str, Any]) -> None:
         child_args = ["runworker", *names, "--threads", str(options["threads"]),
                       "--verbosity", str(options["verbosity"]), replacement.SUPERVISED_OPTION]
         if options["api"]:
             # Children read the token from the environment they inherit, never a command line.
-            if options["token"] != settings.ATF_API_TOKEN:
+            if options["token"] != atf_settings.api_token:
                 raise CommandError("with --processes, give the worker token in ATF_API_TOKEN, "
                                    "not --token")
             child_args += ["--api", options["api"]]
