@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Generic, TypeVar
 
-from django.conf import settings
-
+from tasks_core.conf import atf_settings
 from tasks_core.liveness import MAX_FAILED_HEARTBEATS
 from workers.transport import TransportUnavailable
 
@@ -37,7 +36,7 @@ def retry_budget_s() -> float:
     """How long a batch is retried while ATF cannot be reached: as long as the heartbeat
     budget, after which the process ends anyway. A restarting API or a database failover
     shorter than that costs no write (a start or a result given up would run its task again)."""
-    return MAX_FAILED_HEARTBEATS * settings.ATF_HEARTBEAT_INTERVAL_S
+    return MAX_FAILED_HEARTBEATS * atf_settings.heartbeat_interval_s
 
 
 class BatchWriterThread(threading.Thread, Generic[Item, Out]):

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import requests
-from django.conf import settings
 
 from tasks_core import store
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from tasks_core.states import TaskStatus
 from workers.transport import Beat, FinishedAttempt, Transport, TransportUnavailable, WorkerInfo
@@ -112,7 +112,7 @@ class HttpTransport(Transport):
         answer = self._post("heartbeat/", {
             "worker": self._worker_id(), "seen": seen,
             "tasks": [{"id": pk, "lease": lease} for pk, lease in leases.items()]},
-            timeout_s=min(self.timeout_s, settings.ATF_HEARTBEAT_INTERVAL_S))
+            timeout_s=min(self.timeout_s, atf_settings.heartbeat_interval_s))
         return Beat(lost=set(answer["lost"]), cancel=set(answer.get("cancel", ())))
 
     def finish_many(self, done: Sequence[FinishedAttempt]) -> list[TaskStatus | None]:
