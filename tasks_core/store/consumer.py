@@ -47,6 +47,8 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
                              decisions.GATE_DROPPED)
         batch.dead = _end(plan.dead, TaskStatus.DEAD, lambda_id, now,
                           decisions.LOST_LAST_ATTEMPT)
+        _end(plan.cancelled, TaskStatus.CANCELLED, lambda_id, now,
+             decisions.CANCELLED_WORKER_LOST)
     return batch
 
 

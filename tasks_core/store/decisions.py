@@ -37,6 +37,8 @@ WORKER_LOST = {"type": "WorkerLost", "message": "no heartbeat within the timeout
 LOST_LAST_ATTEMPT = {"type": "WorkerLost",
                      "message": "attempts exhausted; the last one lost its worker", "traceback": ""}
 GATE_DROPPED = {"type": "Dropped", "message": "gate dropped", "traceback": ""}
+CANCELLED_WORKER_LOST = {"type": "Cancelled", "traceback": "",
+                         "message": "cancelled while running; its worker stopped heartbeating"}
 
 
 def assoc_change(target: TaskStatus, *, now: datetime, timeouts: states.Timeouts,
@@ -62,6 +64,8 @@ class DuePlan:
     keep: list[int] = field(default_factory=list)  #: expired `enqueued` rows: lease kept
     drop: list[int] = field(default_factory=list)  #: a gate said drop
     dead: list[int] = field(default_factory=list)  #: lost their last attempt
+    #: lost an attempt that a cancel had asked to stop: the cancel stands
+    cancelled: list[int] = field(default_factory=list)
     lost: list[LostAttempt] = field(default_factory=list)  #: attempts whose worker went away
     reenqueued: Counter[str] = field(default_factory=Counter)  #: by the status they had
 
@@ -71,7 +75,8 @@ def plan_due(rows: Sequence[DueRow], *, decide: Callable[[str], Decision],
     """Enqueue, drop, postpone or dead-letter each due row.
 
     A row whose task is `processing` lost its worker (no heartbeat within the timeout): its
-    attempt is recorded as lost, and the task goes dead if that was its last attempt. An
+    attempt is recorded as lost, and the task goes dead if that was its last attempt, or ends
+    `cancelled` if a cancel had asked its worker to stop it. An
     expired `enqueued` task keeps its lease: its first message may still be in a long queue,
     and whichever copy is popped first may claim it (a claim bumps the lease, so the other copy
     goes stale). Bumping it would make every message of a backlog older than the enqueue
@@ -91,6 +96,10 @@ def plan_due(rows: Sequence[DueRow], *, decide: Callable[[str], Decision],
         if row.status is TaskStatus.PROCESSING:
             plan.lost.append(LostAttempt(task_id=row.task_id, worker=row.worker,
                                          started_at=row.started_at or now))
+            if row.cancel_requested:
+                states.check_transition(row.status, TaskStatus.CANCELLED)
+                plan.cancelled.append(row.task_id)
+                continue
             if row.attempts >= row.max_attempts:
                 plan.dead.append(row.task_id)
                 continue

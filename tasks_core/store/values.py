@@ -153,6 +153,7 @@ class DueRow:
     max_attempts: int
     worker: str
     started_at: datetime | None
+    cancel_requested: bool = False  #: a cancel asked its worker to stop it
 
 
 @dataclass(frozen=True, kw_only=True)

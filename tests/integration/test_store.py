@@ -230,6 +230,21 @@ def test_cancel_of_a_running_task_asks_its_worker_and_of_a_claimed_one_ends_it(
     assert entity(running_task.task_id).cancel_requested_at is None
 
 
+def test_a_cancelled_task_whose_worker_died_ends_cancelled_not_retried(now: datetime) -> None:
+    # Given a running task that a cancel asked to stop, and its worker gone silent
+    task = running(now)
+    atf.cancel(task.task_id)
+    # When its heartbeat timeout passes and the consumer handles it
+    later = now + timedelta(seconds=task.heartbeat_timeout_s + 1)
+    batch = enqueue_due("demo.noop", later)
+    # Then it is not enqueued again: the lost attempt is recorded and the cancel stands
+    assert batch.messages == []
+    row = entity(task.task_id)
+    assert (row.status, row.assoc.status, row.last_error["type"]) == (
+        TaskStatus.CANCELLED, AssocStatus.COMPLETED, "Cancelled")
+    assert TaskAttempt.objects.get(task_id=task.task_id).outcome == "lost"
+
+
 @pytest.mark.parametrize("status", [TaskStatus.SUCCESS, TaskStatus.DEAD])
 def test_cancel_is_refused_once_it_finished(status: TaskStatus, now: datetime) -> None:
     task = atf.schedule("demo.noop")

@@ -51,10 +51,11 @@ def _current(leases: Sequence[Lease], status: TaskStatus, **filters: Any) -> lis
 
 
 def due_row(pk: int, status: str, lease: int, collection: str, priority: str, attempts: int,
-             max_attempts: int, worker: str, started_at: datetime | None) -> DueRow:
+            max_attempts: int, worker: str, started_at: datetime | None,
+            cancel_requested: bool) -> DueRow:
     return DueRow(task_id=pk, status=TaskStatus(status), lease=lease, collection=collection,
                   priority=priority, attempts=attempts, max_attempts=max_attempts, worker=worker,
-                  started_at=started_at)
+                  started_at=started_at, cancel_requested=cancel_requested)
 
 
 def _next_attempt_numbers(task_ids: Iterable[int]) -> defaultdict[int, int]:
@@ -146,10 +147,11 @@ class OrmBackend(StoreBackend):
             .filter(pk__in=task_ids)
             .order_by("pk")
             .values_list("pk", "status", "lease", "collection", "priority", "attempts",
-                         "max_attempts", "worker", "started_at")
+                         "max_attempts", "worker", "started_at", "cancel_requested_at")
         )
         position = {pk: index for index, pk in enumerate(task_ids)}
-        return [due_row(*row) for row in sorted(rows, key=lambda row: position[row[0]])]
+        return [due_row(*row[:-1], cancel_requested=row[-1] is not None)
+                for row in sorted(rows, key=lambda row: position[row[0]])]
 
     def mark_enqueued(self, *, bump: list[int], keep: list[int], now: datetime,
                       assoc: AssocChange) -> None:

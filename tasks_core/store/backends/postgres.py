@@ -141,12 +141,14 @@ WITH due AS (
     LIMIT %(limit)s
 ), locked AS (
     SELECT t.id, t.status, t.lease, t.collection, t.priority, t.attempts, t.max_attempts,
-           t.worker, t.started_at, due.rank, due.next_trigger_at
+           t.worker, t.started_at, t.cancel_requested_at IS NOT NULL AS cancel_requested,
+           due.rank, due.next_trigger_at
     FROM {entity} t JOIN due ON due.task_id = t.id
     ORDER BY t.id
     FOR UPDATE OF t SKIP LOCKED
 )
-SELECT id, status, lease, collection, priority, attempts, max_attempts, worker, started_at
+SELECT id, status, lease, collection, priority, attempts, max_attempts, worker, started_at,
+       cancel_requested
 FROM locked ORDER BY rank, next_trigger_at, id
 """)
 
