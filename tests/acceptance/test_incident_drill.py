@@ -1,6 +1,7 @@
 """An operator's incident drill on real workers, direct and remote: a paused backlog stops at
 once, a dropped collection's queued tasks end dropped, a runaway task is aborted while its
-worker goes on, and a hung lambda that nobody gave a limit ends at the default one.
+worker goes on, a hung lambda that nobody gave a limit ends at the default one, and one that
+ignores a cancel costs its process.
 (The alert rules' drill is tests/acceptance/test_alert_rules.py.)"""
 
 from __future__ import annotations
@@ -104,8 +105,19 @@ def test_an_operators_incident_drill(processes: Processes, operator: Client, kin
     assert DEFAULT_LIMIT_S <= (attempt.ended_at - attempt.started_at).total_seconds() < \
         DEFAULT_LIMIT_S + 2
     # ...and its process, whose lambda ignored the interrupt, was replaced by a fresh one
-    wait_for(lambda: "replacing this worker process" in open(  # noqa: SIM115
-        hang_worker.log_path).read(), message="the hung process replaced")  # type: ignore[attr-defined]
+    def replacements() -> int:
+        with open(hang_worker.log_path) as log:  # type: ignore[attr-defined]
+            return log.read().count("replacing this worker process")
+
+    wait_for(lambda: replacements() == 1, message="the hung process replaced")
+
+    # 5. A cancelled lambda that ignores the cancel is handled as a hung one too
+    deaf = atf.schedule("demo.hang", {"seconds": 3600}, timeout=0)
+    wait_for(lambda: status(deaf) == TaskStatus.PROCESSING, message="the deaf task running")
+    assert operator.post(f"/api/v1/tasks/{deaf.pk}/cancel/").status_code == 202
+    wait_for(lambda: status(deaf) == TaskStatus.CANCELLED, timeout_s=20,
+             message="the deaf task cancelled")
+    wait_for(lambda: replacements() == 2, message="its process replaced")
     assert hang_worker.poll() is None
     # Through it all, the paused lambda started nothing
     assert started_after("demo.sleep", paused_at) == 0
