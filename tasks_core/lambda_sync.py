@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from tasks_core import directory, registry
+from tasks_core import directory, overrides, registry
 from tasks_core.models import Lambda, Team
 
 logger = logging.getLogger(__name__)
@@ -24,12 +24,9 @@ def sync_to_store() -> None:
             name=lam.name,
             defaults={
                 "team": teams[lam.options.team],
-                "max_attempts": lam.options.max_attempts,
-                "heartbeat_timeout_s": lam.options.heartbeat_timeout_s,
-                "backoff_base_s": lam.options.backoff_base_s,
-                "backoff_cap_s": lam.options.backoff_cap_s,
-                "quota_per_s": lam.options.quota_per_s,
-                "timeout_s": lam.options.timeout_s,
+                # Each option's code value, in the column overrides.OPTIONS names for it.
+                **{option.column: getattr(lam.options, option.column)
+                   for option in overrides.OPTIONS},
                 "in_code": True,
             },
         )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
 
-from tasks_core import atf, directory, lambda_sync, registry
+from tasks_core import atf, directory, lambda_sync, overrides, registry
 from tasks_core.context import TaskContext
 from tasks_core.exceptions import LambdaNotFound
 from tasks_core.models import Lambda, TaskEntity
@@ -55,3 +56,13 @@ def test_sync_marks_rows_the_code_lost(late_lambda: registry.RegisteredLambda) -
     registry.unregister(NAME)
     lambda_sync.sync_to_store()
     assert Lambda.objects.get(name=NAME).in_code is False
+
+
+def test_each_declared_option_has_its_code_value_its_column_and_its_cached_field() -> None:
+    # overrides.OPTIONS declares the options; the code's value, the Lambda column and the
+    # directory's field of each must exist under the column's name
+    code_fields = {f.name for f in dataclasses.fields(registry.LambdaOptions)}
+    info_fields = {f.name for f in dataclasses.fields(directory.LambdaInfo)}
+    columns = {f.name for f in Lambda._meta.get_fields()}
+    for option in overrides.OPTIONS:
+        assert option.column in code_fields & info_fields & columns, option.name
