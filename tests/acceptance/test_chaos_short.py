@@ -36,4 +36,4 @@ def test_short_chaos_run_loses_nothing_and_never_overlaps(tmp_path: Path) -> Non
     assert result.returncode == 0, output
     assert summary.startswith("lost=0 overlapping=0 ran_after_finish=0 not_success=0"), output
     # And every fault type was injected, and did what it should
-    assert "faults=9/9" in summary, output
+    assert "faults=10/10" in summary, output

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError
 
-from tests.chaos.cluster import Child, Cluster
+from tests.chaos.cluster import READY, Child, Cluster
 from tests.chaos.load import Victims
 from tests.chaos.records import RecordSink
 from tests.chaos.services import ChaosDatabase, PrivateRedis, wait_until
@@ -25,6 +25,8 @@ from workers import db
 
 logger = logging.getLogger(__name__)
 
+#: A worker's ready line (after its replacement's line, in `worker-hang`).
+READY_AFTER = READY["worker"]
 #: Seconds a paused gate stays paused, and a stopped Redis stays down.
 PAUSE_S = 2.0
 REDIS_DOWN_S = 1.0
@@ -178,6 +180,40 @@ def _cut(lab: Lab, event: FaultEvent, child: Child, proxy: Proxy) -> None:
     lab.cluster.release(child)
 
 
+#: The collection of the hung task of `worker-hang`: left out of the checks, as a dropped one.
+HANG_COLLECTION = "hang"
+
+
+def worker_hang(lab: Lab, event: FaultEvent) -> None:
+    """A lambda that ignores its time limit: one demo.hang task (limit 1 s, one attempt). The
+    worker that runs it must replace itself after the grace and serve again; its task ends
+    `timeout` (then `dead`), in a collection the checks leave out."""
+    from tasks_core import atf
+
+    workers = [child for child in lab.cluster.role("worker") if child.alive()]
+    before = {child.name: child.log_text().count("replacing this worker process")
+              for child in workers}
+    task = with_db(lambda: atf.schedule("demo.hang", {"seconds": 3600}, timeout=1,
+                                        max_attempts=1, collection=HANG_COLLECTION))
+    lab.victims.dropped.append(HANG_COLLECTION)
+
+    def replaced() -> Child | None:
+        return next((child for child in workers if child.log_text().count(
+            "replacing this worker process") > before[child.name]), None)
+
+    try:
+        child = wait_until(replaced, timeout_s=60.0, what="a worker to replace itself")
+        back = bool(wait_until(lambda: READY_AFTER.search(child.log_text().rsplit(
+            "replacing this worker process", 1)[-1]), timeout_s=60.0,
+            what=f"{child.name} to serve again"))
+    except RuntimeError as exc:
+        event.ok = False
+        event.detail = f"task {task.pk}: {exc}"
+        return
+    event.ok = back
+    event.detail = f"task {task.pk} hung; {child.name} replaced itself and served again"
+
+
 def pg_restart(lab: Lab, event: FaultEvent) -> None:
     """Terminate every backend of the chaos database; a real server restart only when asked."""
     if lab.pg_restart_command:
@@ -215,6 +251,7 @@ FAULTS: dict[str, Callable[[Lab, FaultEvent], None]] = {
     "db-cut": db_cut,
     "api-cut": api_cut,
     "pg-restart": pg_restart,
+    "worker-hang": worker_hang,
     "gate-pause": gate_pause,
     "collection-drop": collection_drop,
 }
