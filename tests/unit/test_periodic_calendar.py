@@ -102,21 +102,45 @@ def test_every_saved_schedule_walks_forward_on_its_own_times(cron: str, tz: str,
         assert croniter.match(cron, moment.astimezone(zone)) or clock_changed_before(moment, zone)
 
 
+def intended_day(run: datetime, cron: str, zone: ZoneInfo) -> date:
+    """The local day an occurrence belongs to. A run moved by a skipped time (it does not fall
+    on a time the expression names) belongs to the day of the skipped wall-clock time, which
+    may be the day before (a change at midnight, or a whole day skipped as in Apia in 2011)."""
+    local = run.astimezone(zone).replace(tzinfo=None)  # the wall clock, with no zone rules
+    if croniter.match(cron, local):
+        return local.date()
+    wall_before = (run - timedelta(microseconds=1)).astimezone(zone).replace(tzinfo=None)
+    return croniter(cron, wall_before).get_next(datetime).date()
+
+
 @settings(max_examples=200, deadline=None)
 @given(minute=st.integers(0, 59), hour=st.integers(0, 23), tz=zones, data=st.data())
-def test_a_daily_job_runs_once_on_every_local_day(minute: int, hour: int, tz: str,
-                                                  data: st.DataObject) -> None:
+def test_a_daily_job_runs_once_for_every_local_day(minute: int, hour: int, tz: str,
+                                                   data: st.DataObject) -> None:
     # Given a job at a fixed time of day
-    zone = ZoneInfo(tz)
+    zone, cron = ZoneInfo(tz), f"{minute} {hour} * * *"
     start = data.draw(starts(tz))
     # When 40 days of occurrences are walked (through any clock change in them)
-    days = [moment.astimezone(zone).date() for moment in walk(f"{minute} {hour} * * *", tz,
-                                                              start, 40)]
-    # Then no local day has two runs (a repeated hour), and none is left out (a skipped hour),
-    # except a calendar day the zone skipped whole (Pacific/Apia, 2011-12-30)
+    days = [intended_day(moment, cron, zone) for moment in walk(cron, tz, start, 40)]
+    # Then no local day has two runs (a repeated hour), and none is left out: a skipped time
+    # runs at the first instant after it, for its own day
     assert len(set(days)) == len(days)
-    missing = {days[0] + timedelta(days=n) for n in range((days[-1] - days[0]).days)} - set(days)
-    assert missing <= {date(2011, 12, 30)}
+    assert days == [days[0] + timedelta(days=n) for n in range(len(days))]
+
+
+@pytest.mark.parametrize(("tz", "cron", "start", "runs"), [
+    # Nuuk's clock jumped from 23:00 to midnight on 30 March 2024: that day's 23:30 ran at
+    # the first instant after, 00:00 on the 31st, and the 31st's own at 23:30
+    ("America/Nuuk", "30 23 * * *", datetime(2024, 3, 29, 12, tzinfo=UTC),
+     ["2024-03-29T23:30:00-02:00", "2024-03-31T00:00:00-01:00", "2024-03-31T23:30:00-01:00"]),
+    # Samoa skipped 30 December 2011 whole: its 05:30 ran at the first instant after
+    ("Pacific/Apia", "30 5 * * *", datetime(2011, 12, 29, tzinfo=UTC),
+     ["2011-12-29T05:30:00-10:00", "2011-12-31T00:00:00+14:00", "2011-12-31T05:30:00+14:00"]),
+])
+def test_a_time_a_clock_change_skipped_runs_at_the_first_instant_after(
+        tz: str, cron: str, start: datetime, runs: list[str]) -> None:
+    found = walk(cron, tz, start, len(runs))
+    assert [moment.astimezone(ZoneInfo(tz)).isoformat() for moment in found] == runs
 
 
 @settings(max_examples=200, deadline=None)
