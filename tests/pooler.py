@@ -3,7 +3,9 @@
 `scripts/ensure_services.py pgbouncer` installs the program (`make test` runs it); each
 PgBouncer runs as the `postgres` user (PgBouncer refuses root) from a directory of its own, in
 the pool mode it is given, and passes every database name through to the local PostgreSQL,
-with at most 10 server connections per database (the machine's PostgreSQL is shared).
+with at most POOL_SIZES[mode] server connections per database: few in transaction mode (they
+are shared), one per client in session mode, where a client holds its server connection for
+its whole session and one more client than the pool has waits for ever.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from tests.queue_servers import free_port
 
 PROGRAM = Path("/usr/sbin/pgbouncer")
 MODES = ("transaction", "session")
+#: Server connections per database: the test process, a consumer (two), and two worker
+#: processes (a connection for each executor, writer and the heartbeat) fit in session mode.
+POOL_SIZES = {"transaction": 10, "session": 40}
 
 CONFIG = """\
 [databases]
@@ -34,7 +39,7 @@ auth_type = trust
 auth_file = {directory}/users.txt
 pool_mode = {mode}
 max_client_conn = 1000
-default_pool_size = 10
+default_pool_size = {pool_size}
 reserve_pool_size = 0
 ignore_startup_parameters = extra_float_digits,options
 logfile = {directory}/pgbouncer.log
@@ -61,7 +66,7 @@ class PgBouncer:
         (self.directory / "users.txt").write_text(f'"{user}" ""\n')
         config = self.directory / "pgbouncer.ini"
         config.write_text(CONFIG.format(host=host, port=port, listen_port=self.port, mode=mode,
-                                        directory=self.directory))
+                                        pool_size=POOL_SIZES[mode], directory=self.directory))
         runs_as = pwd.getpwnam("postgres")
         for path in (self.directory, *self.directory.iterdir()):
             os.chown(path, runs_as.pw_uid, runs_as.pw_gid)
