@@ -37,7 +37,7 @@ help:
 	@echo "             (python -m tests.chaos long \$$CHAOS_ARGS; see docs/chaos.md)"
 	@echo "make bench   install the peers into bench/.venv-peers, then the side-by-side benchmark"
 	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; see docs/benchmarks.md)"
-	@echo "make fuzz    stateful fuzzing of the REST API by two teams: ATF_FUZZ_CASES (10,000)"
+	@echo "make fuzz    stateful fuzzing of the REST API by two teams: ATF_FUZZ_CASES (10,000), then a quarter as many at once"
 	@echo "             requests; prints cases, 5xx and cross-team observations"
 	@echo "make lint    ruff check, then mypy over the packages and the project (mypy.ini)"
 	@echo "make docs    build the documentation site into var/site (mkdocs build --strict)"
@@ -47,14 +47,14 @@ venv:
 	@scripts/ensure_venv.sh
 
 test: venv
-	@$(PYTHON) scripts/ensure_services.py redis postgres chromium promtool pgbouncer
+	@$(PYTHON) scripts/ensure_services.py redis postgres chromium promtool pgbouncer standby iproute2
 	@echo "==> running the test suite"
 	@$(VENV)/bin/pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "==> pytest collected no tests"; exit 0; fi; exit $$status
 	@echo "==> the store's contract suite, chains and the testing helpers again on SQLite"
 	@mkdir -p var && DATABASE_URL=sqlite:///$(CURDIR)/var/test-smoke.sqlite3 \
-	  $(VENV)/bin/pytest -m sqlite -q tests/integration/test_store.py tests/integration/test_chains.py \
-	  tests/integration/test_testing_helpers.py
+	  $(VENV)/bin/pytest -m sqlite -q tests/integration/tasks_core/test_store.py tests/integration/tasks_core/test_chains.py \
+	  tests/integration/workers/test_testing_helpers.py
 	@$(MAKE) --no-print-directory docs
 
 # One virtualenv per supported Python and Django (scripts/test_matrix.py finds the interpreters
@@ -68,7 +68,7 @@ demo: venv
 	@ATF_DEMO=1 $(PYTHON) manage.py atf_demo --port $(ATF_DEMO_PORT) $(DEMO_ARGS)
 
 chaos: venv
-	@$(PYTHON) scripts/ensure_services.py redis postgres
+	@$(PYTHON) scripts/ensure_services.py redis postgres iproute2 standby
 	@ATF_DEMO=1 $(PYTHON) -m tests.chaos long $(CHAOS_ARGS)
 
 bench: venv
@@ -84,7 +84,8 @@ docs: venv
 
 fuzz: venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres
-	@ATF_FUZZ_CASES=$${ATF_FUZZ_CASES:-10000} $(VENV)/bin/pytest tests/integration/test_api_fuzz.py \
+	@ATF_FUZZ_CASES=$${ATF_FUZZ_CASES:-10000} $(VENV)/bin/pytest tests/integration/tasks_api/test_api_fuzz.py \
+	  tests/integration/tasks_api/test_api_fuzz_concurrent.py \
 	  -q -s -p no:logging -o timeout=0 $(PYTEST_ARGS)
 
 # mypy reads mypy.ini: which packages it checks, the Django/DRF plugins and the settings module.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from types import TracebackType
@@ -41,12 +42,17 @@ class Client:
     the server cannot be reached.
     """
 
-    def __init__(self, url: str, token: str, *, timeout_s: float = 10.0,
+    def __init__(self, url: str, token: str, *, timeout: float = 10.0,
                  session: requests.Session | None = None,
                  retries: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, shared safely
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 timeout_s: float | None = None) -> None:
+        """`timeout`: seconds to wait for each answer (`timeout_s` is its older name)."""
         self.url = api_url(url)
-        self.timeout_s = timeout_s
+        if timeout_s is not None:
+            _deprecated("Client(timeout_s=...)", "timeout=...")
+            timeout = timeout_s
+        self.timeout = timeout
         self.retries = retries
         self.sleep = sleep
         self.session = session or requests.Session()
@@ -145,13 +151,14 @@ class Client:
         return list(self._pages("v1/periodic-tasks/", {}))
 
     def add_periodic(self, name: str, lambda_name: str, **fields: Any) -> JSON:
-        """A new periodic task (`cron` or `interval_s`, `timezone`, `payload`, `collection`,
-        `priority`, `catch_up`, `enabled`)."""
+        """A new periodic task (`cron` or `interval` in seconds, `timezone`, `payload`,
+        `collection`, `priority`, `catch_up`, `enabled`)."""
         return self._request("POST", "v1/periodic-tasks/",
-                             {"name": name, "lambda": lambda_name, **fields})
+                             {"name": name, "lambda": lambda_name, **_periodic(fields)})
 
     def change_periodic(self, name: str, **changes: Any) -> JSON:
-        return self._request("PATCH", f"v1/periodic-tasks/{_segment(name)}/", changes)
+        return self._request("PATCH", f"v1/periodic-tasks/{_segment(name)}/",
+                             _periodic(changes))
 
     def delete_periodic(self, name: str) -> None:
         self._request("DELETE", f"v1/periodic-tasks/{_segment(name)}/")
@@ -197,7 +204,7 @@ class Client:
     def _once(self, method: str, url: str, body: Any, params: dict[str, str] | None) -> Any:
         try:
             response = self.session.request(method, url, json=body, params=params,
-                                            timeout=self.timeout_s)
+                                            timeout=self.timeout)
         except requests.RequestException as exc:
             raise errors.TransportError(f"{method} {url}: {exc}") from exc
         if response.status_code == 204:
@@ -237,3 +244,17 @@ def _seconds(text: str | None) -> float | None:
         return float(text) if text is not None else None
     except ValueError:
         return None
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated: use {new} (seconds)", DeprecationWarning, stacklevel=3)
+
+
+def _periodic(fields: dict[str, Any]) -> dict[str, Any]:
+    """A periodic task's fields, `interval_s` (deprecated) given as `interval`."""
+    if "interval_s" not in fields:
+        return fields
+    _deprecated("interval_s=...", "interval=...")
+    renamed = {key: value for key, value in fields.items() if key != "interval_s"}
+    renamed.setdefault("interval", fields["interval_s"])
+    return renamed

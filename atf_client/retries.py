@@ -2,7 +2,7 @@
 
 Both mean the server did nothing with the request, so any request, a POST included, may be
 sent again. The wait is the server's `Retry-After` when it sends one, else an exponential
-backoff with jitter; either is capped at `max_wait_s`.
+backoff with jitter; either is capped at `max_wait`.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ class RetryPolicy:
     retrying off."""
 
     attempts: int = 4  #: further tries after the first answer of 429 or 503
-    backoff_s: float = 0.5  #: the first backoff's ceiling; it doubles each try
-    max_wait_s: float = 30.0  #: the longest wait, the server's Retry-After included
+    backoff: float = 0.5  #: seconds: the first backoff's ceiling; it doubles each try
+    max_wait: float = 30.0  #: seconds: the longest wait, the server's Retry-After included
 
     def wait_s(self, retry: int, retry_after_s: float | None,
                rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait before try number `retry` (from 1): the server's Retry-After, else
-        a random part of the backoff ceiling; capped at `max_wait_s`."""
+        a random part of the backoff ceiling; capped at `max_wait`."""
         if retry_after_s is not None and retry_after_s >= 0:
-            return min(retry_after_s, self.max_wait_s)
-        ceiling = min(self.backoff_s * 2 ** (retry - 1), self.max_wait_s)
+            return min(retry_after_s, self.max_wait)
+        ceiling = min(self.backoff * 2 ** (retry - 1), self.max_wait)
         return ceiling * (0.5 + rand() / 2)
 
 

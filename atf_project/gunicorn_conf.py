@@ -30,10 +30,11 @@ graceful_timeout = int(os.environ.get("ATF_WEB_GRACEFUL_TIMEOUT_S", "25"))
 # The threads of one process share a pool of this many database connections.
 os.environ.setdefault("ATF_DB_POOL_SIZE", "8")
 
-# Fair shares of a process's threads (tasks_api/fair_share.py): one team's requests may hold
-# half of them, one team's waiting claims an eighth; claims wait on half of them at most, on
-# a Redis pool of that many connections of their own. Every other team keeps the rest.
-for _name, _share in (("ATF_API_CONCURRENT_PER_TEAM", 2), ("ATF_API_CONCURRENT_PER_TOKEN", 2),
+# Fair shares of a process's threads (tasks_api/fair_share.py): one team's requests in progress
+# may hold a quarter of them (a waiting claim holds a waiting share instead: it takes a thread
+# but no processor time), one team's waiting claims an eighth; claims wait on half of them at
+# most, on a Redis pool of that many connections of their own. Every other team keeps the rest.
+for _name, _share in (("ATF_API_CONCURRENT_PER_TEAM", 4), ("ATF_API_CONCURRENT_PER_TOKEN", 4),
                       ("ATF_API_WAITING_CLAIMS", 2), ("ATF_API_WAITING_CLAIMS_PER_TEAM", 8),
                       ("ATF_API_WAITING_CLAIMS_PER_TOKEN", 8)):
     os.environ.setdefault(_name, str(max(1, threads // _share)))

@@ -13,9 +13,9 @@ import copy
 import os
 from pathlib import Path
 
-import dj_database_url
 import django
 
+from atf_project import database_url
 from tasks_api import defaults as api_defaults
 from tasks_core import conf, logs
 
@@ -137,6 +137,9 @@ TEMPLATES = [
 
 #: The task store: `sqlite:///path` (embedded default) or `postgres://user@host:port/name`.
 #: Set but empty counts as unset (a lambda host's environment often carries `DATABASE_URL=`).
+#: A primary and its standbys: `postgres://user@db-a:5432,db-b:5432/name?target_session_attrs=
+#: read-write` (each connection finds the primary; atf_project/database_url.py). The query
+#: string's parameters are the connection's options (sslmode, target_session_attrs, ...).
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'atf.sqlite3'}"
 #: Name of the database the test suite creates (pytest-django); one per concurrent run.
 ATF_TEST_DATABASE_NAME = env_str("ATF_TEST_DATABASE_NAME", "test_atf")
@@ -151,8 +154,12 @@ ATF_DB_CONN_MAX_AGE = env_int("ATF_DB_CONN_MAX_AGE", 300)
 ATF_DB_POOL_SIZE = env_int("ATF_DB_POOL_SIZE", 0)
 
 _pooled = ATF_DB_POOL_SIZE > 0 and DATABASE_URL.startswith(("postgres", "postgis"))
-_database = dj_database_url.parse(DATABASE_URL, conn_max_age=0 if _pooled else ATF_DB_CONN_MAX_AGE,
-                                  conn_health_checks=True)
+try:
+    _database = database_url.parse(DATABASE_URL,
+                                   conn_max_age=0 if _pooled else ATF_DB_CONN_MAX_AGE,
+                                   conn_health_checks=True)
+except ValueError as exc:
+    raise SystemExit(f"DATABASE_URL: {exc}") from None
 if _database["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (API, consumer, workers) share one file in the demo: WAL lets readers
     # run beside the writer, IMMEDIATE takes the write lock at BEGIN so that two writers never
@@ -164,7 +171,7 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     }
     _database["TEST"] = {"NAME": str(BASE_DIR / "var" / f"{ATF_TEST_DATABASE_NAME}.sqlite3")}
 else:
-    _database["OPTIONS"] = {"connect_timeout": 5}
+    _database["OPTIONS"] = {"connect_timeout": 5, **_database.get("OPTIONS", {})}
     if _pooled:  # a request that finds the pool empty waits for a connection, then gets 503
         _database["OPTIONS"]["pool"] = {"min_size": 1, "max_size": ATF_DB_POOL_SIZE,
                                         "timeout": 10}

@@ -37,9 +37,8 @@ QUICK = measure.Plan(repeats=1, enqueue_n=2_000, rest_single_n=1_000, rest_batch
                      limit_round_trips=2_000, cost_n=2_000)
 
 #: The default systems. RQ and django-tasks-db stay selectable (`--systems`); they are left
-#: out by default because their drains take minutes (about 100 and 80 tasks/s) and they
-#: started none of lambda B's tasks behind the isolation backlog, which kept a full run
-#: well over an hour.
+#: out by default because their slow drains kept a full run well over an hour (figures:
+#: docs/benchmarks.md).
 DEFAULT_SYSTEMS = ("atf", "celery", "dramatiq", "huey", "procrastinate")
 #: The machine's limits, measured once per repetition before the systems.
 MACHINE_LIMITS = "machine_limits"

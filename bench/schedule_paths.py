@@ -19,7 +19,7 @@ from django.db import transaction
 
 from tasks_core import atf
 from tasks_core.models import TaskEntity
-from tests.integration.test_api_support import member
+from tests.integration.tasks_api.test_api_support import member
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

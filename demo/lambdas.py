@@ -13,6 +13,7 @@ import redis
 from django.conf import settings
 
 from tasks_core import atf
+from tasks_core.conf import redis_url
 
 #: demo.record appends only to Redis keys that start with this.
 RECORD_PREFIX = "demo:"
@@ -22,7 +23,7 @@ _local = threading.local()
 
 def _redis() -> redis.Redis:
     if getattr(_local, "client", None) is None:
-        _local.client = redis.Redis.from_url(settings.ATF_REDIS_URL)
+        _local.client = redis.Redis.from_url(redis_url())
     return _local.client
 
 

@@ -4,7 +4,7 @@ For each service named on the command line: use the one that answers; else start
 server; else install it with apt-get (when root); else stop with one line saying what to
 install. Runs on the standard library (psycopg is imported only to check PostgreSQL logins).
 
-    python scripts/ensure_services.py redis postgres chromium promtool pgbouncer
+    python scripts/ensure_services.py redis postgres chromium promtool pgbouncer standby iproute2
     python scripts/ensure_services.py apt PACKAGE ...      # apt-get install, when root
 """
 
@@ -333,11 +333,45 @@ def ensure_pgbouncer() -> None:
                          "the tests run ATF through it")
 
 
+# --- A primary and a standby for the failover tests -----------------------------------------
+
+STANDBY_VERSION = "15"
+STANDBY_BIN = Path("/usr/lib/postgresql") / STANDBY_VERSION / "bin"
+
+
+def ensure_standby() -> None:
+    """Only the server binaries: the tests make their own primary and standby on private ports
+    (tests/replication.py), never touching the shared server."""
+    needed = [STANDBY_BIN / name for name in ("initdb", "pg_ctl", "pg_basebackup")]
+    if all(path.exists() for path in needed) or (
+            apt_install(f"postgresql-{STANDBY_VERSION}") and all(p.exists() for p in needed)):
+        logger.info("standby: using PostgreSQL %s's binaries in %s", STANDBY_VERSION,
+                    STANDBY_BIN)
+        return
+    raise ServiceMissing(f"standby: PostgreSQL {STANDBY_VERSION}'s server binaries are missing "
+                         f"from {STANDBY_BIN}: install them (apt-get install "
+                         f"postgresql-{STANDBY_VERSION}); the failover tests run a primary and "
+                         "a standby of their own")
+
+
+# --- iproute2 for the worker-host tests -------------------------------------------------------
+
+def ensure_iproute2() -> None:
+    """`ip` (Debian's iproute2): the tests put remote workers on hosts of their own, a network
+    namespace each (tests/netns.py); not fatal: without it (or without root) those tests say
+    why they cannot run."""
+    if shutil.which("ip") or (apt_install("iproute2") and shutil.which("ip")):
+        logger.info("iproute2: using %s", shutil.which("ip"))
+        return
+    logger.warning("iproute2: `ip` not found; the worker-host tests need it "
+                   "(apt-get install iproute2) and root")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("services", nargs="+",
-                        help="redis, postgres, chromium, promtool, pgbouncer; or `apt PACKAGE ...`"
-                             " to install packages")
+                        help="redis, postgres, chromium, promtool, pgbouncer, standby, "
+                             "iproute2; or `apt PACKAGE ...` to install packages")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="==> %(message)s", stream=sys.stdout)
     steps: dict[str, Callable[[], None]] = {
@@ -347,6 +381,8 @@ def main(argv: list[str]) -> int:
         "chromium": ensure_chromium,
         "promtool": ensure_promtool,
         "pgbouncer": ensure_pgbouncer,
+        "standby": ensure_standby,
+        "iproute2": ensure_iproute2,
     }
     try:
         if args.services[0] == "apt":

@@ -58,12 +58,12 @@ class Shares:
         self._lock = threading.Lock()
         self._held: Counter[str] = Counter()
 
-    def take(self, shares: Sequence[Share]) -> None:
+    def take(self, shares: Sequence[Share], *, force: bool = False) -> None:
         """Count one more for every share, or none of them: ShareExceeded names the first
-        that is full."""
+        that is full (unless `force`: taken back by a request already admitted)."""
         with self._lock:
             for share in shares:
-                if share.limit and self._held[share.key] >= share.limit:
+                if not force and share.limit and self._held[share.key] >= share.limit:
                     logger.info("refused: %s for %s", self.what, share.key,
                                 extra={"action": "share_exceeded", "setting": share.setting})
                     raise ShareExceeded(self.what, share.setting, share.limit)

@@ -10,7 +10,8 @@ view: `tasks_api.checks` warns about those (atf.W003).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import import_string
@@ -76,6 +77,22 @@ class ApiPolicy(_View):
             shares = fair_share.request_shares(request)
             fair_share.requests.take(shares)
             self._held_shares = shares
+
+    @contextmanager
+    def waiting(self, shares: list[fair_share.Share]) -> Iterator[None]:
+        """While the request waits (a long poll), it holds `shares` (refused at once when
+        full) instead of its share of requests in progress: a waiting request takes a thread
+        but no processor time, so its team's requests in progress can stay few."""
+        with fair_share.waiting_claims.held(shares):
+            held, self._held_shares = self._held_shares, None
+            if held is not None:
+                fair_share.requests.give_back(held)
+            try:
+                yield
+            finally:
+                if held is not None:  # taken back whatever the count: the request goes on
+                    fair_share.requests.take(held, force=True)
+                    self._held_shares = held
 
     def finalize_response(self, request: Request, response: Response, *args: Any,
                           **kwargs: Any) -> Response:

@@ -440,13 +440,16 @@ class PeriodicTaskSerializer(serializers.ModelSerializer):
     team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
         slug_field="name", read_only=True)
     payload = serializers.JSONField(read_only=True)
+    interval = serializers.FloatField(source="interval_s", read_only=True, allow_null=True,
+                                      help_text="seconds between two runs")
 
     class Meta:
         model = PeriodicTask
-        fields = ["name", "lambda_name", "team", "cron", "interval_s", "timezone", "payload",
-                  "collection", "priority", "catch_up", "enabled", "in_code", "next_run_at",
-                  "last_run_at", "last_error"]
+        fields = ["name", "lambda_name", "team", "cron", "interval", "interval_s", "timezone",
+                  "payload", "collection", "priority", "catch_up", "enabled", "in_code",
+                  "next_run_at", "last_run_at", "last_error"]
         read_only_fields = fields
+        extra_kwargs = {"interval_s": {"help_text": "Deprecated: the same as `interval`."}}
 
     def get_fields(self) -> dict[str, serializers.Field]:
         return _renamed(super().get_fields(), lambda_name="lambda")
@@ -460,8 +463,9 @@ class PeriodicTaskWriteSerializer(StrictSerializer):
     lambda_name = serializers.CharField(max_length=limits.LAMBDA_NAME_CHARS)
     cron = serializers.CharField(required=False, allow_blank=True, allow_null=True,
                                  max_length=100, help_text='e.g. "*/5 * * * *"')
-    interval_s = serializers.FloatField(required=False, allow_null=True,
-                                        help_text="seconds between two runs (1 or more)")
+    interval = serializers.FloatField(source="interval_s", required=False, allow_null=True,
+                                      help_text="seconds between two runs (1 or more); "
+                                                "`interval_s` is its older name")
     timezone = serializers.CharField(required=False, max_length=64,
                                      help_text='the cron\'s time zone, e.g. "Europe/Paris"')
     payload = PayloadField(required=False, allow_null=True)

@@ -17,13 +17,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks_api import serializers
+from tasks_api import renamed_fields, schedule_rate, serializers
 from tasks_api.openapi import extend_schema
 from tasks_api.pagination import TaskCursorPagination
 from tasks_api.policy import ApiPolicy
 from tasks_core import limits, operations, periodic, stats
 from tasks_core.access import Scope
-from tasks_core.exceptions import QueueUnavailable
+from tasks_core.exceptions import InvalidTask, QueueUnavailable
 from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
 from tasks_core.states import TaskStatus
 
@@ -118,8 +118,9 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
 
     @extend_schema(request=serializers.ScheduleTaskSerializer, responses={
         201: serializers.TaskSerializer, 200: serializers.TaskSerializer,
-        **_errors(400, 403, 409, 413, 415)})
+        **_errors(400, 403, 409, 413, 415, 429)})
     def create(self, request: Request) -> Response:
+        schedule_rate.take(request, 1)
         asked = serializers.validated(serializers.ScheduleTaskSerializer, request.data)
         task, created = operations.schedule(Scope.of(request.user), asked)
         if not created:
@@ -130,9 +131,10 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
 
     @extend_schema(request=serializers.ScheduleBatchSerializer, responses={
         201: serializers.ScheduleBatchSerializer(read_only=True),
-        **_errors(400, 403, 409, 413, 415)})
+        **_errors(400, 403, 409, 413, 415, 429)})
     @action(detail=False, methods=["post"])
     def batch(self, request: Request) -> Response:
+        schedule_rate.take(request, schedule_rate.tasks_in_batch(request.data))
         asked = serializers.validated(serializers.ScheduleBatchSerializer, request.data)["tasks"]
         tasks = operations.schedule_many(Scope.of(request.user), asked)
         for one, task in zip(asked, tasks, strict=True):
@@ -296,9 +298,11 @@ class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModel
         return found[0]
 
     def _save(self, request: Request, row: PeriodicTask, code: int) -> Response:
+        body, used = renamed_fields.accept(request.data, renamed_fields.PERIODIC)
         form = serializers.PeriodicTaskWriteSerializer(
-            row if row.pk else None, data=request.data, partial=row.pk is not None)
-        form.is_valid(raise_exception=True)
+            row if row.pk else None, data=body, partial=row.pk is not None)
+        if not form.is_valid():
+            raise ValidationError(renamed_fields.renamed(form.errors, used))
         changes = dict(form.validated_data)
         name = changes.pop("name", None)
         if row.pk is None:
@@ -309,8 +313,13 @@ class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModel
             if found is None:
                 raise ValidationError({"lambda": [f"Unknown lambda {lambda_name!r}."]})
             changes["lambda_ref"] = found
-        saved = operations.save_periodic(Scope.of(request.user), row, changes)
-        return Response(serializers.PeriodicTaskSerializer(saved).data, status=code)
+        try:
+            saved = operations.save_periodic(Scope.of(request.user), row, changes)
+        except InvalidTask as exc:  # keyed by model field: the API's names, as the request gave
+            errors = renamed_fields.renamed(exc.errors, {"interval_s": "interval"})
+            raise InvalidTask(renamed_fields.renamed(errors, used)) from None
+        return renamed_fields.mark(
+            Response(serializers.PeriodicTaskSerializer(saved).data, status=code), used)
 
     @extend_schema(responses={200: serializers.PeriodicTaskSerializer(many=True), **_errors()})
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -66,6 +66,11 @@ class ClaimSerializer(WorkerIdSerializer):
         min_value=0, default=0, help_text="Seconds to wait while no task is ready "
         "(capped at ATF_WORKER_CLAIM_WAIT_MAX_S).")
 
+    start = serializers.BooleanField(
+        default=False, help_text="Start the claimed tasks too (claimed and started in one "
+        "step, for executors that are idle now): no start call follows, and a task whose lambda "
+        "does not run is handed back with release.")
+
     def validate_wait_s(self, value: float) -> float:
         return min(value, atf_settings.worker_claim_wait_max_s)
 

@@ -127,14 +127,15 @@ class ClaimView(WorkerView):
     def post(self, request: Request) -> Response:
         form = _form(shapes.ClaimSerializer, request)
         worker, max_count = self.worker(form), form.validated_data["max"]
+        start = form.validated_data["start"]
         claimed = remote_workers.claim(worker, queue=_shared_queue(), max_count=max_count,
-                                       wait_s=0)
+                                       wait_s=0, start=start)
         if not claimed and form.validated_data["wait_s"] > 0:
             # Only a claim that must wait takes a waiting share: a ready task is always served.
-            with fair_share.waiting_claims.held(fair_share.waiting_claim_shares(request)):
+            with self.waiting(fair_share.waiting_claim_shares(request)):
                 claimed = remote_workers.claim(worker, queue=_shared_queue("waits"),
                                                max_count=max_count,
-                                               wait_s=form.validated_data["wait_s"])
+                                               wait_s=form.validated_data["wait_s"], start=start)
         return Response({"tasks": [task.as_json() for task in claimed]})
 
 

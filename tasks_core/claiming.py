@@ -17,11 +17,14 @@ logger = logging.getLogger(__name__)
 
 
 class Claimer:
-    """Claims tasks of some lambdas for one worker (`lambda_ids` maps name to id)."""
+    """Claims tasks of some lambdas for one worker (`lambda_ids` maps name to id); with
+    `start`, each claim also starts its tasks (they go straight to idle executors)."""
 
     def __init__(self, *, queue: queues.QueueBackend, worker_id: str,
-                 lambda_ids: Mapping[str, int], priorities: Sequence[str]) -> None:
+                 lambda_ids: Mapping[str, int], priorities: Sequence[str],
+                 start: bool = False) -> None:
         self.queue = queue
+        self.start = start
         self.worker_id = worker_id
         self.lambda_ids = dict(lambda_ids)
         # Strict priority within a lambda: the pop takes from the first non-empty list.
@@ -48,7 +51,8 @@ class Claimer:
                 logger.warning("discarded a message that is not ATF's on %s: %.200r",
                                item.queue, item.raw, extra={"action": "message_corrupt"})
         claimed = store.claim(messages, worker=self.worker_id,
-                              lambda_ids=self.lambda_ids.values(), now=timezone.now())
+                              lambda_ids=self.lambda_ids.values(), now=timezone.now(),
+                              start=self.start)
         if self.queue.supports_ack:
             for queue_name in {item.queue for item in popped}:
                 self.queue.ack(queue_name, [i.message for i in popped

@@ -161,10 +161,11 @@ class AtfSettings:
     api_auth_cache_s: float = 5.0
     #: Fair shares of one API server process (429 naming the setting above them; 0: no limit).
     #: The API's gunicorn config sets them from its threads per process (ATF_WEB_THREADS).
-    #: Requests one team's tokens (a session: its user) may have in progress at once.
-    api_concurrent_per_team: int = 64
+    #: Requests one team's tokens (a session: its user) may have in progress at once (a claim
+    #: waiting for a task counts as a waiting claim instead).
+    api_concurrent_per_team: int = 32
     #: Requests one token (a session: its user) may have in progress at once.
-    api_concurrent_per_token: int = 64
+    api_concurrent_per_token: int = 32
     #: Worker API: claims that may wait for a task (a long poll) at once, in all; they block on a
     #: Redis connection pool of this size of their own, so they never take the connections that
     #: other requests use.
@@ -173,6 +174,10 @@ class AtfSettings:
     api_waiting_claims_per_team: int = 16
     #: Worker API: claims one worker token may have waiting at once.
     api_waiting_claims_per_token: int = 16
+    #: Tasks a second one team (a token filed under none, or a session: its user) may schedule
+    #: through the API, all server processes together; each task of a batch counts (429 naming
+    #: the setting above it; 0: no limit).
+    api_schedule_rate_per_team: int = 1000
     #: Tasks per page of a list, unless the caller asks for another `page_size` (at most 1000).
     api_page_size: int = 100
     #: Serve /metrics without a token (for scrapers that cannot send one); it shows every lambda.

@@ -17,22 +17,19 @@ from django.db.models import QuerySet
 
 from tasks_core import overrides
 from tasks_core.exceptions import LambdaNotFound
+from tasks_core.lambda_options import OptionValues
 from tasks_core.models import Lambda
 
 TTL_S = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
-class LambdaInfo:
+class LambdaInfo(OptionValues):
+    """A Lambda row as the hot paths read it: each option's value in effect."""
+
     id: int
     name: str
     team_id: int
-    max_attempts: int
-    heartbeat_timeout_s: float
-    backoff_base_s: float
-    backoff_cap_s: float
-    quota_per_s: float | None
-    timeout_s: float | None  #: seconds one attempt may run; None: no limit
 
 
 _lock = threading.Lock()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from tasks_core import directory, overrides, registry
+from tasks_core import directory, lambda_options, registry
 from tasks_core.models import Lambda, Team
 
 logger = logging.getLogger(__name__)
@@ -24,9 +24,9 @@ def sync_to_store() -> None:
             name=lam.name,
             defaults={
                 "team": teams[lam.options.team],
-                # Each option's code value, in the column overrides.OPTIONS names for it.
+                # Each option's code value, in the column lambda_options declares for it.
                 **{option.column: getattr(lam.options, option.column)
-                   for option in overrides.OPTIONS},
+                   for option in lambda_options.OPTIONS},
                 "in_code": True,
             },
         )

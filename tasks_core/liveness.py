@@ -12,15 +12,8 @@ from datetime import datetime, timedelta
 from django.db.models import QuerySet
 
 from tasks_core.conf import atf_settings
+from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS
 from tasks_core.models import Worker
-
-#: Failed heartbeats in a row (or silent intervals) after which a worker terminates itself.
-MAX_FAILED_HEARTBEATS = 3
-
-
-def outlasts_heartbeats(timeout_s: float, interval_s: float) -> bool:
-    """True when a heartbeat timeout is over the silence after which a worker cuts itself off."""
-    return timeout_s > MAX_FAILED_HEARTBEATS * interval_s
 
 
 def live_within_s() -> float:

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from tasks_core import lambda_options
 from tasks_core.gating import Gate, GateState
 from tasks_core.states import AssocStatus, TaskStatus
 
@@ -52,14 +53,14 @@ class Lambda(GatedModel):
 
     name = models.CharField(max_length=200, unique=True)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="lambdas")
-    max_attempts = models.PositiveIntegerField(default=5)
-    heartbeat_timeout_s = models.FloatField(default=30.0)
-    backoff_base_s = models.FloatField(default=1.0)
-    backoff_cap_s = models.FloatField(default=600.0)
-    #: Tasks per second the consumer may enqueue; null means no limit.
-    quota_per_s = models.FloatField(null=True, blank=True)
-    #: Seconds one attempt may run (a task's own timeout wins); null means no limit.
-    timeout_s = models.FloatField(null=True, blank=True)
+    # The code's value of each option (tasks_core.lambda_options declares them; an operator's
+    # override lives in a LambdaOverride row). A task's own timeout wins over timeout_s.
+    quota_per_s = lambda_options.column("quota")
+    max_attempts = lambda_options.column("max_attempts")
+    heartbeat_timeout_s = lambda_options.column("heartbeat_timeout")
+    backoff_base_s = lambda_options.column("backoff_base")
+    backoff_cap_s = lambda_options.column("backoff_cap")
+    timeout_s = lambda_options.column("timeout")
     #: False once the code no longer registers it (its tasks are kept).
     in_code = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -231,7 +232,9 @@ class TaskAttempt(models.Model):
         TIMEOUT = "timeout"  #: it ran past its time limit
         CANCELLED = "cancelled"  #: a cancel stopped it while it ran
 
-    task = models.ForeignKey(TaskEntity, on_delete=models.CASCADE, related_name="attempt_history")
+    #: No index of its own: attempt_task_number starts with it (one index entry fewer a row).
+    task = models.ForeignKey(TaskEntity, on_delete=models.CASCADE, related_name="attempt_history",
+                             db_index=False)
     number = models.PositiveIntegerField()
     worker = models.CharField(max_length=200, blank=True, default="")
     started_at = models.DateTimeField()

@@ -5,14 +5,15 @@ operator's value lives in a LambdaOverride row, which no sync touches. So an ove
 survives restarts, `migrate` and new code, and clearing it returns to the code's current
 value. Every reader of an option's value (the directory, the consumer) goes through here.
 
-Adding an option is one line in OPTIONS, given the Lambda column that holds the code's value.
+Which options there are, their bounds and which an operator may override, is declared in
+tasks_core.lambda_options.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,9 +23,9 @@ from django.db.models import F, OuterRef, Subquery
 from django.db.models.expressions import Expression
 from django.db.models.functions import Coalesce
 
-from tasks_core import limits, liveness
-from tasks_core.conf import atf_settings
+from tasks_core import lambda_options
 from tasks_core.exceptions import InvalidOverride
+from tasks_core.lambda_options import Option
 from tasks_core.models import Lambda, LambdaOverride
 
 logger = logging.getLogger(__name__)
@@ -32,65 +33,8 @@ logger = logging.getLogger(__name__)
 CODE = "code"
 OPERATOR = "operator"
 
-#: Largest number of seconds an option accepts (about 30 years).
-MAX_SECONDS = 1e9
-#: Highest scheduling quota, in tasks per second.
-MAX_QUOTA_PER_S = 1e6
-
-#: A check of a value already known to be a finite number: the problem, or None.
-Check = Callable[[float], "str | None"]
-
-
-def _whole_attempts(value: float) -> str | None:
-    if value != int(value) or not 1 <= value <= limits.MAX_ATTEMPTS:
-        return f"Give a whole number from 1 to {limits.MAX_ATTEMPTS}."
-    return None
-
-
-def _positive(most: float) -> Check:
-    def check(value: float) -> str | None:
-        return None if 0 < value <= most else f"Give a number above 0 and at most {most:g}."
-    return check
-
-
-def _not_negative(value: float) -> str | None:
-    return None if 0 <= value <= MAX_SECONDS else f"Give 0 or more, at most {MAX_SECONDS:g}."
-
-
-def _above_heartbeats(value: float) -> str | None:
-    # A worker cuts itself off only after this many silent intervals, so a shorter timeout
-    # could enqueue a running task again; workers refuse to start with one.
-    interval_s = atf_settings.heartbeat_interval_s
-    if not liveness.outlasts_heartbeats(value, interval_s) or value > MAX_SECONDS:
-        return (f"Give more than {liveness.MAX_FAILED_HEARTBEATS * interval_s:g} "
-                f"({liveness.MAX_FAILED_HEARTBEATS} heartbeat intervals of {interval_s:g} s), "
-                f"at most {MAX_SECONDS:g}.")
-    return None
-
-
-@dataclass(frozen=True)
-class Option:
-    name: str  #: as the API, the console and `atf_lambda` spell it
-    column: str  #: the Lambda column (and LambdaInfo field) holding the code's value
-    check: Check
-    whole: bool  #: an integer option
-    text: str  #: what it means, with its unit
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("quota", "quota_per_s", _positive(MAX_QUOTA_PER_S), False,
-           "tasks per second the consumer may enqueue (none: no limit)"),
-    Option("max_attempts", "max_attempts", _whole_attempts, True,
-           "attempts before a task is dead"),
-    Option("heartbeat_timeout", "heartbeat_timeout_s", _above_heartbeats, False,
-           "seconds a running task may go without a heartbeat"),
-    Option("backoff_base", "backoff_base_s", _not_negative, False,
-           "seconds of the first retry's backoff ceiling"),
-    Option("backoff_cap", "backoff_cap_s", _positive(MAX_SECONDS), False,
-           "most seconds of backoff before a retry"),
-    Option("timeout", "timeout_s", _not_negative, False,
-           "seconds one attempt may run (0: no limit)"),
-)
+#: The options an operator may override, as tasks_core.lambda_options declares them.
+OPTIONS: tuple[Option, ...] = lambda_options.OVERRIDABLE
 BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
 
 
@@ -112,7 +56,8 @@ def _typed(option: Option, value: float | None) -> float | int | None:
 
 
 def resolve(row: Lambda) -> dict[str, Resolved]:
-    """Every option of `row`: its value, source and, for an override, who set it and when.
+    """Every option of `row` an operator may override: its value, source and, for an override,
+    who set it and when.
 
     Reads `row.overrides.all()`, so prefetch "overrides" when resolving many rows.
     """
@@ -131,8 +76,12 @@ def resolve(row: Lambda) -> dict[str, Resolved]:
 
 
 def effective(row: Lambda) -> dict[str, Any]:
-    """Column name -> value in effect, for every option of `row` (see `resolve`)."""
-    return {BY_NAME[name].column: item.value for name, item in resolve(row).items()}
+    """Column name -> value in effect, for every option of `row`: an operator's override where
+    one may override it and did (see `resolve`), else the code's."""
+    values = {option.column: _typed(option, getattr(row, option.column))
+              for option in lambda_options.OPTIONS}
+    values.update({BY_NAME[name].column: item.value for name, item in resolve(row).items()})
+    return values
 
 
 def effective_expression(name: str) -> Expression:
@@ -157,7 +106,7 @@ def check(changes: Mapping[str, Any]) -> dict[str, float | int | None]:
             continue
         value = _number(raw)
         problem = "Give a number, or null to clear the override." if value is None \
-            else option.check(value)
+            else option.problem(value)
         if problem:
             errors[name] = [problem]
         else:

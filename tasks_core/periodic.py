@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import logging
 import threading
+import time
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -337,24 +340,48 @@ def delete_row(row: PeriodicTask) -> None:
 # --- the consumer's side -----------------------------------------------------------------
 
 
-def materialise_due(*, now: datetime) -> int:
+def materialise_due(*, now: datetime, budget_s: float | None = None) -> int:
     """Turn every due occurrence of enabled schedules into a task; return how many were created.
 
     Rows are locked with SKIP LOCKED, so concurrent consumers share the work; the
     per-occurrence idempotency key keeps it to one task even where locks are not available.
     Each row has a savepoint of its own: a row that fails is recorded and the others go on.
+    Rows are taken in turns of the teams (each team's oldest first); with `budget_s`, no row
+    after the first is begun once that many seconds have passed and the rest stay due for the
+    next call, so one team's thousands of occurrences hold the caller (the consumer's loop)
+    about that long.
     """
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     created = 0
     with transaction.atomic():
-        rows = list(
-            PeriodicTask.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("lambda_ref")
-            .filter(pk__in=_fair_due_ids(now))
-            .order_by("next_run_at")
-        )
-        for row in rows:
+        due = list(_fair_due_ids(now))
+        locked = {row.pk: row for row in
+                  PeriodicTask.objects.select_for_update(skip_locked=True, of=("self",))
+                  .select_related("lambda_ref").filter(pk__in=due)}
+        for row in _in_turns([locked[pk] for pk in due if pk in locked]):
             created += _materialise_row(row, now)
+            if deadline is not None and time.monotonic() > deadline:
+                break
     return created
+
+
+#: Counts the calls of _in_turns: the team that goes first rotates from one call to the next.
+_calls = itertools.count()
+
+
+def _in_turns(rows: list[PeriodicTask]) -> list[PeriodicTask]:
+    """`rows` (each team's in the order to run them) in turns of the teams: each team's first,
+    then each team's second, ...; the team that goes first rotates from one call to the next,
+    so a call that stops early (its budget spent) does not always serve the same team."""
+    by_team: dict[int, list[PeriodicTask]] = defaultdict(list)
+    for row in rows:
+        by_team[row.team_id].append(row)
+    teams = sorted(by_team)
+    if teams:
+        start = next(_calls) % len(teams)
+        teams = teams[start:] + teams[:start]
+    return [row for turn in itertools.zip_longest(*(by_team[team] for team in teams))
+            for row in turn if row is not None]
 
 
 def _fair_due_ids(now: datetime) -> QuerySet[PeriodicTask, int]:

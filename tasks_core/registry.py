@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import ConfigurationError, DuplicateLambda, LambdaNotFound
+from tasks_core.lambda_options import OptionValues, code_values
 
 if TYPE_CHECKING:
     from tasks_core.context import TaskContext
@@ -23,14 +24,10 @@ LambdaFunction = Callable[["TaskContext", Any], Any]
 
 
 @dataclass(frozen=True, kw_only=True)
-class LambdaOptions:
+class LambdaOptions(OptionValues):
+    """A lambda's team and its options as the code gives them (declared in lambda_options)."""
+
     team: str
-    max_attempts: int
-    heartbeat_timeout_s: float
-    backoff_base_s: float
-    backoff_cap_s: float
-    quota_per_s: float | None
-    timeout_s: float | None  #: seconds one attempt may run; None: no limit
 
 
 class RegisteredLambda:
@@ -73,42 +70,25 @@ def use_scheduler(scheduler: Scheduler) -> None:
     _scheduler = scheduler
 
 
-def _default_timeout_s() -> float | None:
-    """ATF_TASK_TIMEOUT_S as seconds; None for no limit (the setting is 0 or None)."""
-    value = atf_settings.task_timeout_s
-    return None if value is None else float(value) or None
-
-
 def register(
-    name: str,
-    *,
-    team: str | None = None,
-    max_attempts: int | None = None,
-    heartbeat_timeout: float | None = None,
-    backoff_base: float | None = None,
-    backoff_cap: float | None = None,
-    quota: float | None = None,
-    timeout: float | None = None,
+    name: str, *, team: str | None = None, **options: float | None,
 ) -> Callable[[LambdaFunction], RegisteredLambda]:
     """Decorator: register `func(ctx, payload)` as the lambda `name` with these options.
 
-    `timeout` is the seconds one attempt may run (default ATF_TASK_TIMEOUT_S; 0: no limit);
-    an attempt past it ends with outcome `timeout` and is retried like a failure.
+    The options are those tasks_core.lambda_options declares (`max_attempts`,
+    `heartbeat_timeout`, `backoff_base`, `backoff_cap`, `quota`, `timeout`); one not given
+    takes its default. `timeout` is the seconds one attempt may run (default
+    ATF_TASK_TIMEOUT_S; 0: no limit); an attempt past it ends with outcome `timeout` and is
+    retried like a failure. An unknown option is a TypeError, a bad value a ValueError.
     """
-    options = LambdaOptions(
-        team=team or atf_settings.default_team,
-        max_attempts=max_attempts or atf_settings.max_attempts,
-        heartbeat_timeout_s=heartbeat_timeout or atf_settings.heartbeat_timeout_s,
-        backoff_base_s=atf_settings.backoff_base_s if backoff_base is None else backoff_base,
-        backoff_cap_s=backoff_cap or atf_settings.backoff_cap_s,
-        quota_per_s=quota,
-        timeout_s=_default_timeout_s() if timeout is None else (timeout or None),
-    )
-    if timeout is not None and not timeout >= 0:
-        raise ValueError(f"lambda {name!r}: timeout must be a number of seconds (0: no limit)")
+    try:
+        values = code_values(options)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"lambda {name!r}: {exc}") from None
+    settled = LambdaOptions(team=team or atf_settings.default_team, **values)
 
     def decorate(func: LambdaFunction) -> RegisteredLambda:
-        registered = RegisteredLambda(name, func, options)
+        registered = RegisteredLambda(name, func, settled)
         with _lock:
             if name in _lambdas:
                 raise DuplicateLambda(f"lambda {name!r} is registered already")

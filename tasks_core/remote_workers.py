@@ -112,11 +112,12 @@ MAX_POPPED = 2000
 
 
 def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int,
-          wait_s: float) -> list[store.ClaimedTask]:
-    """Up to `max_count` claimed tasks of the worker's lambdas, waiting up to `wait_s`."""
+          wait_s: float, start: bool = False) -> list[store.ClaimedTask]:
+    """Up to `max_count` claimed tasks of the worker's lambdas, waiting up to `wait_s`; with
+    `start`, started too (enqueued -> processing: no start call follows)."""
     claimer = Claimer(queue=queue, worker_id=row.worker_id,
                       lambda_ids={name: directory.by_name(name).id for name in row.lambdas},
-                      priorities=atf_settings.priorities)
+                      priorities=atf_settings.priorities, start=start)
     claimed = _claim_ready(claimer, max_count)
     if claimed or wait_s <= 0:
         return claimed
@@ -215,7 +216,8 @@ def finish(row: Worker, reported_ends: Sequence[ReportedEnd],
 
 
 def release(leases: Mapping[int, int], teams: Teams, credential: str) -> int:
-    """Hand back claimed, unstarted tasks; how many were still claimed with these leases."""
+    """Hand back tasks whose lambda never ran (claimed, or claimed and started at once); how
+    many were still the worker's with these leases."""
     tasks = _tasks(leases, teams, started=False, claimed_by=_workers_of(credential))
     return store.release(list(tasks.values()), now=timezone.now()) if tasks else 0
 

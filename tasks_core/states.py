@@ -72,12 +72,16 @@ LIFECYCLE: Mapping[TaskStatus, Lifecycle] = {
 #: found `dropped` when a trigger fires; NEW out of a final status is a requeue, and
 #: CANCELLED -> WAITING revives a chain's child when its failed parent is requeued. CLAIMED and
 #: PROCESSING -> CANCELLED are a cancel of a task a worker holds: a claimed one at once, a
-#: running one by its worker, which stops the lambda (STOPPABLE).
+#: running one by its worker, which stops the lambda (STOPPABLE). ENQUEUED -> PROCESSING is a
+#: claim that starts the task at once (for an idle executor), and ENQUEUED -> NEW the same
+#: claim finding its gate paused; PROCESSING -> NEW hands back a task claimed and started that
+#: its worker never gave an executor (a stopping worker), without counting its attempt.
 TRANSITIONS: Mapping[TaskStatus, frozenset[TaskStatus]] = {
     TaskStatus.NEW: frozenset({TaskStatus.ENQUEUED, TaskStatus.CANCELLED, TaskStatus.DROPPED}),
     TaskStatus.WAITING: frozenset({TaskStatus.NEW, TaskStatus.CANCELLED}),
     TaskStatus.ENQUEUED: frozenset(
-        {TaskStatus.CLAIMED, TaskStatus.ENQUEUED, TaskStatus.CANCELLED, TaskStatus.DROPPED}
+        {TaskStatus.CLAIMED, TaskStatus.PROCESSING, TaskStatus.NEW, TaskStatus.ENQUEUED,
+         TaskStatus.CANCELLED, TaskStatus.DROPPED}
     ),
     TaskStatus.CLAIMED: frozenset(
         {TaskStatus.PROCESSING, TaskStatus.NEW, TaskStatus.ENQUEUED, TaskStatus.DROPPED,
@@ -90,6 +94,7 @@ TRANSITIONS: Mapping[TaskStatus, frozenset[TaskStatus]] = {
             TaskStatus.RETRYING,
             TaskStatus.DEAD,
             TaskStatus.ENQUEUED,
+            TaskStatus.NEW,
             TaskStatus.DROPPED,
             TaskStatus.CANCELLED,
         }

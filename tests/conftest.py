@@ -19,11 +19,14 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from atf_project import database_url
 from tasks_core import directory, pooling, queues
+from tasks_core.conf import atf_settings
 from tasks_core.store import backends
 from workers import turns
 
 if TYPE_CHECKING:
+    from tests.netns import WorkerHost
     from tests.pooler import PgBouncer  # it imports this module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,7 +124,7 @@ def database_route(request: pytest.FixtureRequest, pgbouncers: dict[str, PgBounc
     database = settings.DATABASES["default"]  # every thread's connection reads this dict
     if mode not in pgbouncers:
         pgbouncers[mode] = PgBouncer(mode, host=database["HOST"], port=int(database["PORT"]))
-    before = database["PORT"], settings.ATF_DB_PREPARED_STATEMENTS
+    before = database["PORT"], atf_settings.db_prepared_statements
     connection.close()
     database["PORT"] = str(pgbouncers[mode].port)
     settings.ATF_DB_PREPARED_STATEMENTS = mode == "session"
@@ -152,15 +155,13 @@ def wait_for(condition: Callable[[], object], *, timeout_s: float = 30.0,
 
 def subprocess_env(**overrides: str) -> dict[str, str]:
     """Environment for a manage.py child that uses this test run's database and Redis."""
-    db = connection.settings_dict
-    database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "atf_project.settings",
-        "DATABASE_URL": database_url,
+        "DATABASE_URL": database_url.compose(connection.settings_dict),
         "REDIS_URL": settings.REDIS_URL,
-        "ATF_QUEUE_PREFIX": settings.ATF_QUEUE_PREFIX,
-        "ATF_DB_PREPARED_STATEMENTS": str(settings.ATF_DB_PREPARED_STATEMENTS),
+        "ATF_QUEUE_PREFIX": atf_settings.queue_prefix,
+        "ATF_DB_PREPARED_STATEMENTS": str(atf_settings.db_prepared_statements),
         "ATF_LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
     }
@@ -215,6 +216,19 @@ def processes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Proces
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         print(procs.logs())
+
+
+@pytest.fixture
+def worker_hosts() -> Iterator[list[WorkerHost]]:
+    """Two worker hosts of their own: a network namespace each, with a veth link to this
+    machine (tests/netns.py), deleted at teardown whatever happened. Where namespaces cannot
+    be made (not root, no iproute2) the test is skipped with the reason."""
+    from tests import netns
+
+    if reason := netns.unavailable():
+        pytest.skip(f"worker hosts need network namespaces: {reason}")
+    with netns.worker_hosts(2) as hosts:
+        yield hosts
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -15,20 +16,27 @@ from django.db import connection
 from tasks_api import tokens
 from tasks_api.models import Scope
 from tasks_core.models import Team
-from tests.conftest import Processes, wait_for
+from tests.conftest import ROOT, Processes, wait_for
+from tests.netns import WorkerHost
 from tests.proxy import Proxy
 from tests.queue_servers import free_port
 
 
 def start_api(processes: Processes, env: dict[str, str], *, threads: int = 32,
-              web_processes: int = 1, port: int | None = None) -> str:
+              web_processes: int = 1, port: int | None = None,
+              also_on: Sequence[str] = ()) -> str:
     """The API under gunicorn with the project's config (gthread, a database pool), on `port`
-    (a free one by default); its URL. Its master process is `processes.children[-1]`."""
+    (a free one by default) of loopback and of each address in `also_on` (worker hosts'
+    gateways, tests/netns.py); its URL on loopback. Its master process is
+    `processes.children[-1]`."""
     port = port or free_port()
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
-    processes.spawn("api", [gunicorn, "-c", "python:atf_project.gunicorn_conf",
-                            "--bind", f"127.0.0.1:{port}", "atf_project.wsgi"],
-                    env={**env, "WEB_CONCURRENCY": str(web_processes),
+    binds = [arg for host in ("127.0.0.1", *also_on) for arg in ("--bind", f"{host}:{port}")]
+    allowed = env.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1")
+    processes.spawn("api", [gunicorn, "-c", "python:atf_project.gunicorn_conf", *binds,
+                            "atf_project.wsgi"],
+                    env={**env, "DJANGO_ALLOWED_HOSTS": ",".join([allowed, *also_on]),
+                         "WEB_CONCURRENCY": str(web_processes),
                          "ATF_WEB_THREADS": str(threads)})
     url = f"http://127.0.0.1:{port}"
 
@@ -56,6 +64,24 @@ def worker_env(env: dict[str, str], token: str) -> dict[str, str]:
     host_env = {key: value for key, value in env.items() if key != "DATABASE_URL"}
     return {**host_env, "DJANGO_SETTINGS_MODULE": "tests.remote_worker_settings",
             "ATF_API_TOKEN": token}
+
+
+def start_on_host(processes: Processes, host: WorkerHost, api_url: str, env: dict[str, str],
+                  *args: str) -> subprocess.Popen:
+    """`runworker *args --api api_url` on a worker host of its own, with a lambda host's `env`
+    (worker_env, and host_redis for the lambdas' Redis)."""
+    argv = host.command([sys.executable, str(ROOT / "manage.py"), "runworker", *args,
+                         "--api", api_url])
+    return processes.spawn("runworker", argv, env=env)
+
+
+def host_redis(host: WorkerHost, env: dict[str, str]) -> tuple[Proxy, dict[str, str]]:
+    """The lambdas' own Redis (demo.record's) as a worker host reaches it: through a proxy on
+    the host's gateway, over the host's link. The proxy, and `env` pointing at it."""
+    split = urlsplit(env["REDIS_URL"])
+    proxy = Proxy(split.hostname or "127.0.0.1", split.port or 6379, listen_host=host.gateway)
+    url = split._replace(netloc=f"{host.gateway}:{proxy.port}").geturl()
+    return proxy, {**env, "REDIS_URL": url}
 
 
 class Workers:

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from typing import Generic, TypeVar
 
 from tasks_core.conf import atf_settings
-from tasks_core.liveness import MAX_FAILED_HEARTBEATS
+from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS
 from workers.transport import TransportUnavailable
 
 logger = logging.getLogger(__name__)

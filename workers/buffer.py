@@ -1,7 +1,10 @@
 """The worker process's shared state: claimed tasks waiting per priority, and running tasks.
 
 The controller fills the buffer only up to the executors' free capacity, so a worker never
-hoards tasks another worker could run.
+hoards tasks another worker could run, and what it claims goes straight to an idle executor:
+a buffered task is already started in the store (claimed and started in one step). From its
+claim until its end is durable (the result writer has committed it), a task is covered by
+the heartbeat: waiting here, running, or finished with its result still being written.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ class Running:
     started_s: float  #: monotonic
     started_at: datetime
     lost: bool = False  #: a heartbeat found the lease gone: the result must not be recorded
-    finishing: bool = False  #: its result is being written; heartbeats leave it alone
+    #: the lambda returned: its executor has moved on, and its result is being written
+    finishing: bool = False
     stopped_s: float | None = None  #: when the worker stopped it (monotonic)
     #: why: TimeLimitExceeded (past its time limit) or TaskCancelled (a cancel asked)
     stopped_by: type[AttemptStopped] | None = None
@@ -54,6 +58,7 @@ class WorkBuffer:
         self._waiting: dict[str, deque[ClaimedTask]] = {p: deque() for p in self.priorities}
         self._running: dict[int, Running] = {}
         self._held = 0  #: tasks taken by an executor whose lambda has not returned yet
+        self._reserved = 0  #: slots a claim in flight is claiming tasks for
         self.closed = False
 
     # --- the controller's side -------------------------------------------------------------
@@ -61,19 +66,30 @@ class WorkBuffer:
     def free_slots(self) -> int:
         """Executors that would have no task to run next if the buffer were handed out now.
 
-        An executor whose lambda has returned counts as free while its result is written, so
-        its next task is claimed meanwhile and waits at most for that write.
+        An executor whose lambda has returned is free: its result is written behind it.
         """
         with self._lock:
             return self._free()
+
+    def reserve(self) -> int:
+        """Take every free slot for one claim (another controller's claim then leaves them
+        alone); `put` gives them back with the tasks claimed."""
+        with self._lock:
+            free = 0 if self.closed else self._free()
+            self._reserved += free
+            return free
 
     def wait_for_free_slot(self, timeout_s: float) -> None:
         with self._lock:
             self._slot_free.wait_for(lambda: self.closed or self._free() > 0, timeout=timeout_s)
 
-    def put(self, tasks: Sequence[ClaimedTask]) -> list[ClaimedTask]:
-        """Buffer claimed tasks; once closed, refuse them all and return them."""
+    def put(self, tasks: Sequence[ClaimedTask], *, reserved: int = 0) -> list[ClaimedTask]:
+        """Buffer claimed tasks (the claim had `reserved` slots, now given back); once
+        closed, refuse them all and return them."""
         with self._lock:
+            self._reserved -= reserved
+            if reserved > len(tasks):
+                self._slot_free.notify()
             if self.closed:
                 return list(tasks)
             for task in tasks:
@@ -118,7 +134,7 @@ class WorkBuffer:
             return running
 
     def end(self, task: ClaimedTask) -> None:
-        """The executor is done with `task` (finished, or it never started)."""
+        """`task` is done with: its end is durable (or will not be written), or it never ran."""
         with self._lock:
             running = self._running.pop(task.task_id, None)
             if running is None or not running.finishing:
@@ -128,18 +144,35 @@ class WorkBuffer:
     # --- the heartbeat's side --------------------------------------------------------------
 
     def leases(self) -> dict[int, int]:
+        """The tasks the heartbeat renews: waiting, running, and finished ones whose result is
+        not durable yet; not the ones a time limit or cancel stopped (their end is recorded at
+        once)."""
         with self._lock:
-            return {pk: running.task.lease for pk, running in self._running.items()
-                    if not running.finishing and running.stopped_s is None}
+            leases = {task.task_id: task.lease for queue in self._waiting.values()
+                      for task in queue}
+            leases.update({pk: running.task.lease for pk, running in self._running.items()
+                           if running.stopped_s is None})
+            return leases
 
     def mark_lost(self, task_ids: set[int]) -> list[ClaimedTask]:
+        """Tasks whose lease moved on: running ones get their outcome discarded, waiting ones
+        are dropped unrun; the tasks newly marked. A finished one is left alone (its result
+        may have been written just before the heartbeat, or it is refused by its write)."""
         with self._lock:
             lost = [self._running[pk] for pk in task_ids
                     if pk in self._running and not self._running[pk].discard
                     and not self._running[pk].finishing]
             for running in lost:
                 running.lost = True
-            return [running.task for running in lost]
+            dropped = []
+            for queue in self._waiting.values():
+                dropped += [task for task in queue if task.task_id in task_ids]
+                kept = [task for task in queue if task.task_id not in task_ids]
+                queue.clear()
+                queue.extend(kept)
+            if dropped:
+                self._slot_free.notify()
+            return [running.task for running in lost] + dropped
 
     def request_cancel(self, task_ids: set[int]) -> list[ClaimedTask]:
         """Mark running tasks a cancel asks to stop (the main thread stops them); the tasks
@@ -194,7 +227,7 @@ class WorkBuffer:
     # --- shutdown --------------------------------------------------------------------------
 
     def close(self) -> list[ClaimedTask]:
-        """Stop handing out tasks; return the buffered ones, which nobody started."""
+        """Stop handing out tasks; return the buffered ones, whose lambda never ran."""
         with self._lock:
             self.closed = True
             unstarted = [task for queue in self._waiting.values() for task in queue]
@@ -205,7 +238,7 @@ class WorkBuffer:
             return unstarted
 
     def _free(self) -> int:
-        return self.executors - self._held - self._buffered()
+        return self.executors - self._held - self._buffered() - self._reserved
 
     def _buffered(self) -> int:
         return sum(len(queue) for queue in self._waiting.values())

@@ -5,7 +5,10 @@ the last pass left due rows of after the others) and takes
 at most a fair share of the batch and what the lambda's quota allows, so a lambda with a
 million due tasks does not delay another lambda's next task. Shares are split by team first,
 then among the team's lambdas: a team with a thousand busy lambdas takes no more of a pass
-than a team with one. Between passes it sleeps until
+than a team with one. While several teams have due tasks, shares are taken in slices, and a
+task scheduled to run now ends the pass after the slice in progress (SLICE_ROWS); the look for
+due periodic occurrences has a time budget and a share of the loop's time (PERIODIC_BUDGET_S,
+PERIODIC_SHARE), so no team's schedules hold the passes. Between passes it sleeps until
 the next trigger is due, a wake-up arrives, or the poll interval ends, whichever is first.
 """
 
@@ -22,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db import InterfaceError, OperationalError
 from django.db.models import Exists, Min, OuterRef, QuerySet
 from django.utils import timezone
 
@@ -49,6 +53,19 @@ logger = logging.getLogger(__name__)
 HOUSEKEEPING_INTERVAL_S = 1.0
 #: Seconds between two looks for due periodic occurrences (not every pass of a busy loop).
 PERIODIC_INTERVAL_S = 0.1
+#: Seconds one look for due periodic occurrences may take before it leaves the rest for the
+#: next: however many occurrences one team's schedules make, the passes that enqueue every
+#: team's due tasks come again after this long.
+PERIODIC_BUDGET_S = 0.05
+#: The looks for periodic occurrences take at most this share of the loop's time: a look that
+#: took longer than PERIODIC_INTERVAL_S allows (a busy database) puts the next one off.
+PERIODIC_SHARE = 0.2
+#: While more than one team has due rows (each seen within SHARED_S seconds), a lambda's share
+#: of a pass is enqueued SLICE_ROWS at a time, and a wake-up (a task scheduled to run now) ends
+#: the pass after the slice in progress: the next pass, at once, serves the lambdas without a
+#: backlog first, so another team's new task waits for one slice of a backlog, not a share.
+SLICE_ROWS = 50
+SHARED_S = 1.0
 #: Finished tasks pruned per housekeeping round (small, so no lock is held long).
 PRUNE_BATCH_SIZE = 500
 #: Seconds between two summary lines at INFO.
@@ -135,6 +152,14 @@ def _team_shares(lambdas: list[_LambdaGates], batch_size: int) -> dict[int, int]
     return {team_id: max(1, int(per_team // count)) for team_id, count in lambdas_of.items()}
 
 
+def _next_periodic_look(started_s: float, ended_s: float) -> float:
+    """Monotonic time of the next look for periodic occurrences after one from `started_s`
+    to `ended_s`: PERIODIC_INTERVAL_S after it began, or later so that looks take at most
+    PERIODIC_SHARE of the time."""
+    return max(started_s + PERIODIC_INTERVAL_S,
+               ended_s + (ended_s - started_s) * (1 - PERIODIC_SHARE) / PERIODIC_SHARE)
+
+
 def _short_first(lambdas: list[_LambdaGates], backlogged: set[int]) -> list[_LambdaGates]:
     """The pass's order: lambdas the last pass emptied first, then those it left due rows of
     (each group in its round-robin order). A lambda with a few new tasks then waits for no
@@ -158,8 +183,9 @@ class Consumer:
         self._buckets: dict[int, TokenBucket] = {}
         self._turn = 0
         self._backlogged: set[int] = set()  #: lambdas the last pass left due rows of
+        self._teams_seen_s: dict[int, float] = {}  #: teams with due rows: when last seen
         self._housekept_s = 0.0
-        self._materialised_s = 0.0
+        self._periodic_due_s = 0.0  #: monotonic time of the next look for periodic tasks
         self._paused: list[int] = []  #: lambdas whose gate the last pass found paused
         self._pass_now = clock()  #: the time the last pass looked for due rows at
         # The queries of every pass, compiled once.
@@ -209,27 +235,24 @@ class Consumer:
         shares = _team_shares(lambdas, self.batch_size)
         now_s = now.timestamp()
         backlogged, self._backlogged = self._backlogged, set()
+        slice_rows = SLICE_ROWS if self._shared({lam.team_id for lam in lambdas}, now_s) else None
+        self.wake.clear()  # from here on, a wake-up cuts the pass short (SLICE_ROWS)
+        cut = False
         for lam in _short_first(lambdas[self._turn:] + lambdas[: self._turn], backlogged):
+            if cut:  # its turn comes in the next pass, which starts at once, in its place
+                if lam.lambda_id in backlogged:
+                    self._backlogged.add(lam.lambda_id)
+                continue
             limit = self._limit(lam, shares[lam.team_id], now_s)
             if limit <= 0:
                 continue
             with turns.lambda_turn(lam.lambda_id) as mine:
                 if not mine:  # another consumer is enqueueing this lambda right now
                     continue
-                batch = store.enqueue_due(
-                    lam.lambda_id, limit=limit, now=now,
-                    skip_collections=lam.paused_collections(now),
-                    decide=functools.partial(lam.decide, now=now),
-                )
-                done = PassSummary(
-                    enqueued=len(batch.messages) - sum(batch.reenqueued.values()),
-                    reenqueued=Counter(batch.reenqueued), dropped=batch.dropped, dead=batch.dead,
-                )
-                done.push_failed = self._push(lam.name, batch.messages, now)
-            handled = len(batch.messages) + batch.dropped + batch.dead
+                done, handled, cut = self._enqueue(lam, limit, now, slice_rows)
             if lam.lambda_id in self._buckets:
                 self._buckets[lam.lambda_id].spend(handled)
-            if handled >= limit:
+            if handled >= limit or cut:
                 summary.busy = True
                 self._backlogged.add(lam.lambda_id)
             summary.add(done)
@@ -237,6 +260,39 @@ class Consumer:
                 logger.debug("%s: enqueued %d, re-enqueued %s, dropped %d, dead %d", lam.name,
                              done.enqueued, dict(done.reenqueued), done.dropped, done.dead)
         return summary
+
+    def _shared(self, teams: set[int], now_s: float) -> bool:
+        """Whether more than one team had due rows within SHARED_S (this pass's included)."""
+        for team_id in teams:
+            self._teams_seen_s[team_id] = now_s
+        for team_id, seen_s in list(self._teams_seen_s.items()):
+            if now_s - seen_s > SHARED_S:
+                del self._teams_seen_s[team_id]
+        return len(self._teams_seen_s) > 1
+
+    def _enqueue(self, lam: _LambdaGates, limit: int, now: datetime,
+                 slice_rows: int | None) -> tuple[PassSummary, int, bool]:
+        """Up to `limit` due rows of `lam` enqueued (or dropped, or dead-lettered), in slices
+        of `slice_rows` (None: one) of which none is begun after a wake-up came: what was
+        done, how many rows were handled, and whether a wake-up cut the rest."""
+        done, handled = PassSummary(), 0
+        while handled < limit:
+            size = limit - handled if slice_rows is None else min(slice_rows, limit - handled)
+            batch = store.enqueue_due(lam.lambda_id, limit=size, now=now,
+                                      skip_collections=lam.paused_collections(now),
+                                      decide=functools.partial(lam.decide, now=now))
+            part = PassSummary(
+                enqueued=len(batch.messages) - sum(batch.reenqueued.values()),
+                reenqueued=Counter(batch.reenqueued), dropped=batch.dropped, dead=batch.dead,
+                push_failed=self._push(lam.name, batch.messages, now))
+            done.add(part)
+            got = len(batch.messages) + batch.dropped + batch.dead
+            handled += got
+            if got < size:  # the lambda has no more due rows
+                break
+            if slice_rows is not None and handled < limit and self.wake.is_set():
+                return done, handled, True
+        return done, handled, False
 
     def _push(self, lambda_name: str, messages: list[tuple[str, queues.Message]],
               now: datetime) -> int:
@@ -322,15 +378,22 @@ class Consumer:
                     self._housekept_s = time.monotonic()
                 # Periodic occurrences become ordinary tasks, due at their own time (a task due
                 # now wakes the next pass).
-                if time.monotonic() - self._materialised_s >= PERIODIC_INTERVAL_S:
-                    periodic.materialise_due(now=self.clock())
-                    self._materialised_s = time.monotonic()
+                if (started_s := time.monotonic()) >= self._periodic_due_s:
+                    periodic.materialise_due(now=self.clock(), budget_s=PERIODIC_BUDGET_S)
+                    self._periodic_due_s = _next_periodic_look(started_s, time.monotonic())
                 if time.monotonic() - logged_s >= SUMMARY_INTERVAL_S:
                     self._log_summary(totals, time.monotonic() - logged_s)
                     totals, logged_s = PassSummary(), time.monotonic()
                 self._sleep(summary)
-            except Exception:
-                logger.exception("consumer loop failed", extra={"action": "consumer_restart"})
+            except Exception as exc:
+                if isinstance(exc, OperationalError | InterfaceError):
+                    # The database restarts, fails over or is cut off: one line a pass, no
+                    # traceback, until a pass finds it (or the new primary) again.
+                    logger.warning("consumer pass failed, the database is unavailable: %s",
+                                   (str(exc).splitlines() or [repr(exc)])[0],
+                                   extra={"action": "consumer_restart"})
+                else:
+                    logger.exception("consumer loop failed", extra={"action": "consumer_restart"})
                 db.reset_connection()
                 time.sleep(atf_settings.restart_delay_s)
         listener.stop()

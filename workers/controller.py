@@ -15,8 +15,8 @@ logger = logging.getLogger(__name__)
 
 
 class ControllerThread(threading.Thread):
-    def __init__(self, *, buffer: WorkBuffer, transport: Transport) -> None:
-        super().__init__(name="ControllerThread", daemon=True)
+    def __init__(self, *, buffer: WorkBuffer, transport: Transport, index: int = 0) -> None:
+        super().__init__(name=f"ControllerThread-{index}", daemon=True)
         self.buffer = buffer
         self.transport = transport
         self.running = True
@@ -24,13 +24,15 @@ class ControllerThread(threading.Thread):
     def run(self) -> None:
         while self.running:
             try:
-                free = self.buffer.free_slots()
+                free = self.buffer.reserve()
                 if free <= 0:
                     self.buffer.wait_for_free_slot(timeout_s=self.transport.claim_wait_s)
                     continue
-                claimed = self.transport.claim(free)
-                if claimed:
-                    self.hand_out(claimed)
+                claimed: list = []
+                try:
+                    claimed = self.transport.claim(free)
+                finally:
+                    self.hand_out(claimed, reserved=free)
             except (QueueUnavailable, TransportUnavailable) as exc:
                 logger.warning("cannot claim tasks: %s", exc)
                 self.transport.reset()
@@ -40,9 +42,10 @@ class ControllerThread(threading.Thread):
                 self.transport.reset()
                 time.sleep(atf_settings.restart_delay_s)
 
-    def hand_out(self, claimed: list) -> None:
-        """Buffer claimed tasks; ones a closing buffer refuses go straight back to the store."""
-        if refused := self.buffer.put(claimed):
+    def hand_out(self, claimed: list, *, reserved: int) -> None:
+        """Buffer claimed tasks, giving back the claim's `reserved` slots; ones a closing
+        buffer refuses go straight back to the store."""
+        if refused := self.buffer.put(claimed, reserved=reserved):
             released = self.transport.release(refused)
             logger.info("handed back %d task(s) claimed while stopping", released)
 

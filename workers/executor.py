@@ -1,13 +1,15 @@
-"""Executor threads: run claimed tasks' lambdas and hand their outcomes to the result writer.
+"""Executor threads: run started tasks' lambdas and hand their outcomes to the result writer.
 
 No queue I/O here."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import time
+from concurrent.futures import Future, wait
 
 from django.utils import timezone
 
@@ -63,12 +65,6 @@ def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> sto
     return store.Result(outcome=Outcome.SUCCESS, value=value, started_at=started, worker=worker)
 
 
-def start_writer(transport: Transport) -> BatchWriterThread[store.ClaimedTask, bool]:
-    """The thread that starts claimed tasks in batches (claimed -> processing)."""
-    return BatchWriterThread(name="StartWriterThread", write=transport.start_many,
-                             reset=transport.reset)
-
-
 def result_writer(transport: Transport) -> BatchWriterThread[FinishedAttempt, TaskStatus | None]:
     """The thread that records finished attempts in batches."""
     return BatchWriterThread(name="ResultWriterThread", write=transport.finish_many,
@@ -77,20 +73,28 @@ def result_writer(transport: Transport) -> BatchWriterThread[FinishedAttempt, Ta
 
 class ExecutorThread(threading.Thread):
     def __init__(self, *, index: int, buffer: WorkBuffer, heartbeat: HeartbeatThread,
-                 worker_id: str, starts: BatchWriterThread[store.ClaimedTask, bool],
+                 worker_id: str,
                  results: BatchWriterThread[FinishedAttempt, TaskStatus | None],
                  tally: Tally) -> None:
         super().__init__(name=f"ExecutorThread-{index}", daemon=True)
         self.buffer = buffer
         self.heartbeat = heartbeat
         self.worker_id = worker_id
-        self.starts = starts
         self.results = results
         self.tally = tally
+        #: This executor's last result handed to the writer (its outcome once durable).
+        self._last_result: Future[TaskStatus | None] | None = None
 
     def run(self) -> None:
         """Run tasks until the worker closes the buffer; nothing else ends the thread."""
         while True:
+            if self._last_result is not None:
+                # The previous result is durable before this executor takes another task: a
+                # lambda that kills its process cannot take its executor's previous result with
+                # it, and a task waiting meanwhile stays in the buffer, where the heartbeat
+                # covers it (taken, it would be neither buffered nor running: unheartbeated
+                # while a slow write lasted, it could be enqueued again and run twice at once).
+                wait([self._last_result])
             task = self.buffer.take(timeout_s=0.5)
             if task is None:
                 if self.buffer.closed:
@@ -104,22 +108,33 @@ class ExecutorThread(threading.Thread):
                 db.reset_connection()
 
     def execute(self, task: store.ClaimedTask) -> None:
-        """Start the task, run its lambda, record the outcome unless the lease was lost."""
-        # Starts and results go through batch writers: executors that finish at about the
-        # same time share one transaction, and each waits until its own write is durable.
+        """Run the lambda of a started task and hand its outcome to the result writer, unless
+        the lease was lost; the executor then takes its next task at once. The task stays
+        in the buffer, heartbeated, until its result is durable: a process that dies before
+        then has its task run again after the heartbeat timeout, never at the same time."""
         try:
-            if not self.starts.submit(task).result():
-                logger.debug("task %d moved on before it started; skipped", task.task_id)
-                return
             result = self.attempt(task)
-            if result is None:
-                return
-            # Wait until the result is durable before taking another task: a process that
-            # dies later then loses only the tasks it was running, never finished ones.
-            status = self.results.submit((task, result)).result()
-        finally:
+        except BaseException:
             self.buffer.end(task)
-        log_outcome(task, result, status, self.tally)
+            raise
+        if result is None:
+            self.buffer.end(task)
+            return
+        # Results go through a batch writer: executors that finish at about the same time
+        # share one transaction, and none waits for it.
+        self._last_result = self.results.submit((task, result))
+        self._last_result.add_done_callback(functools.partial(self._recorded, task, result))
+
+    def _recorded(self, task: store.ClaimedTask, result: store.Result,
+                  future: Future[TaskStatus | None]) -> None:
+        """The result writer's answer about one result (in the writer's thread)."""
+        self.buffer.end(task)
+        if (exc := future.exception()) is not None:
+            logger.error("task %d: its result could not be recorded (%s); it runs again after "
+                         "its heartbeat timeout", task.task_id, exc,
+                         extra={"action": "result_unrecorded", "task_id": task.task_id})
+            return
+        log_outcome(task, result, future.result(), self.tally)
 
     def attempt(self, task: store.ClaimedTask) -> store.Result | None:
         """Run the lambda of a started task; its outcome, or None when that must not be
@@ -135,14 +150,17 @@ class ExecutorThread(threading.Thread):
         except AttemptStopped:
             pass  # the interrupt came just after the lambda returned: the stop still holds
         while True:
-            # Out of the heartbeat's set before the result is written, so a heartbeat racing
-            # the write does not mistake the finished task for a lost one.
+            # Marked finishing before the result is written: a heartbeat racing the write
+            # then leaves it alone instead of taking it for lost (WorkBuffer.mark_lost).
             try:
                 running = self.buffer.finishing(task)
                 break
             except AttemptStopped:
                 continue  # raised on the way there; finishing() withdraws any later one
         if running.stopped_s is not None:
+            # The interrupt may have hit the lambda inside its own queries: its connection may
+            # be mid-transaction, so the next attempt on this thread starts on a fresh one.
+            db.reset_connection()
             logger.info("task %d: its lambda stopped after its time limit or cancel",
                         task.task_id, extra={"action": "timeout_stopped", "task_id": task.task_id})
             return None

@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from tasks_core import store
-from tasks_core.liveness import MAX_FAILED_HEARTBEATS
+from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS
 from workers import replacement
 from workers.buffer import WorkBuffer
 from workers.transport import Beat, Transport
@@ -22,9 +24,12 @@ logger = logging.getLogger(__name__)
 
 #: Exit status of a worker process that cut itself off from its tasks.
 EXIT_CUT_OFF = 75
-#: Seconds a failed heartbeat waits before it is tried again (at most one interval): a
+#: Seconds from the start of a failed heartbeat to the next try (at most one interval): a
 #: restarting API or database is tried every second until the budget of three intervals ends.
 RETRY_S = 1.0
+#: Longest wait of a lambda's thread in one C call while its own heartbeat is written: an
+#: interrupt (time limit, cancel) is raised only between Python bytecodes.
+INTERRUPTIBLE_WAIT_S = 0.05
 
 
 def cut_off(reason: str) -> None:
@@ -44,11 +49,23 @@ class HeartbeatThread(threading.Thread):
         self.failures = 0
         self.last_ok_s = time.monotonic()
         self._stopped = threading.Event()
+        # A lambda's own heartbeat is written here, never on the lambda's thread: a time limit
+        # or a cancel raised into that thread in the middle of the write would leave its
+        # database connection inside an unfinished transaction.
+        self._lambda_beats = ThreadPoolExecutor(max_workers=1, thread_name_prefix="LambdaBeat")
 
     def run(self) -> None:
         wait_s = self.interval_s
         while not self._stopped.wait(wait_s):
-            wait_s = self.interval_s if self.beat() else min(RETRY_S, self.interval_s)
+            tried_s = time.monotonic()
+            if self.beat():
+                wait_s = self.interval_s
+            else:
+                # The next try is due RETRY_S after this one began: a call that hung until its
+                # timeout (one interval) goes again at once, on a fresh connection. Waiting
+                # longer put the retry at three intervals, the end of the budget, whenever an
+                # interval was a second or less.
+                wait_s = max(0.0, min(RETRY_S, self.interval_s) - (time.monotonic() - tried_s))
 
     def beat(self) -> bool:
         """Renew every running task's lease; mark the ones whose lease was lost. False if the
@@ -81,7 +98,19 @@ class HeartbeatThread(threading.Thread):
 
     def beat_one(self, task: store.ClaimedTask) -> bool:
         """A lambda's own `ctx.heartbeat()`: renew one lease now; False if it was lost or a
-        cancel asks to stop the task."""
+        cancel asks to stop the task. The lambda's thread only waits for the write, in short
+        waits, so a time limit or a cancel reaches it at once and leaves the write whole."""
+        try:
+            written = self._lambda_beats.submit(self._beat_one, task)
+        except RuntimeError:  # the worker has stopped heartbeating: the lease will lapse
+            return False
+        while True:
+            try:
+                return written.result(timeout=INTERRUPTIBLE_WAIT_S)
+            except FutureTimeout:
+                continue
+
+    def _beat_one(self, task: store.ClaimedTask) -> bool:
         beat = self.transport.heartbeat({task.task_id: task.lease}, seen=False)
         self._heard(beat)
         return not beat.lost and not beat.cancel
@@ -92,3 +121,4 @@ class HeartbeatThread(threading.Thread):
 
     def stop(self) -> None:
         self._stopped.set()
+        self._lambda_beats.shutdown(wait=False)

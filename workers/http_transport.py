@@ -19,6 +19,7 @@ from tasks_core import store
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from tasks_core.states import TaskStatus
+from workers.batching import retry_budget_s
 from workers.transport import Beat, FinishedAttempt, Transport, TransportUnavailable, WorkerInfo
 
 logger = logging.getLogger(__name__)
@@ -29,6 +30,14 @@ _TRANSIENT = frozenset({429, 500, 502, 503, 504})
 
 class ApiRefused(AtfError):
     """The ATF API refused the call."""
+
+
+def call_timeout_s(api_timeout_s: float) -> float:
+    """Seconds a call of a working worker (other than a heartbeat, or a claim's wait) may take:
+    ATF_API_TIMEOUT_S, at most half the heartbeat budget, so that a call stuck on a dead
+    connection leaves time for another on a fresh one before the budget ends. The calls of its
+    start-up (lambdas/, register/) hold no task yet and may take all of ATF_API_TIMEOUT_S."""
+    return min(api_timeout_s, retry_budget_s() / 2)
 
 
 def _leases(tasks: Sequence[store.ClaimedTask]) -> list[dict[str, int]]:
@@ -48,7 +57,11 @@ class HttpTransport(Transport):
         super().__init__()
         self.base_url = url.rstrip("/") + "/api/v1/worker/"
         self.claim_wait_s = claim_wait_s
-        self.timeout_s = timeout_s
+        self.start_timeout_s = timeout_s  #: before it holds a task: no budget to keep
+        self.timeout_s = call_timeout_s(timeout_s)
+        if self.timeout_s < timeout_s:
+            logger.info("API calls time out after %.1fs, not ATF_API_TIMEOUT_S=%.1fs: half the "
+                        "heartbeat budget of %.1fs", self.timeout_s, timeout_s, retry_budget_s())
         self._headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
         self._local = threading.local()  # one session (connection pool) per thread
         self._sessions: list[requests.Session] = []
@@ -86,25 +99,22 @@ class HttpTransport(Transport):
         return self.worker.worker_id
 
     def heartbeat_timeouts_s(self, lambda_names: Sequence[str]) -> dict[str, float]:
-        answer = self._post("lambdas/", {"lambdas": list(lambda_names)})
+        answer = self._post("lambdas/", {"lambdas": list(lambda_names)},
+                            timeout_s=self.start_timeout_s)
         return {item["name"]: item["heartbeat_timeout_s"] for item in answer["lambdas"]}
 
     def register(self, worker: WorkerInfo) -> None:
         super().register(worker)
         self._post("register/", {"worker": worker.worker_id, "host": worker.host,
                                  "pid": worker.pid, "lambdas": list(worker.lambdas),
-                                 "threads": worker.threads})
+                                 "threads": worker.threads},
+                   timeout_s=self.start_timeout_s)
 
     def claim(self, max_count: int) -> list[store.ClaimedTask]:
         answer = self._post("claim/", {"worker": self._worker_id(), "max": max_count,
-                                       "wait_s": self.claim_wait_s},
+                                       "wait_s": self.claim_wait_s, "start": True},
                             timeout_s=self.claim_wait_s + self.timeout_s)
         return [store.ClaimedTask.from_json(item) for item in answer["tasks"]]
-
-    def start_many(self, tasks: Sequence[store.ClaimedTask]) -> list[bool]:
-        answer = self._post("start/", {"tasks": _leases(tasks)})
-        started = {item["id"]: item["started"] for item in answer["tasks"]}
-        return [started.get(task.task_id, False) for task in tasks]
 
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         # At most one interval: a call stuck on a connection the server no longer reads (an

@@ -78,11 +78,9 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def claim(self, max_count: int) -> list[store.ClaimedTask]:
-        """Up to `max_count` tasks of the worker's lambdas, claimed; [] after `claim_wait_s`."""
-
-    @abc.abstractmethod
-    def start_many(self, tasks: Sequence[store.ClaimedTask]) -> list[bool]:
-        """claimed -> processing; per task whether it started (False: it must not run)."""
+        """Up to `max_count` tasks of the worker's lambdas, claimed and started in one step
+        (enqueued -> processing: they go straight to idle executors, and only those returned
+        may run); [] after `claim_wait_s`."""
 
     @abc.abstractmethod
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
@@ -95,7 +93,7 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def release(self, tasks: Sequence[store.ClaimedTask]) -> int:
-        """Hand back claimed tasks that never started; how many were still this worker's."""
+        """Hand back claimed tasks whose lambda never ran; how many were still this worker's."""
 
     @abc.abstractmethod
     def deregister(self) -> None:
@@ -137,7 +135,7 @@ class DirectTransport(Transport):
         self.claimer = Claimer(
             queue=self.queue, worker_id=worker.worker_id,
             lambda_ids={name: directory.by_name(name).id for name in worker.lambdas},
-            priorities=atf_settings.priorities,
+            priorities=atf_settings.priorities, start=True,
         )
         worker_registry.register(worker_id=worker.worker_id, host=worker.host, pid=worker.pid,
                                  lambda_names=worker.lambdas, threads=worker.threads,
@@ -147,10 +145,6 @@ class DirectTransport(Transport):
         assert self.claimer is not None, "register() comes first"
         with _store_errors():
             return self.claimer.take(max_count, wait_s=self.claim_wait_s)
-
-    def start_many(self, tasks: Sequence[store.ClaimedTask]) -> list[bool]:
-        with _store_errors():
-            return store.start_many(tasks, now=timezone.now())
 
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         # A broken connection (a terminated backend, a failover) gets one immediate retry on a

@@ -20,12 +20,12 @@ from collections.abc import Mapping, Sequence
 
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError, ConfigurationError
-from tasks_core.liveness import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
+from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 from tasks_core.store import ClaimedTask
 from workers import replacement
 from workers.buffer import WorkBuffer
 from workers.controller import ControllerThread
-from workers.executor import ExecutorThread, result_writer, start_writer
+from workers.executor import ExecutorThread, result_writer
 from workers.heartbeat import HeartbeatThread, cut_off
 from workers.results import Tally
 from workers.time_limits import AttemptStops
@@ -41,6 +41,9 @@ WATCH_INTERVAL_S = 0.1
 EXIT_HUNG = 76
 #: Exit status of a worker process that has fewer live executor threads than it was started with.
 EXIT_EXECUTOR_LOST = 77
+#: Controller threads, so a claim is in flight while another one's tasks are handed out: the
+#: executors then wait for the faster of two claims, not for one claim after another.
+CONTROLLERS = 2
 #: Seconds an abandoning process gives its result writer to record finished attempts.
 ABANDON_FLUSH_S = 1.0
 
@@ -69,15 +72,14 @@ class WorkerProcess:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.buffer = WorkBuffer(priorities=atf_settings.priorities, executors=threads)
         self.tally = Tally()
-        self.starts = start_writer(transport)
         self.results = result_writer(transport)
         self.heartbeat = HeartbeatThread(buffer=self.buffer, interval_s=self.interval_s,
                                          transport=transport)
-        self.controller = ControllerThread(buffer=self.buffer, transport=transport)
+        self.controllers = [ControllerThread(buffer=self.buffer, transport=transport, index=i)
+                            for i in range(CONTROLLERS)]
         self.executors = [
             ExecutorThread(index=i, buffer=self.buffer, heartbeat=self.heartbeat,
-                           worker_id=self.worker_id, starts=self.starts,
-                           results=self.results, tally=self.tally)
+                           worker_id=self.worker_id, results=self.results, tally=self.tally)
             for i in range(threads)
         ]
         self.time_limits = AttemptStops(buffer=self.buffer, results=self.results,
@@ -94,7 +96,7 @@ class WorkerProcess:
         ))
         logger.info("worker %s started: %d thread(s) for %s", self.worker_id,
                     len(self.executors), ", ".join(self.lambda_names))
-        for thread in (self.heartbeat, self.starts, self.results, self.controller,
+        for thread in (self.heartbeat, self.results, *self.controllers,
                        *self.executors):
             thread.start()
         summarised_s = time.monotonic()
@@ -132,7 +134,8 @@ class WorkerProcess:
         after their heartbeat timeout."""
         logger.critical("%s: handing back buffered tasks and ending the process", reason,
                         extra={"action": "worker_hung"})
-        self.controller.stop()
+        for controller in self.controllers:
+            controller.stop()
         released = self._hand_back(self.buffer.close())
         self.results.stop()
         self.results.join(ABANDON_FLUSH_S)
@@ -156,7 +159,8 @@ class WorkerProcess:
         """Stop taking work, hand back buffered tasks, let running ones finish within the grace."""
         # The buffer closes first: a claim still in flight (a remote worker's long poll) hands
         # back what it gets instead of buffering it.
-        self.controller.stop()
+        for controller in self.controllers:
+            controller.stop()
         released = self._hand_back(self.buffer.close())
         running = self.buffer.running_count()
         logger.info("worker stopping: handed back %d buffered task(s), waiting for %d running",
@@ -166,13 +170,14 @@ class WorkerProcess:
             while thread.is_alive() and time.monotonic() < deadline:
                 thread.join(WATCH_INTERVAL_S)
                 self.watch()
-        self.controller.join(self.transport.claim_wait_s + 5)
+        for controller in self.controllers:
+            controller.join(self.transport.claim_wait_s + 5)
         if abandoned := self.buffer.running_count():
             logger.warning("grace period over: %d task(s) still running will be retried after "
                            "their heartbeat timeout", abandoned)
-        for writer in (self.starts, self.results):
-            writer.stop()
-            writer.join(max(deadline - time.monotonic(), 0) + 5)
+        # The results not written yet are flushed while the heartbeat still covers their tasks.
+        self.results.stop()
+        self.results.join(max(deadline - time.monotonic(), 0) + 5)
         self.heartbeat.stop()
         try:
             self.transport.deregister()

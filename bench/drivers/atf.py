@@ -84,7 +84,9 @@ def web_command(env: Env, port: int) -> Command:
     argv = [str(ATF_PYTHON.parent / "gunicorn"), "-c", "python:atf_project.gunicorn_conf",
             "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--chdir", str(ROOT),
             "atf_project.wsgi:application"]
-    return Command(role="api", argv=argv, env=variables(env))
+    # The bench measures what the API takes, not one team's share of it: one team sends it all.
+    return Command(role="api", argv=argv,
+                   env={**variables(env), "ATF_API_SCHEDULE_RATE_PER_TEAM": "0"})
 
 
 def remote_worker_commands(env: Env, api_url: str, token: str, *, processes: int = 1,
@@ -166,8 +168,9 @@ class Client:
 
     def close(self) -> None:
         import redis
-        from django.conf import settings
 
-        client = redis.Redis.from_url(settings.REDIS_URL)
+        from tasks_core.conf import redis_url
+
+        client = redis.Redis.from_url(redis_url())
         for key, dues in self.dues.items():
             client.hset(f"{key}:due", mapping=dues)

@@ -223,10 +223,7 @@ def _register_own_lambda(task: ATFTask) -> None:
         if name in _own_lambdas or name in registry.names():
             raise ImproperlyConfigured(f"{task.module_path}: lambda_name {name!r} is taken by "
                                        f"{_own_lambdas.get(name, 'another lambda')}")
-        options = {key: getattr(task, key) for key in (
-            "team", "max_attempts", "heartbeat_timeout", "backoff_base", "backoff_cap", "quota",
-            "timeout")}
-        registered = atf.register(name, **options)(_OwnLambda(task.module_path))
+        registered = atf.register(name, **task.lambda_options())(_OwnLambda(task.module_path))
         registered.reports_failures = True
         _own_lambdas[name] = task.module_path
 
@@ -286,11 +283,13 @@ class ATFBackend(BaseTaskBackend):
         options: dict[str, Any] = {
             "collection": getattr(task, "collection", None) or task.queue_name,
             "priority": priority_name(task.priority), "run_at": task.run_after,
-            "max_attempts": getattr(task, "max_attempts", None) or self.max_attempts,
+            "max_attempts": self.max_attempts,
         }
-        for key in ("timeout", "idempotency_key"):
-            if (value := getattr(task, key, None)) is not None:
-                options[key] = value
+        if isinstance(task, ATFTask):
+            options.update((key, value) for key, value in task.per_task_options().items()
+                           if value is not None)
+            if task.idempotency_key is not None:
+                options["idempotency_key"] = task.idempotency_key
         try:
             entity, created = scheduling.schedule(
                 scheduling.TaskRequest(lambda_of(task), payload, **options))

@@ -21,11 +21,12 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, cast
 
 from tasks_core.contrib.tasks_compat import InvalidTaskError, Task
+from tasks_core.lambda_options import BY_NAME, OPTIONS
 
 #: Options of a task in any lambda (schedule() options).
-TASK_OPTIONS = ("max_attempts", "timeout", "collection")
+TASK_OPTIONS = (*(option.name for option in OPTIONS if option.per_task), "collection")
 #: Options of a lambda: they need the task to run as a lambda of its own (`lambda_name`).
-LAMBDA_OPTIONS = ("team", "quota", "heartbeat_timeout", "backoff_base", "backoff_cap")
+LAMBDA_OPTIONS = ("team", *(option.name for option in OPTIONS if not option.per_task))
 #: Options given per enqueue, through `using()`.
 ENQUEUE_OPTIONS = ("idempotency_key",)
 
@@ -35,28 +36,39 @@ class ATFTask(Task):
     """A `@task` function with ATF's options (see the module's docstring)."""
 
     lambda_name: str | None = None
-    max_attempts: int | None = None
-    timeout: float | None = None
     collection: str | None = None
     team: str | None = None
-    quota: float | None = None
-    heartbeat_timeout: float | None = None
-    backoff_base: float | None = None
-    backoff_cap: float | None = None
     idempotency_key: str | None = None
+    #: The lambda options given (tasks_core.lambda_options declares them): (name, value) pairs.
+    option_values: tuple[tuple[str, Any], ...] = ()
 
     def __init__(self, **options: Any) -> None:
-        known = {f.name for f in fields(ATFTask)}
-        unknown = sorted(set(options) - known)
+        unknown = sorted(set(options) - {f.name for f in fields(ATFTask)} - set(BY_NAME))
         if unknown:
             raise TypeError(
                 f"@task got unknown option(s) {', '.join(unknown)}; the ATF backend takes "
                 f"{', '.join((*TASK_OPTIONS, 'lambda_name', *LAMBDA_OPTIONS))} (and "
                 "idempotency_key through using())")
-        base = {f.name for f in fields(Task)}
-        for name in known - base:
+        # `option_values` is given by dataclasses.replace (Task.using), the options by @task.
+        given = dict(options.pop("option_values", ()))
+        given.update((name, options.pop(name)) for name in BY_NAME if name in options)
+        object.__setattr__(self, "option_values", tuple(given.items()))
+        for name in {f.name for f in fields(ATFTask)} - {f.name for f in fields(Task)} - {
+                "option_values"}:
             object.__setattr__(self, name, options.pop(name, None))
         Task.__init__(self, **options)
+
+    def option(self, name: str) -> Any:
+        """The value given for the declared option `name`, or None."""
+        return dict(self.option_values).get(name)
+
+    def per_task_options(self) -> dict[str, Any]:
+        """The options given that a task of any lambda takes when it is scheduled."""
+        return {name: value for name, value in self.option_values if BY_NAME[name].per_task}
+
+    def lambda_options(self) -> dict[str, Any]:
+        """What its own lambda is registered with: its team and every option given."""
+        return {"team": self.team, **dict(self.option_values)}
 
     def using(self, *, idempotency_key: str | None = None, **changes: Any) -> ATFTask:
         """Django's `using()` (priority, queue_name, run_after, backend), and
@@ -68,23 +80,15 @@ class ATFTask(Task):
         """What is wrong with the ATF options, for the backend's validate_task."""
         errors = []
         if self.lambda_name is None:
-            needing = [name for name in LAMBDA_OPTIONS if getattr(self, name) is not None]
+            needing = [name for name in LAMBDA_OPTIONS
+                       if (self.team if name == "team" else self.option(name)) is not None]
             if needing:
                 errors.append(f"{', '.join(needing)} need the task to run as a lambda of its "
                               "own: give lambda_name too")
         elif not self.lambda_name.strip():
             errors.append("lambda_name must not be empty")
-        if self.max_attempts is not None and not (isinstance(self.max_attempts, int)
-                                                  and self.max_attempts >= 1):
-            errors.append("max_attempts must be a whole number of at least 1")
-        for name in ("quota", "heartbeat_timeout", "backoff_cap"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, int | float) and value > 0):
-                errors.append(f"{name} must be a number above 0")
-        for name in ("timeout", "backoff_base"):  # a timeout of 0 lifts the time limit
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, int | float) and value >= 0):
-                errors.append(f"{name} must be a number of seconds, 0 or more")
+        errors.extend(problem for name, value in self.option_values
+                      if value is not None and (problem := BY_NAME[name].code_problem(value)))
         return errors
 
 

@@ -14,7 +14,7 @@ from tasks_core.conf import atf_settings
 from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
 from tasks_core.store import backends, decisions, guarded, timeouts
-from tasks_core.store.values import ClaimedTask, Ending, Lease, Result
+from tasks_core.store.values import ClaimedTask, Ending, Lease, Result, Starts
 
 logger = logging.getLogger(__name__)
 
@@ -31,18 +31,29 @@ def _one_step(backend: backends.StoreBackend) -> contextlib.AbstractContextManag
 
 
 def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int],
-          now: datetime) -> list[ClaimedTask]:
+          now: datetime, start: bool = False) -> list[ClaimedTask]:
     """Claim the tasks of `messages` whose lease is current; stale messages are left out.
 
     Each claimed task gets a new lease, which its executor presents on every later write.
+    With `start` (tasks that go straight to idle executors) each is started in the same step,
+    enqueued -> processing, as `start_many` would start it: only those returned may run.
     """
     leases = list({m.task_id: Lease(m.task_id, m.lease) for m in messages}.values())
     lambda_ids = list(lambda_ids)
     if not leases or not lambda_ids:
         return []
+    backend = backends.current()
+    if start:
+        states.check_transition(TaskStatus.ENQUEUED, TaskStatus.PROCESSING)
+        assocs = {lambda_id: timeouts.assoc(TaskStatus.PROCESSING, lambda_id, now)
+                  for lambda_id in lambda_ids}
+        with _one_step(backend):
+            claimed, starts = backend.claim_and_start(leases, lambda_ids=lambda_ids,
+                                                      worker=worker, now=now, assocs=assocs)
+        _gated(starts, now)
+        return claimed
     # The claim timeout is the same for every lambda: one assoc change for the batch.
     assoc = timeouts.assoc(TaskStatus.CLAIMED, lambda_ids[0], now)
-    backend = backends.current()
     with _one_step(backend):
         return backend.claim(leases, lambda_ids=lambda_ids, worker=worker, now=now,
                              assoc=assoc)
@@ -65,6 +76,13 @@ def start_many(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
     backend = backends.current()
     with _one_step(backend):
         starts = backend.start(leases, assocs, now=now)
+    _gated(starts, now)
+    return [task.task_id in starts.started for task in tasks]
+
+
+def _gated(starts: Starts, now: datetime) -> None:
+    """What follows tasks a closed gate stopped at their start: a line in the log, and the
+    waiting children of a dropped parent cancelled."""
     if starts.held or starts.dropped:
         logger.info("gates stopped %d task(s) at their start: %d back to new, %d dropped",
                     len(starts.held) + len(starts.dropped), len(starts.held),
@@ -72,7 +90,6 @@ def start_many(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
         with transaction.atomic():
             for task_id in starts.dropped:  # a dropped parent cancels its waiting children
                 guarded.after_final(task_id, TaskStatus.DROPPED, now)
-    return [task.task_id in starts.started for task in tasks]
 
 
 def heartbeat(leases: Mapping[int, int], *, now: datetime) -> set[int]:
@@ -88,7 +105,8 @@ def heartbeat(leases: Mapping[int, int], *, now: datetime) -> set[int]:
 
 
 def release(tasks: Sequence[ClaimedTask], *, now: datetime) -> int:
-    """Hand claimed but unstarted tasks back (a stopping worker): due again at once."""
+    """Hand back tasks whose lambda never ran (a stopping worker): claimed ones, and ones
+    claimed and started at once (their attempt uncounted); due again at once."""
     with transaction.atomic():
         return backends.current().release([_lease(task) for task in tasks], now=now)
 

@@ -31,6 +31,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
+from tasks_core.conf import atf_settings
 from tests.conftest import ROOT, Processes, wait_for
 from tests.queue_servers import free_port
 
@@ -178,7 +179,7 @@ def shop_env() -> Iterator[dict[str, str]]:
     yield {
         "PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
         "PYTHONUNBUFFERED": "1", "REDIS_URL": settings.REDIS_URL,
-        "SHOP_QUEUE_PREFIX": f"{settings.ATF_QUEUE_PREFIX}-shop", "SHOP_DB_NAME": name,
+        "SHOP_QUEUE_PREFIX": f"{atf_settings.queue_prefix}-shop", "SHOP_DB_NAME": name,
         "SHOP_DB_HOST": db["HOST"], "SHOP_DB_PORT": str(db["PORT"]), "SHOP_DB_USER": db["USER"],
     }
     with psycopg.connect(**admin) as conn:

@@ -19,10 +19,11 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from tasks_core import atf
+from tasks_core.conf import atf_settings
 from tasks_core.models import Lambda, TaskEntity
 from tests.conftest import ROOT, Processes, wait_for
 from tests.factories import TaskFactory
-from tests.integration.test_api_support import member
+from tests.integration.tasks_api.test_api_support import member
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -36,7 +37,7 @@ def host_env(**overrides: str) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "tests.host_project.settings",
         "HOST_DB_NAME": db["NAME"], "HOST_DB_HOST": db["HOST"], "HOST_DB_PORT": str(db["PORT"]),
         "HOST_DB_USER": db["USER"], "REDIS_URL": settings.REDIS_URL,
-        "HOST_QUEUE_PREFIX": f"{settings.ATF_QUEUE_PREFIX}-host",
+        "HOST_QUEUE_PREFIX": f"{atf_settings.queue_prefix}-host",
     }
     env.update(overrides)
     return env

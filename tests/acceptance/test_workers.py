@@ -18,9 +18,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import redis
 from django.core.management import call_command
+from django.db import connection
 from django.utils import timezone
 
 from tasks_api.models import ApiToken, Scope
@@ -147,6 +149,51 @@ def test_at_least_once_and_never_concurrently_while_workers_are_killed(
     lost = TaskAttempt.objects.filter(outcome="lost")
     assert lost.exists()
     assert all(TaskEntity.objects.get(pk=a.task_id).attempts >= 2 for a in lost)
+
+
+def waiting_for(session: psycopg.Connection) -> int:
+    """How many sessions wait for a lock `session` holds (inside its open transaction, whose
+    statistics snapshot would otherwise stay as first read)."""
+    session.execute("SELECT pg_stat_clear_snapshot()")
+    return session.execute("SELECT count(*) FROM pg_stat_activity "
+                           "WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))").fetchone()[0]
+
+
+def test_a_result_not_yet_durable_when_its_worker_is_killed_costs_one_lost_attempt_and_a_rerun(
+        processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
+    # Given a worker, and a session that holds the attempts' table, so that no attempt's end
+    # can be written (a result's write waits for it; claims and heartbeats do not)
+    processes.start("runconsumer", env=env)
+    victim = workers.start("demo.record", "--threads", "1")
+    db = connection.settings_dict
+    with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"],
+                         dbname=db["NAME"]) as holder:
+        holder.execute("LOCK TABLE tasks_core_taskattempt IN EXCLUSIVE MODE")
+        # When the worker runs a task, its lambda returns (its executor is free, its result
+        # waits) and the worker is killed with SIGKILL
+        task = atf.schedule("demo.record", {"key": "demo:records", "seconds": 0.1})
+        wait_for(lambda: len(records()) == 1, message="the lambda to return")
+        wait_for(lambda: waiting_for(holder), message="the result's write to wait for it")
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        # (the sessions that waited for the table go with it, as a dead client's would)
+        holder.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))")
+        holder.rollback()
+    # Then the task is not lost: after its heartbeat timeout another worker runs it again
+    workers.start("demo.record", "--threads", "1")
+    wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="success").exists(),
+             timeout_s=60, message="the task to succeed on the second worker")
+    # ...after the first execution ended, never beside it; the killed attempt counts, as lost
+    # (a remote worker's last claim, a long poll the API answers after the worker died, may
+    # have started the task once more: that attempt is lost too, its lambda never ran)
+    first, second = sorted(records(), key=lambda line: line["start"])
+    attempts = TaskEntity.objects.get(pk=task.pk).attempts
+    assert (first["attempt"], second["attempt"]) == (1, attempts)
+    assert attempts == 2 or (workers.kind == "remote" and attempts == 3)
+    assert second["start"] > first["end"]
+    assert list(TaskAttempt.objects.filter(task_id=task.pk).values_list("outcome", flat=True)
+                ) == ["lost"] * (attempts - 1) + ["success"]
 
 
 def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere_and_comes_back(

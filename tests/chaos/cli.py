@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.chaos.failover import ReplicatedChaosDatabase
 from tests.chaos.faults import FAULTS
 from tests.chaos.services import ChaosDatabase, PrivateRedis, free_port, say
 
@@ -70,8 +71,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="seconds of steady load (soak; default %(default)s)")
     parser.add_argument("--fault-interval", type=float,
                         help="mean seconds between faults (soak: 0 = no faults)")
-    parser.add_argument("--faults", default=",".join(FAULTS),
-                        help="comma-separated faults to inject (default: all of them)")
+    parser.add_argument("--faults", default=None,
+                        help="comma-separated faults to inject (default: all of them; "
+                             "pg-failover only with --failover)")
+    parser.add_argument("--failover", choices=("sync", "async", "off"), default=None,
+                        help="run on a PostgreSQL 15 primary and a streaming standby of the "
+                             "run's own, with synchronous or asynchronous replication, and "
+                             "inject pg-failover (default: sync in long mode, off otherwise)")
     parser.add_argument("--task-seconds", type=float,
                         help="most demo.record tasks sleep up to this; a tenth up to 6x")
     parser.add_argument("--settle-timeout", type=float,
@@ -79,6 +85,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     parser.add_argument("--threads", type=int, default=8, help="executor threads per worker")
     parser.add_argument("--consumers", type=int, default=2, help="consumers (default 2)")
+    parser.add_argument("--remote-workers", type=int, default=2,
+                        help="remote worker processes (runworker --api), each on a worker host "
+                             "of its own: a network namespace (default 2)")
     parser.add_argument("--batch", type=int,
                         help="tasks per schedule call (default 100; soak: a fifth of the rate)")
     parser.add_argument("--max-backlog", type=int,
@@ -116,9 +125,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.max_backlog = 10**9 if args.mode == "soak" else 300
     if args.batch is None:
         args.batch = max(1, int(args.rate // 5)) if args.mode == "soak" else 100
+    if args.failover is None:
+        args.failover = "sync" if args.mode == "long" else "off"
+    if args.faults is None:
+        args.faults = ",".join(name for name in FAULTS
+                               if name != "pg-failover" or args.failover != "off")
     args.faults = [name.strip() for name in args.faults.split(",") if name.strip()]
     if unknown := sorted(set(args.faults) - set(FAULTS)):
         parser.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
+    if "pg-failover" in args.faults and args.failover == "off":
+        parser.error("pg-failover needs a standby: add --failover sync or --failover async")
     args.crash_every = max(1, args.tasks // max(3, args.tasks // 1000)) if args.tasks else 10**9
     return args
 
@@ -140,26 +156,29 @@ def main(argv: list[str] | None = None) -> int:
 
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="atf-chaos-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    database = ChaosDatabase(args.database, host=args.pg_host, port=args.pg_port,
-                             user=args.pg_user)
-    database.recreate()
+    if args.failover == "off":
+        database = ChaosDatabase(args.database, host=args.pg_host, port=args.pg_port,
+                                 user=args.pg_user)
+    else:
+        database = ReplicatedChaosDatabase(args.database, synchronous=args.failover == "sync")
     server = PrivateRedis(args.redis_port or free_port(), log_dir)
-    server.start()
-    env = {**os.environ, **CHILD_SETTINGS, **args.set, "DATABASE_URL": database.url,
-           "REDIS_URL": server.url}
-    # The runner itself is a Django process too, but quieter than its children.
-    os.environ.update({**env, "ATF_LOG_LEVEL": "WARNING"})
-    say(f"chaos {args.mode}: database {database.name}, redis port {server.port}, "
-        f"logs in {log_dir}")
     status = 1
     try:
+        database.recreate()
+        server.start()
+        env = {**os.environ, **CHILD_SETTINGS, **args.set, "DATABASE_URL": database.url,
+               "REDIS_URL": server.url}
+        # The runner itself is a Django process too, but quieter than its children.
+        os.environ.update({**env, "ATF_LOG_LEVEL": "WARNING"})
+        say(f"chaos {args.mode}: database {database.url} (failover: {args.failover}), redis "
+            f"port {server.port}, logs in {log_dir}")
         status = _run(args, env, database, server, log_dir)
     finally:
         server.stop()
         if status == 0 and not args.keep_database:
             database.drop()
         else:
-            say(f"database {database.name} kept for inspection")
+            say(f"database {database.name} kept for inspection ({database.keep()})")
     return status
 
 
@@ -180,16 +199,19 @@ def _run(args: argparse.Namespace, env: dict[str, str], database: ChaosDatabase,
 
     call_command("migrate", verbosity=0)
     token = api_token(env)
-    cluster = Cluster(env=env, database_host=args.pg_host, database_port=args.pg_port,
+    cluster = Cluster(env=env, database_nodes=database.nodes,
                       workers=args.workers, consumers=args.consumers, threads=args.threads,
-                      log_dir=log_dir,
+                      log_dir=log_dir, remote_workers=args.remote_workers, web_processes=2,
                       worker_token=api_token(env, "--worker", user="chaos-worker"))
-    cluster.start()
     try:
+        cluster.start()
         api = ApiClient(cluster.api_url, token) if token else None
         if api is not None and not api.answers():
             api = None
-        remote = "a remote worker (through the API) and " if cluster.remote_worker() else ""
+        remotes = len(cluster.remote_workers())
+        where = (f"on loopback ({cluster.no_hosts})" if cluster.no_hosts
+                 else "each on a host of its own")
+        remote = f"{remotes} remote worker(s) {where} and " if remotes else ""
         say(f"started API, {args.consumers} consumer(s), {remote}{args.workers} worker(s) x "
             f"{args.threads} thread(s); scheduling through the API: {'yes' if api else 'no'}")
         lab = Lab(cluster=cluster, redis=server, database=database, records=RecordSink(server),

@@ -4,9 +4,15 @@ Each worker is its own `runworker --processes 1` child, so the runner can SIGKIL
 it again. A watcher thread restarts any child that exits without the runner asking (a
 `demo.fail` crash task), and counts the exit codes it saw; a worker that cut itself off or
 met a hung lambda replaces itself (workers/replacement.py) and needs no restart.
-Worker 0 reaches PostgreSQL through a proxy (tests/proxy.py) so that its connection can be cut.
-With a worker token, one more worker is remote (`runworker --api`, on settings without a
-database) and reaches the API through a second proxy, so that its link can be cut too.
+Worker 0 reaches PostgreSQL through a proxy (tests/proxy.py) so that its connection can be cut;
+one per node when the run has a primary and a standby, so that its multi-host URL still finds
+the primary after a failover.
+With a worker token, `remote_workers` more workers are remote (`runworker --api`, on settings
+without a database), each on a worker host of its own: a network namespace with a veth link to
+this machine (tests/netns.py), which the runner can take down. A remote worker reaches the API
+through a proxy on its host's gateway (which the runner can cut, or hang), and the lambdas'
+Redis through another. Where namespaces cannot be made, remote workers run on loopback behind
+the same proxies, and the faults that need a host say why they cannot run.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tests import netns
 from tests.chaos.services import free_port, wait_until
 from tests.proxy import Proxy
 
@@ -78,16 +86,17 @@ class Child:
         """Whether this run of the child logged its ready line."""
         return self.alive() and bool(READY[self.role].search(self.log_text()))
 
-    def replaced(self) -> bool:
-        """Whether this run of the child ended its image and started a fresh one (same pid)."""
-        return self.alive() and REPLACED.search(self.log_text()) is not None
+    def replacements(self) -> int:
+        """How often this run of the child ended its image for a fresh one (same pid). A fault
+        compares it with the count before it: an earlier replacement proves nothing."""
+        return len(REPLACED.findall(self.log_text()))
 
     def back_after_replacement(self) -> bool:
-        """Whether the fresh image of a replaced child logged its ready line."""
+        """Whether the fresh image of the child's latest replacement logged its ready line."""
         text = self.log_text()
-        replaced = REPLACED.search(text)
-        return (replaced is not None and self.alive()
-                and READY[self.role].search(text, replaced.end()) is not None)
+        latest = text.rfind(REPLACED.pattern)
+        return (latest >= 0 and self.alive()
+                and READY[self.role].search(text, latest) is not None)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         wait_until(self.ready, timeout_s=timeout_s, what=f"{self.name} to start")
@@ -111,25 +120,81 @@ class Child:
             self.kill()
 
 
-class Cluster:
-    """The API, `consumers` consumers and `workers` worker processes of one run."""
+class RemoteHost:
+    """Where a remote worker runs: a worker host of its own (None: loopback), and its links
+    through proxies on the host's gateway: to the API, and to the lambdas' Redis."""
 
-    def __init__(self, *, env: Mapping[str, str], database_host: str, database_port: int,
+    def __init__(self, host: netns.WorkerHost | None, *, api_port: int, redis_url: str) -> None:
+        self.host = host
+        listen = host.gateway if host else "127.0.0.1"
+        self.api = Proxy("127.0.0.1", api_port, listen_host=listen)
+        redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+        self.redis = Proxy("127.0.0.1", redis_port, listen_host=listen)
+        self.redis_url = f"redis://{listen}:{self.redis.port}/0"
+        self.api_url = f"http://{listen}:{self.api.port}"
+
+    def command(self, argv: list[str]) -> list[str]:
+        return self.host.command(argv) if self.host else argv
+
+    def close(self) -> None:
+        self.api.close()
+        self.redis.close()
+        if self.host:
+            self.host.close()
+
+
+class Proxies:
+    """A proxy to each database node, cut and restored together."""
+
+    def __init__(self, nodes: Sequence[tuple[str, int]]) -> None:
+        self.each = [Proxy(host, port) for host, port in nodes]
+
+    @property
+    def netloc(self) -> str:
+        return ",".join(f"127.0.0.1:{proxy.port}" for proxy in self.each)
+
+    def cut(self) -> None:
+        for proxy in self.each:
+            proxy.cut()
+
+    def restore(self) -> None:
+        for proxy in self.each:
+            proxy.restore()
+
+    def close(self) -> None:
+        for proxy in self.each:
+            proxy.close()
+
+
+class Cluster:
+    """The API, `consumers` consumers, `workers` direct worker processes and (with a worker
+    token) `remote_workers` remote ones of one run."""
+
+    def __init__(self, *, env: Mapping[str, str], database_nodes: Sequence[tuple[str, int]],
                  workers: int, consumers: int, threads: int, log_dir: Path,
-                 api: bool = True, worker_token: str | None = None) -> None:
+                 api: bool = True, web_processes: int = 1, worker_token: str | None = None,
+                 remote_workers: int = 1) -> None:
         self.env = dict(env)
         self.log_dir = log_dir
-        self.proxy = Proxy(database_host, database_port)
+        self.proxy = Proxies(database_nodes)
         manage = [sys.executable, str(ROOT / "manage.py")]
         self.api_port = free_port()
-        self.api_proxy = Proxy("127.0.0.1", self.api_port)
         self.children: list[Child] = []
-        if api:  # the project's gunicorn config (gthread, a database pool), one process
+        #: Why remote workers run on loopback, not on hosts of their own (None: they do not).
+        self.no_hosts = netns.unavailable()
+        self.remote_hosts: dict[str, RemoteHost] = {}  #: by the remote worker child's name
+        remotes = [RemoteHost(None if self.no_hosts else netns.WorkerHost(),
+                              api_port=self.api_port, redis_url=self.env["REDIS_URL"])
+                   for _ in range(remote_workers if api and worker_token else 0)]
+        if api:  # the project's gunicorn config (gthread, a database pool)
             gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+            allowed = ",".join([self.env.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1"),
+                                *(remote.host.gateway for remote in remotes if remote.host)])
             self.children.append(Child("api", 0, [
                 gunicorn, "-c", "python:atf_project.gunicorn_conf", "atf_project.wsgi",
                 "--bind", f"127.0.0.1:{self.api_port}", "--log-level", "info",
-            ], {**self.env, "WEB_CONCURRENCY": "1", "ATF_WEB_THREADS": "32"}, log_dir))
+            ], {**self.env, "WEB_CONCURRENCY": str(web_processes), "ATF_WEB_THREADS": "32",
+                "DJANGO_ALLOWED_HOSTS": allowed}, log_dir))
         for index in range(consumers):
             self.children.append(Child("consumer", index, [*manage, "runconsumer"], self.env,
                                        log_dir))
@@ -140,37 +205,53 @@ class Cluster:
             self.children.append(Child("worker", index, [
                 *manage, "runworker", "--processes", "1", "--threads", str(threads),
             ], env, log_dir))
-        if api and worker_token:
-            host_env = {key: value for key, value in self.env.items() if key != "DATABASE_URL"}
-            self.children.append(Child("worker", workers, [
+        host_env = {key: value for key, value in self.env.items() if key != "DATABASE_URL"}
+        for index, remote in enumerate(remotes, start=workers):
+            child = Child("worker", index, remote.command([
                 *manage, "runworker", "--processes", "1", "--threads", str(threads),
-                "--api", f"http://127.0.0.1:{self.api_proxy.port}",
-            ], {**host_env, "DJANGO_SETTINGS_MODULE": "tests.remote_worker_settings",
-                "ATF_API_TOKEN": worker_token}, log_dir))
+                "--api", remote.api_url,
+            ]), {**host_env, "DJANGO_SETTINGS_MODULE": "tests.remote_worker_settings",
+                 "ATF_API_TOKEN": worker_token or "", "REDIS_URL": remote.redis_url}, log_dir)
+            self.children.append(child)
+            self.remote_hosts[child.name] = remote
         self.exits: Counter[str] = Counter()  #: "<role> exit <code>" seen by the watcher
         self._lock = threading.Lock()
         self._watching = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="ChildWatcher", daemon=True)
 
     def _through_proxy(self, url: str) -> str:
-        return re.sub(r"@[^/]+/", f"@127.0.0.1:{self.proxy.port}/", url)
+        return re.sub(r"@[^/]+/", f"@{self.proxy.netloc}/", url)
 
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
 
-    def remote_worker(self) -> Child | None:
-        """The worker that reaches ATF through the API, if the run has one."""
-        return next((child for child in self.role("worker") if "--api" in child.command), None)
+    def remote_workers(self) -> list[tuple[Child, RemoteHost]]:
+        """The workers that reach ATF through the API, with their hosts."""
+        return [(child, self.remote_hosts[child.name]) for child in self.role("worker")
+                if child.name in self.remote_hosts]
+
+    def api_answers(self) -> bool:
+        """Whether the API answers its health check now."""
+        try:
+            with urllib.request.urlopen(f"{self.api_url}/healthz", timeout=2) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
 
     def role(self, role: str) -> list[Child]:
         return [child for child in self.children if child.role == role]
 
     def start(self) -> None:
-        for child in self.children:
-            child.start()
-        for child in self.children:
-            child.wait_ready()
+        """The API first (remote workers ask it for their lambdas as they start), then the rest."""
+        for api_first in (True, False):
+            started = [child for child in self.children if (child.role == "api") == api_first]
+            for child in started:
+                child.start()
+            for child in started:
+                child.wait_ready()
+            if api_first and started:
+                wait_until(self.api_answers, timeout_s=60, what="the API to answer")
         self._watching.set()
         self._watcher.start()
 
@@ -218,7 +299,13 @@ class Cluster:
         for child in self.children:
             child.terminate(timeout_s=15)
         self.proxy.close()
-        self.api_proxy.close()
+        for remote in self.remote_hosts.values():
+            remote.close()
+
+
+def web_processes(api: Child) -> set[int]:
+    """The pids of the API's gunicorn worker processes (its master's children)."""
+    return set(_process_tree().get(api.pid or 0, []))
 
 
 def _process_tree() -> dict[int, list[int]]:

@@ -9,24 +9,25 @@ detail.
 from __future__ import annotations
 
 import logging
+import os
 import random
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from django.db import DatabaseError
 
-from tests.chaos.cluster import READY, Child, Cluster
+from tests.chaos.cluster import Child, Cluster, RemoteHost, web_processes
+from tests.chaos.failover import pg_failover
 from tests.chaos.load import Victims
 from tests.chaos.records import RecordSink
 from tests.chaos.services import ChaosDatabase, PrivateRedis, wait_until
-from tests.proxy import Proxy
 from workers import db
 
 logger = logging.getLogger(__name__)
 
-#: A worker's ready line (after its replacement's line, in `worker-hang`).
-READY_AFTER = READY["worker"]
 #: Seconds a paused gate stays paused, and a stopped Redis stays down.
 PAUSE_S = 2.0
 REDIS_DOWN_S = 1.0
@@ -129,21 +130,47 @@ def db_cut(lab: Lab, event: FaultEvent) -> None:
     The worker must end its lambdas (it replaces itself) within three heartbeat intervals
     (plus slack for a loaded machine), and serve again once the runner restores the proxy.
     """
-    _cut(lab, event, lab.cluster.role("worker")[0], lab.cluster.proxy)
+    proxy = lab.cluster.proxy
+    _cut(lab, event, lab.cluster.role("worker")[0], proxy.cut, proxy.restore)
+
+
+def _remote_worker(lab: Lab, event: FaultEvent, *, on_a_host: bool
+                   ) -> tuple[Child, RemoteHost] | None:
+    """A remote worker (on a host of its own when `on_a_host`) picked at random; None, with
+    the event failed and saying why, when the run has none."""
+    remotes = [(child, remote) for child, remote in lab.cluster.remote_workers()
+               if remote.host or not on_a_host]
+    if remotes:
+        return lab.rng.choice(remotes)
+    event.ok = False
+    if not lab.cluster.remote_workers():
+        event.detail = "the run has no remote worker (no API token)"
+    else:
+        event.detail = f"no worker host of its own: {lab.cluster.no_hosts}"
+    return None
 
 
 def api_cut(lab: Lab, event: FaultEvent) -> None:
-    """Cut the remote worker's link to the API for over 3 heartbeats: as db-cut, it must
-    replace itself, its tasks run again elsewhere, and it comes back."""
-    child = lab.cluster.remote_worker()
-    if child is None:
-        event.ok = False
-        event.detail = "the run has no remote worker (no API token)"
-        return
-    _cut(lab, event, child, lab.cluster.api_proxy)
+    """Cut a remote worker's link to the API (its proxy stops forwarding) for over 3
+    heartbeats: as db-cut, it must replace itself, its tasks run again elsewhere, and it comes
+    back."""
+    if picked := _remote_worker(lab, event, on_a_host=False):
+        child, remote = picked
+        _cut(lab, event, child, remote.api.cut, remote.api.restore)
 
 
-def _cut(lab: Lab, event: FaultEvent, child: Child, proxy: Proxy) -> None:
+def link_down(lab: Lab, event: FaultEvent) -> None:
+    """Take a remote worker's host off the network (`ip link set <veth> down`) for over 3
+    heartbeats: its connections hang, to the API and to the lambdas' Redis alike. As api-cut,
+    it must replace itself and come back once the link is up."""
+    if picked := _remote_worker(lab, event, on_a_host=True):
+        child, remote = picked
+        assert remote.host is not None
+        _cut(lab, event, child, remote.host.link_down, remote.host.link_up)
+
+
+def _cut(lab: Lab, event: FaultEvent, child: Child, cut: Callable[[], None],
+         restore: Callable[[], None]) -> None:
     """Cut `child`'s link for over three heartbeats: it must end its lambdas within three
     heartbeat intervals (plus slack for a loaded machine) by replacing itself with a fresh
     image, which serves again once the link is restored."""
@@ -151,16 +178,18 @@ def _cut(lab: Lab, event: FaultEvent, child: Child, proxy: Proxy) -> None:
     if not child.alive():
         child.start()
     child.wait_ready()
-    proxy.cut()
+    before = child.replacements()
+    cut()
     cut_at = time.monotonic()
     deadline = cut_at + 3 * lab.heartbeat_interval_s + 5.0
-    while child.alive() and not child.replaced() and time.monotonic() < deadline:
+    while (child.alive() and child.replacements() == before
+           and time.monotonic() < deadline):
         time.sleep(0.05)
     ended_after_s = time.monotonic() - cut_at
-    replaced = child.replaced()
+    replaced = child.alive() and child.replacements() > before
     # Keep it cut for longer than three heartbeats, whatever happened.
     time.sleep(max(0.0, cut_at + 4 * lab.heartbeat_interval_s - time.monotonic()))
-    proxy.restore()
+    restore()
     if replaced:
         try:
             back = bool(wait_until(child.back_after_replacement, timeout_s=60.0,
@@ -180,6 +209,78 @@ def _cut(lab: Lab, event: FaultEvent, child: Child, proxy: Proxy) -> None:
     lab.cluster.release(child)
 
 
+def link_hang(lab: Lab, event: FaultEvent) -> None:
+    """Every connection a remote worker has open to the API stops forwarding for good, without
+    closing; new connections flow. Its calls must time out within the heartbeat budget and go
+    again on fresh connections: it must not replace itself, and a heartbeat must get through
+    after the hung calls' timeout."""
+    from tasks_core.models import Worker  # the CLI lists FAULTS before Django is set up
+
+    if not (picked := _remote_worker(lab, event, on_a_host=False)):
+        return
+    child, remote = picked
+    lab.cluster.hold(child)
+    try:
+        child.wait_ready()
+        replaced_before = child.replacements()
+        hung, hung_at = remote.api.hang(), time.time()
+        # A heartbeat that reached the API before the hang may be seen at once; a later one
+        # came over a fresh connection after a hung call's timeout (one interval).
+        after = datetime.fromtimestamp(hung_at + lab.heartbeat_interval_s, tz=UTC)
+
+        def heard() -> bool:
+            return bool(with_db(lambda: Worker.objects.filter(
+                pid=child.pid, last_seen__gt=after).exists()))
+
+        try:
+            wait_until(heard, timeout_s=30.0, what=f"a heartbeat of {child.name}")
+            took_s = time.time() - hung_at
+        except RuntimeError:
+            took_s = None
+        replaced = child.replacements() > replaced_before
+        event.ok = took_s is not None and not replaced and child.alive()
+        event.detail = (f"{child.name}: {hung} connection(s) hung; "
+                        + ("replaced itself" if replaced else "went on without replacing itself")
+                        + (f", heard again after {took_s:.1f}s" if took_s is not None
+                           else ", NOT heard again within 30s"))
+    finally:
+        lab.cluster.release(child)
+
+
+def api_restart(lab: Lab, event: FaultEvent) -> None:
+    """Restart the API under load as a rolling deploy does: one of its gunicorn processes
+    (SIGTERM; the master starts another), then all of them (SIGHUP). It must answer again,
+    and every remote worker that replaced itself (a restart longer than its heartbeat budget)
+    must serve again."""
+    api = lab.cluster.role("api")[0]
+    remotes = [child for child, _remote in lab.cluster.remote_workers()]
+    before = {child.name: child.replacements() for child in remotes}
+    started_s = time.monotonic()
+    first = web_processes(api)
+    os.kill(min(first), signal.SIGTERM)
+    wait_until(lambda: len(web_processes(api) - first) == 1, timeout_s=60.0,
+               what="a new API process")
+    wait_until(lab.cluster.api_answers, timeout_s=60.0, what="the API to answer")
+    second = web_processes(api)
+    os.kill(api.pid, signal.SIGHUP)
+    wait_until(lambda: len(web_processes(api)) == len(second)
+               and not web_processes(api) & second, timeout_s=60.0,
+               what="new API processes after the reload")
+    wait_until(lab.cluster.api_answers, timeout_s=60.0, what="the API to answer")
+    back_s = time.monotonic() - started_s
+    replaced = [child for child in remotes
+                if child.replacements() > before[child.name]]
+    try:
+        for child in replaced:
+            wait_until(child.back_after_replacement, timeout_s=60.0,
+                       what=f"{child.name} to serve again")
+    except RuntimeError as exc:
+        event.ok = False
+        event.detail = f"{exc}; "
+    event.detail += (f"one API process, then all restarted in {back_s:.1f}s; "
+                     f"{len(replaced)} of {len(remotes)} remote worker(s) replaced themselves")
+
+
 #: The collection of the hung task of `worker-hang`: left out of the checks, as a dropped one.
 HANG_COLLECTION = "hang"
 
@@ -191,21 +292,19 @@ def worker_hang(lab: Lab, event: FaultEvent) -> None:
     from tasks_core import atf
 
     workers = [child for child in lab.cluster.role("worker") if child.alive()]
-    before = {child.name: child.log_text().count("replacing this worker process")
-              for child in workers}
+    before = {child.name: child.replacements() for child in workers}
     task = with_db(lambda: atf.schedule("demo.hang", {"seconds": 3600}, timeout=1,
                                         max_attempts=1, collection=HANG_COLLECTION))
     lab.victims.dropped.append(HANG_COLLECTION)
 
     def replaced() -> Child | None:
-        return next((child for child in workers if child.log_text().count(
-            "replacing this worker process") > before[child.name]), None)
+        return next((child for child in workers
+                     if child.replacements() > before[child.name]), None)
 
     try:
         child = wait_until(replaced, timeout_s=60.0, what="a worker to replace itself")
-        back = bool(wait_until(lambda: READY_AFTER.search(child.log_text().rsplit(
-            "replacing this worker process", 1)[-1]), timeout_s=60.0,
-            what=f"{child.name} to serve again"))
+        back = bool(wait_until(child.back_after_replacement, timeout_s=60.0,
+                               what=f"{child.name} to serve again"))
     except RuntimeError as exc:
         event.ok = False
         event.detail = f"task {task.pk}: {exc}"
@@ -215,10 +314,11 @@ def worker_hang(lab: Lab, event: FaultEvent) -> None:
 
 
 def pg_restart(lab: Lab, event: FaultEvent) -> None:
-    """Terminate every backend of the chaos database; a real server restart only when asked."""
-    if lab.pg_restart_command:
-        lab.database.restart_server(lab.pg_restart_command)
-        event.detail = f"server restarted with {lab.pg_restart_command!r}"
+    """Terminate every backend of the chaos database; a real server restart only when asked,
+    or when the server is the run's own (--failover)."""
+    if lab.pg_restart_command or lab.database.owns_server:
+        how = lab.database.restart_server(lab.pg_restart_command)
+        event.detail = f"server restarted: {how}"
         return
     ended = lab.database.terminate_backends()
     event.detail = f"pg_terminate_backend on {ended} connection(s) of {lab.database.name}"
@@ -250,7 +350,11 @@ FAULTS: dict[str, Callable[[Lab, FaultEvent], None]] = {
     "redis-restart": redis_restart,
     "db-cut": db_cut,
     "api-cut": api_cut,
+    "link-down": link_down,
+    "link-hang": link_hang,
+    "api-restart": api_restart,
     "pg-restart": pg_restart,
+    "pg-failover": pg_failover,
     "worker-hang": worker_hang,
     "gate-pause": gate_pause,
     "collection-drop": collection_drop,

@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 #: The Redis list demo.record appends to.
 RECORDS_KEY = "demo:chaos:records"
+#: Each task's idempotency key is this and its number: which acknowledged schedule vanished.
+KEY_PREFIX = "chaos-"
 #: Attempts every chaos task may take: the faults, not the attempt limit, are under test.
 MAX_ATTEMPTS = 20
 #: Collections of ordinary demo.record tasks.
@@ -77,7 +79,7 @@ def make_call(index: int, rng: random.Random, mix: Mix, victims: Victims) -> dic
         "priority": rng.choice(PRIORITIES),
         "collection": rng.choice(COLLECTIONS),
         "max_attempts": MAX_ATTEMPTS,
-        "idempotency_key": f"chaos-{index}",
+        "idempotency_key": f"{KEY_PREFIX}{index}",
     }
     longest = 6 * mix.seconds if rng.random() < 0.1 else mix.seconds
     seconds = rng.uniform(0, longest)

@@ -90,8 +90,9 @@ def run_chaos(args: Namespace, lab: Lab, api: ApiClient | None) -> int:
     settle(args.settle_timeout)
     time.sleep(1.0)  # the last records reach Redis after their task's result
     lab.records.stop()
-    report = faults.with_db(lambda: verify.check(lab.records.executions, lab.events,
-                                                  lab.victims.dropped))
+    report = faults.with_db(lambda: verify.check(
+        lab.records.executions, lab.events, lab.victims.dropped, scheduled=loader.scheduled,
+        promotions=lab.database.promotions))
     injected = Counter(event.name for event in lab.events)
     say("faults injected: " + ", ".join(f"{name} x{n}" for name, n in sorted(injected.items())))
     for event in lab.events:

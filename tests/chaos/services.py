@@ -14,9 +14,13 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import redis
+
+if TYPE_CHECKING:
+    from tests.chaos.failover import Promotion  # which imports this module
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +108,8 @@ class ChaosDatabase:
         self.name = name
         self.host, self.port, self.user = host, port, user
         self.url = f"postgres://{user}@{host}:{port}/{name}"
+        #: Failovers of the database (only a primary with a standby has any).
+        self.promotions: list[Promotion] = []
 
     def _admin(self, attempts: int = 20) -> psycopg.Connection:
         """A connection to the server's `postgres` database, retried a while: a shared server
@@ -117,6 +123,15 @@ class ChaosDatabase:
                     raise
                 time.sleep(0.25)
         raise AssertionError("unreachable")
+
+    @property
+    def nodes(self) -> list[tuple[str, int]]:
+        """Host and port of each server the URL names (one here)."""
+        return [(self.host, self.port)]
+
+    def keep(self) -> str:
+        """Leave the database for inspection; where it is."""
+        return f"{self.host}:{self.port}"
 
     def recreate(self) -> None:
         with self._admin() as conn:
@@ -136,10 +151,17 @@ class ChaosDatabase:
             ).fetchall()
         return sum(1 for (ended,) in rows if ended)
 
-    def restart_server(self, command: str) -> None:
-        """Restart the whole PostgreSQL server with the operator's command (never by default)."""
+    #: Whether the server belongs to the run, which may then restart it without being asked.
+    owns_server = False
+
+    def restart_server(self, command: str | None) -> str:
+        """Restart the whole PostgreSQL server with the operator's command (never by default);
+        how it was done."""
+        if command is None:
+            raise ValueError("a shared server is restarted only with --pg-restart-command")
         subprocess.run(shlex.split(command), check=True, timeout=120)
         wait_until(self._accepts, timeout_s=60, what="PostgreSQL to accept connections again")
+        return repr(command)
 
     def _accepts(self) -> bool:
         try:

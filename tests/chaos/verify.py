@@ -8,6 +8,9 @@
 - ran_after_finish: recorded executions that started after their task's finished_at.
 - delivery latency: first attempt's start minus run_at, for all tasks and for tasks that
   became due during a fault (from its start to RECOVERY_S after its end).
+- vanished: schedules the loader was told were done (each has its idempotency key
+  `chaos-<n>`) that are not in the store at the end: what an asynchronous failover loses.
+- time to full speed after each failover (tests/chaos/recovery.py).
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from django.db.models import Count, Min
 
 from tasks_core import states
 from tasks_core.models import TaskAttempt, TaskEntity
+from tests.chaos.failover import Promotion
 from tests.chaos.faults import FaultEvent
+from tests.chaos.load import KEY_PREFIX
 from tests.chaos.records import Execution
+from tests.chaos.recovery import time_to_full_speed
 
 #: Seconds after a fault during which a task that became due still counts as "during faults".
 RECOVERY_S = 6.0
@@ -76,16 +82,21 @@ class Report:
     latency_faults: dict[str, float] = field(default_factory=dict)
     faults_ok: int = 0
     faults: int = 0
+    vanished: list[int] = field(default_factory=list)  #: acknowledged schedules' numbers
+    full_speed_s: list[float | None] = field(default_factory=list)  #: one per failover
 
     @property
     def failed(self) -> bool:
         return bool(self.lost or self.not_success or self.overlapping or self.ran_after_finish
-                    or self.faults_ok < self.faults)
+                    or self.vanished or self.faults_ok < self.faults)
 
     def lines(self) -> list[str]:
         out = [f"tasks: {self.tasks}; in dropped collections: {self.dropped_collections}"]
         if self.lost:
             out.append(f"LOST (not final): {self.lost[:20]}")
+        if self.vanished:
+            out.append(f"VANISHED (acknowledged, then gone from the store): "
+                       f"{len(self.vanished)} schedule(s), numbers {self.vanished[:20]}")
         if self.not_success:
             out.append(f"NOT SUCCESS outside dropped collections: {self.not_success}")
         for first, second in self.overlapping[:10]:
@@ -97,6 +108,11 @@ class Report:
                        f"started {run.start:.3f}")
         out.append(f"delivery latency, all tasks:    {format_ms(self.latency_all)}")
         out.append(f"delivery latency, during faults: {format_ms(self.latency_faults)}")
+        if self.full_speed_s:
+            out.append("time to full speed after a failover: " + ", ".join(
+                "not reached" if s is None else f"{s:.1f}s" for s in self.full_speed_s)
+                + (" (not reached: the fleet stayed slower, or the load ended first)"
+                   if None in self.full_speed_s else ""))
         return out
 
     def summary(self) -> str:
@@ -107,7 +123,10 @@ class Report:
                 f"faults={self.faults_ok}/{self.faults} "
                 f"p50_ms={self.latency_all.get('p50', 0) * 1000:.0f} "
                 f"p99_ms={self.latency_all.get('p99', 0) * 1000:.0f} "
-                f"faults_p99_ms={self.latency_faults.get('p99', 0) * 1000:.0f}")
+                f"faults_p99_ms={self.latency_faults.get('p99', 0) * 1000:.0f}"
+                + (f" vanished={len(self.vanished)} full_speed_s="
+                   + ",".join("-" if s is None else f"{s:.1f}" for s in self.full_speed_s)
+                   if self.full_speed_s else ""))
 
 
 def unfinished() -> int:
@@ -116,8 +135,10 @@ def unfinished() -> int:
 
 
 def check(executions: Sequence[Execution], events: Sequence[FaultEvent],
-          dropped: Iterable[str]) -> Report:
-    """Run every check against the store and the recorded executions."""
+          dropped: Iterable[str], *, scheduled: int = 0,
+          promotions: Sequence[Promotion] = ()) -> Report:
+    """Run every check against the store and the recorded executions; `scheduled` tasks were
+    acknowledged to the loader, and the database failed over at each of `promotions`."""
     dropped = set(dropped)
     report = Report(faults=len(events), faults_ok=sum(event.ok for event in events))
     rows = list(TaskEntity.objects.values_list("pk", "lambda_ref__name", "collection", "status",
@@ -147,7 +168,20 @@ def check(executions: Sequence[Execution], events: Sequence[FaultEvent],
         if name == "demo.record" and status == "success" and pk not in recorded
     )
     _latencies(report, rows, events)
+    report.vanished = _vanished(scheduled)
+    finished = [at.timestamp() for *_rest, at in rows if at is not None]
+    report.full_speed_s = [time_to_full_speed(finished, started=promotion.started,
+                                              ended=promotion.promoted)
+                           for promotion in promotions]
     return report
+
+
+def _vanished(scheduled: int) -> list[int]:
+    """Numbers of the loader's first `scheduled` tasks whose idempotency key is not stored."""
+    keys = TaskEntity.objects.filter(idempotency_key__startswith=KEY_PREFIX).values_list(
+        "idempotency_key", flat=True)
+    stored = {int(key.removeprefix(KEY_PREFIX)) for key in keys}
+    return [number for number in range(scheduled) if number not in stored]
 
 
 def _latencies(report: Report, rows: Sequence[tuple], events: Sequence[FaultEvent]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_api_support import Member, member
+from tests.integration.tasks_api.test_api_support import Member, member
 
 
 @pytest.fixture

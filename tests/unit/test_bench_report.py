@@ -31,11 +31,19 @@ def test_enqueue_target_needs_both_the_commit_limit_and_procrastinate():
     assert met(800, {}) is None  # nothing to compare with
 
 
-def test_drain_target_is_four_fifths_of_the_faster_redis_peer():
+def test_drain_target_is_the_faster_redis_peer():
     met = _metric("drain").met
     summaries = {"huey": {"drain": _summary(1600)}, "dramatiq": {"drain": _summary(3700)}}
-    assert met(2960, summaries) is True
-    assert met(2959, summaries) is False
+    assert met(3700, summaries) is True
+    assert met(3699, summaries) is False
+
+
+def test_remote_drain_target_is_four_fifths_of_the_direct_one():
+    met = _metric("drain_remote").met
+    summaries = {"atf": {"drain": _summary(1500)}}
+    assert met(1200, summaries) is True
+    assert met(1199, summaries) is False
+    assert met(1200, {}) is None
 
 
 def test_the_atf_cell_shows_its_share_of_the_limit():

@@ -24,11 +24,11 @@ def test_the_controller_claims_only_for_executors_with_nothing_to_run_next() -> 
     buffer.put([task(1), task(2)])
     assert buffer.free_slots() == 0  # buffered tasks fill the slots
     first, second = buffer.take(timeout_s=0), buffer.take(timeout_s=0)
-    assert buffer.free_slots() == 0  # an executor waiting for its start still holds a slot
+    assert buffer.free_slots() == 0  # an executor that took a task holds its slot
     buffer.begin(first, 0.0, thread_id=0)
     buffer.begin(second, 0.0, thread_id=0)
     assert buffer.free_slots() == 0
-    # The first lambda returns: while its result is written, its executor counts as free
+    # The first lambda returns: its executor is free while its result is written
     assert buffer.finishing(first).discard is False
     assert buffer.free_slots() == 1
     buffer.put([task(3)])
@@ -36,6 +36,38 @@ def test_the_controller_claims_only_for_executors_with_nothing_to_run_next() -> 
     # The write ends: the slot was already handed on, so nothing more is free
     buffer.end(first)
     assert buffer.free_slots() == 0
+
+
+def test_two_claims_in_flight_never_claim_for_the_same_free_executor() -> None:
+    buffer = WorkBuffer(priorities=PRIORITIES, executors=3)
+    # One controller's claim takes every free slot; another's finds none
+    assert buffer.reserve() == 3
+    assert buffer.reserve() == 0
+    assert buffer.free_slots() == 0
+    # The claim brings back fewer tasks than it asked for: the rest are free again
+    buffer.put([task(1)], reserved=3)
+    assert buffer.free_slots() == 2
+    assert buffer.reserve() == 2
+    buffer.put([], reserved=2)  # a claim that found nothing
+    assert buffer.free_slots() == 2
+
+
+def test_leases_cover_every_task_whose_end_is_not_durable() -> None:
+    buffer = WorkBuffer(priorities=PRIORITIES, executors=3)
+    buffer.put([task(1), task(2), task(3)])
+    running, finished = buffer.take(timeout_s=0), buffer.take(timeout_s=0)
+    buffer.begin(running, 0.0, thread_id=0)
+    buffer.begin(finished, 0.0, thread_id=0)
+    buffer.finishing(finished)
+    # Waiting (started at its claim), running, and finished with its result being written
+    assert set(buffer.leases()) == {1, 2, 3}
+    # A heartbeat that finds the finished one's lease gone leaves it alone (its result write
+    # tells), and drops the waiting one unrun
+    assert {t.task_id for t in buffer.mark_lost({2, 3})} == {3}
+    assert buffer.take(timeout_s=0) is None
+    # Once its result is durable, the finished one is no longer renewed
+    buffer.end(finished)
+    assert set(buffer.leases()) == {1}
 
 
 def test_a_task_that_never_started_gives_its_slot_back() -> None:

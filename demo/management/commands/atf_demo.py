@@ -33,6 +33,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from tasks_core import atf, lambda_sync
+from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from workers import checks
 
@@ -50,10 +51,10 @@ NEW_RECORD = re.compile(r"^(\d{4}-\d\d-\d\d[ T]|\[\d{4}-)")
 def demo_calls(tick: int, rng: random.Random) -> list[dict[str, Any]]:
     """The tasks scheduled at the `tick`-th round: quick ones at every priority, sleeps, delayed
     tasks, and failures that succeed after retries, fail for good, or end in the dead letters."""
-    high, low = settings.ATF_PRIORITIES[0], settings.ATF_PRIORITIES[-1]
+    high, low = atf_settings.priorities[0], atf_settings.priorities[-1]
     calls: list[dict[str, Any]] = [
         {"lambda": "demo.noop", "collection": "web",
-         "priority": rng.choice(settings.ATF_PRIORITIES)},
+         "priority": rng.choice(atf_settings.priorities)},
         {"lambda": "demo.noop", "collection": "web", "priority": high},
         {"lambda": "demo.sleep", "payload": {"seconds": round(rng.uniform(0.2, 2.0), 2)},
          "collection": "reports", "priority": low},
@@ -294,7 +295,7 @@ class Command(BaseCommand):
                    if c.process is not None and c.process.poll() is None]
         for _child, process in running:
             process.terminate()
-        deadline = time.monotonic() + settings.ATF_SHUTDOWN_GRACE_S + 5
+        deadline = time.monotonic() + atf_settings.shutdown_grace_s + 5
         signals_at_start = self.signals  # one more signal: kill at once
         for child, process in running:
             while (child.exit_code() is None and time.monotonic() < deadline

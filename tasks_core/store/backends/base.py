@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from tasks_core import directory
 from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
 from tasks_core.store.values import (
@@ -114,6 +115,20 @@ class StoreBackend(ABC):
         goes back to `new`, due at once (no attempt counted: the consumer leaves it while the
         gate stays paused); where one is dropped, the task ends `dropped`."""
 
+    def claim_and_start(self, leases: Sequence[Lease], *, lambda_ids: list[int], worker: str,
+                        now: datetime,
+                        assocs: Mapping[int, AssocChange]) -> tuple[list[ClaimedTask], Starts]:
+        """enqueued -> processing at once, for tasks that go straight to an idle executor: the
+        claim's new lease and the start's attempt and gates, in one step (`assocs`: the
+        processing assoc change of each lambda id). The started tasks (in id order), and what
+        the gates did. Here a claim and then a start; a backend may do it in one statement."""
+        claimed = self.claim(leases, lambda_ids=lambda_ids, worker=worker, now=now,
+                             assoc=next(iter(assocs.values())))
+        starts = self.start([Lease(task.task_id, task.lease) for task in claimed],
+                            {task.task_id: assocs[directory.by_name(task.lambda_name).id]
+                             for task in claimed}, now=now)
+        return [task for task in claimed if task.task_id in starts.started], starts
+
     @abstractmethod
     def heartbeat(self, leases: Sequence[Lease], *, now: datetime,
                   assoc_for: Callable[[int], AssocChange]) -> set[int]:
@@ -122,7 +137,9 @@ class StoreBackend(ABC):
 
     @abstractmethod
     def release(self, leases: Sequence[Lease], *, now: datetime) -> int:
-        """claimed -> new, due at once, where the lease is current; how many."""
+        """claimed -> new, due at once, where the lease is current; how many. A task claimed
+        and started at once (`processing`) that its worker never ran goes back the same way,
+        its attempt uncounted."""
 
     @abstractmethod
     def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:

@@ -38,12 +38,13 @@ def _assoc(change: AssocChange) -> dict[str, Any]:
     return {"status": change.status, "next_trigger_at": change.next_trigger_at}
 
 
-def _current(leases: Sequence[Lease], status: TaskStatus, **filters: Any) -> list[int]:
-    """Lock the tasks of `leases` that are in `status` with that lease, in id order; their ids."""
+def _current(leases: Sequence[Lease], *statuses: TaskStatus, **filters: Any) -> list[int]:
+    """Lock the tasks of `leases` that are in one of `statuses` with that lease, in id order;
+    their ids."""
     wanted = {lease.task_id: lease.lease for lease in leases}
     rows = (
         TaskEntity.objects.select_for_update()
-        .filter(pk__in=list(wanted), status=status, **filters)
+        .filter(pk__in=list(wanted), status__in=statuses, **filters)
         .order_by("pk")
         .values_list("pk", "lease")
     )
@@ -241,7 +242,9 @@ class OrmBackend(StoreBackend):
         return set(alive)
 
     def release(self, leases: Sequence[Lease], *, now: datetime) -> int:
-        ids = _current(leases, TaskStatus.CLAIMED)
+        ids = _current(leases, TaskStatus.CLAIMED, TaskStatus.PROCESSING)
+        TaskEntity.objects.filter(pk__in=ids, status=TaskStatus.PROCESSING).update(
+            attempts=F("attempts") - 1)
         TaskEntity.objects.filter(pk__in=ids).update(status=TaskStatus.NEW, worker="")
         TaskAssoc.objects.filter(task_id__in=ids).update(status=AssocStatus.NEW,
                                                          next_trigger_at=now)

@@ -189,21 +189,13 @@ SELECT * FROM claimed ORDER BY id
 
 #: Gates are read in the statement itself (two primary-key probes a task), so a task of a lambda
 #: or collection paused a moment ago never starts: it goes back to `new`, or ends `dropped`.
-_START = _sql("""
-WITH wanted AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(assoc_statuses)s::varchar[],
-                         %(triggers)s::timestamptz[])
-        AS w(id, lease, assoc_status, trigger)
-), locked AS (
-    SELECT t.id, w.assoc_status, w.trigger,
-           CASE WHEN %(dropped)s IN (lg.gate, cg.gate) THEN %(dropped)s
-                WHEN %(paused)s IN (lg.gate, cg.gate) THEN %(paused)s
-                ELSE %(open)s END AS gate
-    FROM wanted w CROSS JOIN LATERAL (
-        SELECT id, lambda_ref_id, collection FROM {entity}
-        WHERE id = w.id AND lease = w.lease AND status = %(expected)s
-        FOR UPDATE
-    ) t
+#: The pieces below are shared by the start and by the claim that starts at once: `locked`
+#: (the CTE they build) holds each guarded task's id and what its gates say.
+_GATE = """
+    CASE WHEN %(dropped)s IN (lg.gate, cg.gate) THEN %(dropped)s
+         WHEN %(paused)s IN (lg.gate, cg.gate) THEN %(paused)s
+         ELSE %(open)s END AS gate"""
+_GATE_JOINS = """
     -- A gate whose `until` has passed is open (tasks_core.gating.effective).
     CROSS JOIN LATERAL (
         SELECT CASE WHEN gate_until <= %(now)s THEN %(open)s ELSE gate END AS gate
@@ -212,13 +204,10 @@ WITH wanted AS (
     LEFT JOIN LATERAL (
         SELECT CASE WHEN gate_until <= %(now)s THEN %(open)s ELSE gate END AS gate
         FROM {collection} WHERE lambda_ref_id = t.lambda_ref_id AND name = t.collection
-    ) cg ON true
-), started AS (
-    UPDATE {entity} t SET status = %(target)s, attempts = t.attempts + 1, started_at = %(now)s,
-                          heartbeat_at = %(now)s
-    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
-    RETURNING t.id
-), held AS (
+    ) cg ON true"""
+#: A paused gate sends the task back to `new`, due at once; a dropped one ends it `dropped`.
+_GATE_STOPS = """
+held AS (
     UPDATE {entity} t SET status = %(new)s, worker = ''
     FROM locked WHERE t.id = locked.id AND locked.gate = %(paused)s
     RETURNING t.id
@@ -227,19 +216,75 @@ WITH wanted AS (
                           last_error = %(dropped_error)s::jsonb
     FROM locked WHERE t.id = locked.id AND locked.gate = %(dropped)s
     RETURNING t.id
-), assoc AS (
-    UPDATE {assoc} a SET status = locked.assoc_status, next_trigger_at = locked.trigger
-    FROM started JOIN locked ON locked.id = started.id WHERE a.task_id = started.id
 ), held_assoc AS (
     UPDATE {assoc} a SET status = %(assoc_new)s, next_trigger_at = %(now)s
     FROM held WHERE a.task_id = held.id
 ), dropped_assoc AS (
     UPDATE {assoc} a SET status = %(assoc_completed)s, next_trigger_at = NULL
     FROM dropped WHERE a.task_id = dropped.id
-)
+)"""
+
+_START = _sql("""
+WITH wanted AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(assoc_statuses)s::varchar[],
+                         %(triggers)s::timestamptz[])
+        AS w(id, lease, assoc_status, trigger)
+), locked AS (
+    SELECT t.id, w.assoc_status, w.trigger, """ + _GATE + """
+    FROM wanted w CROSS JOIN LATERAL (
+        SELECT id, lambda_ref_id, collection FROM {entity}
+        WHERE id = w.id AND lease = w.lease AND status = %(expected)s
+        FOR UPDATE
+    ) t""" + _GATE_JOINS + """
+), started AS (
+    UPDATE {entity} t SET status = %(target)s, attempts = t.attempts + 1, started_at = %(now)s,
+                          heartbeat_at = %(now)s
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
+    RETURNING t.id
+), assoc AS (
+    UPDATE {assoc} a SET status = locked.assoc_status, next_trigger_at = locked.trigger
+    FROM started JOIN locked ON locked.id = started.id WHERE a.task_id = started.id
+), """ + _GATE_STOPS + """
 SELECT id, %(open)s::text FROM started
 UNION ALL SELECT id, %(paused)s::text FROM held
 UNION ALL SELECT id, %(dropped)s::text FROM dropped
+""")
+
+#: A claim that starts its tasks at once (enqueued -> processing), for a worker's idle
+#: executors: the claim's lease, the start's attempt and heartbeat, and the start's gates, in
+#: one statement. Each started task's trigger is its lambda's heartbeat timeout (`triggers`,
+#: by lambda). Rows: the started tasks (CLAIMED_COLUMNS, gate open) and then the ids a gate
+#: held or dropped.
+_CLAIM_START = _sql("""
+WITH wanted AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS w(id, lease)
+), triggers AS (
+    SELECT * FROM unnest(%(trigger_lambda_ids)s::bigint[], %(triggers)s::timestamptz[])
+        AS g(lambda_id, trigger)
+), locked AS (
+    SELECT t.id, """ + _GATE + """
+    FROM wanted w CROSS JOIN LATERAL (
+        SELECT id, lambda_ref_id, collection FROM {entity}
+        WHERE id = w.id AND lease = w.lease AND status = %(expected)s
+              AND lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
+        FOR UPDATE
+    ) t""" + _GATE_JOINS + """
+), started AS (
+    UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
+                          claimed_at = %(now)s, attempts = t.attempts + 1, started_at = %(now)s,
+                          heartbeat_at = %(now)s
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
+    RETURNING t.id, t.lease, t.lambda_ref_id, t.collection, t.priority, t.payload::text,
+              t.attempts, t.max_attempts, t.timeout_s
+), assoc AS (
+    UPDATE {assoc} a SET status = %(assoc_started)s, next_trigger_at = triggers.trigger
+    FROM started JOIN triggers ON triggers.lambda_id = started.lambda_ref_id
+    WHERE a.task_id = started.id
+), """ + _GATE_STOPS + """
+SELECT %(open)s::text, * FROM started
+UNION ALL SELECT %(paused)s::text, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM held
+UNION ALL SELECT %(dropped)s::text, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM dropped ORDER BY 2
 """)
 
 _FINISH = _sql("""
@@ -290,6 +335,21 @@ def _one_row(entity: TaskEntity, assoc: AssocChange, *, new_collection: bool) ->
         "last_error": _json(entity.last_error), "timeout": entity.timeout_s,
         "assoc_status": assoc.status, "trigger": assoc.next_trigger_at,
     }
+
+
+def _gate_params() -> dict[str, Any]:
+    """The values _GATE and _GATE_STOPS name."""
+    return {
+        "new": TaskStatus.NEW.value, "dropped_status": TaskStatus.DROPPED.value,
+        "open": GateState.OPEN.value, "paused": GateState.PAUSED.value,
+        "dropped": GateState.DROPPED.value, "dropped_error": json.dumps(GATE_DROPPED),
+        "assoc_new": AssocStatus.NEW.value, "assoc_completed": AssocStatus.COMPLETED.value,
+    }
+
+
+def _starts(by_gate: Mapping[str, set[int]]) -> Starts:
+    return Starts(started=by_gate[GateState.OPEN], held=by_gate[GateState.PAUSED],
+                  dropped=by_gate[GateState.DROPPED])
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -380,17 +440,35 @@ class PostgresBackend(OrmBackend):
             "assoc_statuses": [assocs[lease.task_id].status for lease in leases],
             "triggers": [assocs[lease.task_id].next_trigger_at for lease in leases],
             "now": now, "expected": TaskStatus.CLAIMED.value,
-            "target": TaskStatus.PROCESSING.value, "new": TaskStatus.NEW.value,
-            "dropped_status": TaskStatus.DROPPED.value,
-            "open": GateState.OPEN.value, "paused": GateState.PAUSED.value,
-            "dropped": GateState.DROPPED.value, "dropped_error": json.dumps(GATE_DROPPED),
-            "assoc_new": AssocStatus.NEW.value, "assoc_completed": AssocStatus.COMPLETED.value,
+            "target": TaskStatus.PROCESSING.value, **_gate_params(),
         })
         by_gate: dict[str, set[int]] = {state.value: set() for state in GateState}
         for task_id, gate in rows:
             by_gate[gate].add(task_id)
-        return Starts(started=by_gate[GateState.OPEN], held=by_gate[GateState.PAUSED],
-                      dropped=by_gate[GateState.DROPPED])
+        return _starts(by_gate)
+
+    def claim_and_start(self, leases: Sequence[Lease], *, lambda_ids: list[int], worker: str,
+                        now: datetime,
+                        assocs: Mapping[int, AssocChange]) -> tuple[list[ClaimedTask], Starts]:
+        leases = sorted(leases, key=lambda lease: lease.task_id)  # the lock order
+        rows = self._run(_CLAIM_START, {
+            "ids": [lease.task_id for lease in leases],
+            "leases": [lease.lease for lease in leases], "lambda_ids": lambda_ids,
+            "worker": worker, "now": now,
+            "trigger_lambda_ids": list(assocs),
+            "triggers": [change.next_trigger_at for change in assocs.values()],
+            "assoc_started": AssocStatus.STARTED.value,
+            "expected": TaskStatus.ENQUEUED.value, "target": TaskStatus.PROCESSING.value,
+            **_gate_params(),
+        })
+        by_gate: dict[str, set[int]] = {state.value: set() for state in GateState}
+        claimed = []
+        for gate, pk, lease, lambda_id, collection, priority, payload, *rest in rows:
+            by_gate[gate].add(pk)
+            if gate == GateState.OPEN:
+                claimed.append(ClaimedTask.from_row(pk, lease, lambda_id, collection, priority,
+                                                    json.loads(payload), *rest, started=True))
+        return claimed, _starts(by_gate)
 
     def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
         endings = sorted(endings, key=lambda e: e.task_id)  # the lock order

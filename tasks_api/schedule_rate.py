@@ -1,0 +1,101 @@
+"""A team's scheduling rate: tasks a second it may schedule through the API, all servers together.
+
+`ATF_API_SCHEDULE_RATE_PER_TEAM` counts tasks, not requests (a batch of 1,000 is 1,000), so a
+team sending batches back to back cannot take the store's and the consumer's time from the
+others; `ATF_API_THROTTLE_RATE` counts requests per token, and a batch is one. The count is a
+sliding window in the cache, shared by every server process (two fixed windows, the last
+weighted by how much of it still overlaps the sliding one): each window holds two full
+batches' worth (`ATF_MAX_BATCH_SIZE`) or one second's, whichever is longer, so a full batch is
+never refused for being a batch. A request counts before it is validated (refusing it then
+costs little), and a request over the rate is refused whole, counts nothing, and is answered
+`429` naming the setting with `Retry-After: <seconds until it would fit>`. An
+unreachable cache lets requests through, as the request throttle does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from typing import Any
+
+from django.core.cache import cache
+from rest_framework.exceptions import Throttled
+from rest_framework.request import Request
+
+from tasks_api.fair_share import caller_keys
+from tasks_core.conf import atf_settings
+
+logger = logging.getLogger(__name__)
+
+SETTING = "ATF_API_SCHEDULE_RATE_PER_TEAM"
+
+
+class ScheduleRateExceeded(Throttled):
+    """429: the caller's team scheduled as many tasks as its rate allows for now."""
+
+    default_code = "schedule_rate_exceeded"
+
+    def __init__(self, rate: int, wait_s: float) -> None:
+        super().__init__(wait=wait_s, detail=(
+            f"Your team is scheduling tasks too fast: {SETTING} allows {rate} tasks a second "
+            f"(each task of a batch counts)."))
+        self.setting = SETTING
+
+
+def window_limit(rate: int) -> int:
+    """Tasks one window holds: two full batches, or one second's worth at `rate` if more."""
+    return max(rate, 2 * atf_settings.max_batch_size)
+
+
+def windows_until_fits(*, tasks: int, limit: int, previous: int, current: int,
+                       elapsed: float) -> float:
+    """Windows from now until `tasks` more fit under `limit`, the previous window holding
+    `previous`, the current one `current`, `elapsed` (0..1) of the current window gone: the
+    previous window's weight falls to 0 over the current one, then the current one's over the
+    next."""
+    if current + tasks <= limit:
+        room = limit - current - tasks
+        return max(0.0, 1 - room / previous - elapsed) if previous else 0.0
+    # Not in this window: in the next, `current` is the previous window's count.
+    return 1 - elapsed + max(0.0, 1 - (limit - tasks) / max(1, current))
+
+
+def tasks_in_batch(body: Any) -> int:
+    """The tasks a batch request asks for, counted before it is validated (a refusal then costs
+    no validation); a body that is no batch counts one."""
+    tasks = body.get("tasks") if isinstance(body, dict) else None
+    return min(len(tasks), atf_settings.max_batch_size) if isinstance(tasks, list) else 1
+
+
+def take(request: Request, tasks: int) -> None:
+    """Count `tasks` against the caller's team's rate, or raise ScheduleRateExceeded (and count
+    nothing)."""
+    rate = atf_settings.api_schedule_rate_per_team
+    if not rate:
+        return
+    team, _token = caller_keys(request)
+    limit = window_limit(rate)
+    span_s = limit / rate
+    now = time.time()
+    window, elapsed = divmod(now / span_s, 1)
+    key = f"{atf_settings.queue_prefix}:schedule-rate:{team}:{span_s:g}:"
+    current_key = key + str(int(window))
+    try:
+        previous = int(cache.get(key + str(int(window) - 1)) or 0)
+        cache.add(current_key, 0, timeout=math.ceil(2 * span_s) + 1)
+        current = cache.incr(current_key, tasks)
+    except ValueError:  # the key vanished (cache unreachable or evicted): let it through
+        return
+    if current is None:  # a cache that ignores its errors could not count: let it through
+        return
+    if previous * (1 - elapsed) + current <= limit:
+        return
+    with contextlib.suppress(ValueError):  # the key vanished: nothing to give back
+        cache.decr(current_key, tasks)
+    wait = windows_until_fits(tasks=tasks, limit=limit, previous=previous,
+                               current=current - tasks, elapsed=elapsed) * span_s
+    logger.info("refused: %d tasks for %s over its scheduling rate", tasks, team,
+                extra={"action": "schedule_rate_exceeded", "setting": SETTING})
+    raise ScheduleRateExceeded(rate, max(1.0, math.ceil(wait)))

@@ -1,0 +1,111 @@
+"""The run's database on a primary and a streaming standby of its own, and the pg-failover fault.
+
+With `--failover sync|async` the runner makes a PostgreSQL 15 primary and standby on private
+ports (tests/replication.py) instead of a database on the shared server, and every process
+connects with a multi-host URL (target_session_attrs=read-write). The `pg-failover` fault fences
+the primary (`pg_ctl stop -m immediate`) and promotes the standby under load, checks that a task
+scheduled after the promotion succeeds, then builds a new standby from the new primary
+(pg_basebackup, on the fenced node's port) so that the next round can fail over again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from tests.chaos.services import ChaosDatabase, wait_until
+from tests.replication import ReplicatedPostgres
+
+if TYPE_CHECKING:
+    from tests.chaos.faults import FaultEvent, Lab  # which imports this module
+
+#: Seconds a task scheduled after the promotion has to succeed, or the fault counts failed.
+BACK_WITHIN_S = 60.0
+#: The collection of those tasks (demo.noop, outside the loader's numbered schedules).
+PROBES = "failover-probe"
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """One failover: when it began (the fence) and when the new primary took writes."""
+
+    started: float
+    promoted: float
+
+
+class ReplicatedChaosDatabase(ChaosDatabase):
+    """The run's database on a pair of its own; `_admin` and the URL follow the primary."""
+
+    def __init__(self, name: str, *, synchronous: bool) -> None:
+        self.pair = ReplicatedPostgres(synchronous=synchronous)
+        super().__init__(name, port=self.pair.primary.port)
+        self.url = self.pair.url(name)
+
+    @property
+    def nodes(self) -> list[tuple[str, int]]:
+        """Host and port of each node, in the URL's order."""
+        return [("127.0.0.1", node.port) for node in self.pair.nodes]
+
+    def _admin(self, attempts: int = 20) -> psycopg.Connection:
+        self.port = self.pair.primary.port
+        return super()._admin(attempts)
+
+    owns_server = True
+
+    def restart_server(self, command: str | None) -> str:
+        """Restart the primary (`pg_ctl restart -m fast`); the run's own, so always allowed."""
+        self.pair.primary.restart()
+        return f"pg_ctl restart -m fast of the primary (port {self.pair.primary.port})"
+
+    def fail_over(self) -> Promotion:
+        started = time.time()
+        self.pair.failover()
+        promotion = Promotion(started=started, promoted=time.time())
+        self.promotions.append(promotion)
+        return promotion
+
+    def drop(self) -> None:
+        self.pair.stop()
+
+    def keep(self) -> str:
+        """Stop the servers but leave their data; where it is."""
+        self.pair.stop(remove=False)
+        return str(self.pair.home)
+
+
+def pg_failover(lab: Lab, event: FaultEvent) -> None:
+    """Fence the primary and promote the standby under load; a task scheduled after the
+    promotion must succeed within BACK_WITHIN_S; then a new standby is built for the next
+    failover."""
+    from tasks_core import atf  # the CLI lists FAULTS before Django is set up
+    from tasks_core.models import TaskEntity
+    from tests.chaos.faults import with_db
+
+    database = lab.database
+    if not isinstance(database, ReplicatedChaosDatabase):
+        event.ok = False
+        event.detail = "the run has no standby (--failover sync|async)"
+        return
+    fenced = database.pair.primary.port
+    promotion = database.fail_over()
+    probe = with_db(lambda: atf.schedule("demo.noop", collection=PROBES))
+    try:
+        wait_until(lambda: with_db(lambda: TaskEntity.objects.filter(
+            pk=probe.pk, status="success").exists()), timeout_s=BACK_WITHIN_S,
+            what="a task scheduled after the promotion to succeed")
+        back = True
+    except RuntimeError:
+        back = False
+    rebuilding = time.monotonic()
+    database.pair.rebuild_standby()
+    event.ok = back
+    event.detail = (
+        f"{'synchronous' if database.pair.synchronous else 'asynchronous'}: port {fenced} "
+        f"fenced, port {database.pair.primary.port} promoted in "
+        f"{promotion.promoted - promotion.started:.2f}s; "
+        + (f"task {probe.pk} scheduled after it succeeded" if back
+           else f"task {probe.pk} scheduled after it did NOT succeed in {BACK_WITHIN_S:.0f}s")
+        + f"; new standby in {time.monotonic() - rebuilding:.1f}s")

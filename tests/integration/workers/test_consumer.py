@@ -1,0 +1,559 @@
+"""The store consumer against real PostgreSQL and Redis, one pass at a time with a set clock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+import redis
+from django.db import connection, transaction
+from django.utils import timezone
+
+from tasks_core import atf, queues, scheduling, store, wakeup
+from tasks_core.conf import atf_settings
+from tasks_core.models import Collection, Lambda, TaskEntity
+from tests.conftest import ROOT, subprocess_env, wait_for
+from tests.factories import LambdaFactory, TeamFactory
+from workers import turns
+from workers.consumer import SLICE_ROWS, Consumer
+
+pytestmark = [pytest.mark.django_db]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = timezone.now() + timedelta(seconds=1)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def consumer(queue: queues.QueueBackend, clock: Clock) -> Consumer:
+    return Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+
+
+def drain(queue: queues.QueueBackend, lambda_name: str) -> list[tuple[str, int]]:
+    """Every message of a lambda's queues as (priority, task id), highest priority first."""
+    names = [queue.queue_name(lambda_name, p) for p in ("high", "default", "low")]
+    found = []
+    while popped := queue.pop(names, max_count=100, wait_s=0):
+        found += [(item.queue.rsplit(":", 1)[1], item.message.task_id) for item in popped]
+    return found
+
+
+def test_tasks_reach_their_priority_queue_in_priority_order(consumer: Consumer,
+                                                            queue: queues.QueueBackend) -> None:
+    low = atf.schedule("demo.noop", priority="low")
+    default = atf.schedule("demo.noop")
+    high = atf.schedule("demo.noop", priority="high")
+    summary = consumer.run_pass()
+    assert summary.enqueued == 3
+    assert drain(queue, "demo.noop") == [("high", high.pk), ("default", default.pk),
+                                         ("low", low.pk)]
+
+
+def test_a_delayed_task_is_enqueued_no_earlier_than_its_run_at(
+        consumer: Consumer, queue: queues.QueueBackend, clock: Clock) -> None:
+    task = atf.schedule("demo.noop", run_at=clock.now + timedelta(seconds=30))
+    clock.advance(29.9)
+    assert consumer.run_pass().enqueued == 0
+    clock.advance(0.2)
+    assert consumer.run_pass().enqueued == 1
+    assert drain(queue, "demo.noop") == [("default", task.pk)]
+
+
+@pytest.mark.parametrize("lost_at", ["enqueued", "claimed", "processing"])
+def test_a_task_lost_anywhere_is_enqueued_again_after_its_timeout_once(
+        lost_at: str, consumer: Consumer, queue: queues.QueueBackend, clock: Clock,
+        redis_client: redis.Redis, settings: object) -> None:
+    # Given a task the consumer enqueued
+    settings.ATF_ENQUEUE_TIMEOUT_S = 10
+    settings.ATF_CLAIM_TIMEOUT_S = 10
+    task = atf.schedule("demo.noop")
+    consumer.run_pass()
+    # ...lost at `lost_at`: Redis flushed, or the controller/executor gone after claim/start
+    popped = queue.pop([queue.queue_name("demo.noop", "default")], max_count=1, wait_s=0)
+    if lost_at == "enqueued":
+        redis_client.flushdb()
+    else:
+        lambda_id = Lambda.objects.get(name="demo.noop").pk
+        (claimed,) = store.claim([popped[0].message], worker="w", lambda_ids=[lambda_id],
+                                 now=clock.now)
+        if lost_at == "processing":
+            assert store.start(claimed, now=clock.now)
+    timeout_s = 30 if lost_at == "processing" else 10  # demo lambdas: heartbeat_timeout 30
+    # When its timeout has not passed, nothing is enqueued
+    clock.advance(timeout_s - 1)
+    assert consumer.run_pass().total == 0
+    # When it passes, the task is enqueued again, exactly once
+    clock.advance(2)
+    summary = consumer.run_pass()
+    assert summary.reenqueued == {lost_at: 1}
+    assert consumer.run_pass().total == 0
+    assert drain(queue, "demo.noop") == [("default", task.pk)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.pooled
+@pytest.mark.parametrize("consumers", [2, 3])
+def test_several_consumers_enqueue_each_task_exactly_once(
+        consumers: int, redis_client: redis.Redis, database_route: str) -> None:
+    # Given a backlog of 20,000 due tasks
+    for _ in range(20):
+        scheduling.schedule_many([{"lambda": "demo.noop"}] * 1000)
+    later = timezone.now() + timedelta(seconds=1)
+    pushed: Counter[int] = Counter()
+
+    # When several consumers run passes over it at the same time
+    def run() -> None:
+        queue = queues.backend()
+        consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue,
+                            clock=lambda: later)
+        try:
+            while consumer.run_pass().total:
+                pass
+        finally:
+            turns.reset()
+            connection.close()
+            queue.close()
+
+    threads = [threading.Thread(target=run) for _ in range(consumers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    queue = queues.backend()
+    for _priority, task_id in drain(queue, "demo.noop"):
+        pushed[task_id] += 1
+    # Then every task was pushed once, and all are enqueued with lease 1
+    assert len(pushed) == 20_000
+    assert set(pushed.values()) == {1}
+    assert set(TaskEntity.objects.values_list("status", "lease").distinct()) == {("enqueued", 1)}
+    # And no consumer's turn outlived it (behind a transaction-mode pooler, a session lock did)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                       " WHERE l.locktype = 'advisory' AND l.classid = %s"
+                       " AND d.datname = current_database()", [turns.LOCK_NAMESPACE])
+        assert cursor.fetchone() == (0,)
+
+
+def test_a_paused_lambda_delivers_nothing_until_resumed(
+        consumer: Consumer, queue: queues.QueueBackend) -> None:
+    tasks = [atf.schedule("demo.noop") for _ in range(5)]
+    scheduling.set_gate("demo.noop", "paused")
+    assert consumer.run_pass().total == 0
+    assert set(TaskEntity.objects.values_list("status", flat=True)) == {"new"}
+    scheduling.set_gate("demo.noop", "open")
+    assert consumer.run_pass().enqueued == 5
+    assert sorted(task_id for _p, task_id in drain(queue, "demo.noop")) == [t.pk for t in tasks]
+
+
+def test_a_dropped_lambda_marks_its_due_tasks_dropped(consumer: Consumer) -> None:
+    atf.schedule("demo.noop")
+    atf.schedule("demo.noop")
+    later = atf.schedule("demo.noop", delay=3600)
+    scheduling.set_gate("demo.noop", "dropped")
+    assert consumer.run_pass().dropped == 2
+    assert Counter(TaskEntity.objects.values_list("status", flat=True)) == {"dropped": 2,
+                                                                            "new": 1}
+    assert TaskEntity.objects.get(pk=later.pk).status == "new"
+
+
+def test_a_collection_gate_leaves_the_lambdas_other_collections_flowing(
+        consumer: Consumer, queue: queues.QueueBackend) -> None:
+    marketing = atf.schedule("demo.noop", collection="marketing")
+    reset = atf.schedule("demo.noop", collection="password_reset")
+    scheduling.set_gate("demo.noop", "paused", collection="marketing")
+    assert consumer.run_pass().enqueued == 1
+    assert drain(queue, "demo.noop") == [("default", reset.pk)]
+    scheduling.set_gate("demo.noop", "dropped", collection="marketing")
+    assert consumer.run_pass().dropped == 1
+    assert TaskEntity.objects.get(pk=marketing.pk).status == "dropped"
+
+
+def test_a_gate_with_until_reopens_by_itself(consumer: Consumer, clock: Clock,
+                                             queue: queues.QueueBackend) -> None:
+    task = atf.schedule("demo.noop")
+    scheduling.set_gate("demo.noop", "paused", until=clock.now + timedelta(seconds=60))
+    assert consumer.run_pass().total == 0
+    clock.advance(61)
+    consumer.housekeep(clock.now)
+    assert Lambda.objects.get(name="demo.noop").gate == "open"
+    assert consumer.run_pass().enqueued == 1
+    assert drain(queue, "demo.noop") == [("default", task.pk)]
+
+
+def test_housekeeping_reopens_collections_and_marks_vanished_workers(
+        consumer: Consumer, clock: Clock, settings: object) -> None:
+    from tasks_core.models import Worker
+
+    scheduling.set_gate("demo.noop", "dropped", collection="c",
+                        until=clock.now - timedelta(seconds=1))
+    Worker.objects.create(worker_id="h:1", host="h", pid=1, started_at=clock.now,
+                          last_seen=clock.now - timedelta(seconds=atf_settings.worker_stale_s + 1))
+    Worker.objects.create(worker_id="h:2", host="h", pid=2, started_at=clock.now,
+                          last_seen=clock.now)
+    consumer.housekeep(clock.now)
+    assert Collection.objects.get(name="c").gate == "open"
+    assert list(Worker.objects.filter(stopped_at__isnull=False).values_list("worker_id",
+                                                                            flat=True)) == ["h:1"]
+
+
+def test_a_lambda_with_a_huge_backlog_does_not_delay_another(queue: queues.QueueBackend,
+                                                             clock: Clock) -> None:
+    # Given lambda A with 50,000 due tasks and a quota, and lambda B with 10
+    a, b = LambdaFactory(name="tests.a", quota_per_s=1000), LambdaFactory(name="tests.b")
+    for _ in range(10):
+        store.create([store.NewTask(lambda_id=a.pk, collection="default", priority="default",
+                                    payload={}, run_at=clock.now, max_attempts=3)] * 5000,
+                     now=clock.now)
+    b_tasks = store.create([store.NewTask(lambda_id=b.pk, collection="default",
+                                          priority="default", payload={}, run_at=clock.now,
+                                          max_attempts=3)] * 10, now=clock.now)
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+    # When the consumer makes two passes
+    first, second = consumer.run_pass(), consumer.run_pass()
+    # Then all of B's tasks are enqueued, and A got no more than its share and quota
+    statuses = Counter(TaskEntity.objects.filter(lambda_ref=b).values_list("status", flat=True))
+    assert statuses == {"enqueued": len(b_tasks)}
+    a_enqueued = TaskEntity.objects.filter(lambda_ref=a, status="enqueued").count()
+    assert a_enqueued <= 1000
+    assert first.busy
+    assert first.enqueued + second.enqueued == a_enqueued + 10
+
+
+def test_a_team_with_many_busy_lambdas_takes_no_more_of_a_pass_than_a_team_with_one(
+        queue: queues.QueueBackend, clock: Clock) -> None:
+    # Given team A with nine lambdas and team B with one, each with 100 due tasks
+    team_a, team_b = TeamFactory(name="many"), TeamFactory(name="one")
+    lambdas = [LambdaFactory(name=f"tests.many{n}", team=team_a) for n in range(9)]
+    lambdas.append(LambdaFactory(name="tests.one", team=team_b))
+    for lam in lambdas:
+        store.create([store.NewTask(lambda_id=lam.pk, collection="default",
+                                    priority="default", payload={}, run_at=clock.now,
+                                    max_attempts=3)] * 100, now=clock.now)
+    consumer = Consumer(batch_size=100, poll_interval_s=0.1, queue=queue, clock=clock)
+    # When one pass of 100 runs
+    consumer.run_pass()
+    # Then team B got half of it (it got a tenth when lambdas, not teams, shared a pass)
+    enqueued = Counter(TaskEntity.objects.filter(status="enqueued").values_list(
+        "lambda_ref__team__name", flat=True))
+    assert enqueued == {"one": 50, "many": 9 * 5}
+
+
+def due_tasks(lam: Lambda, count: int, now: datetime) -> None:
+    store.create([store.NewTask(lambda_id=lam.pk, collection="default", priority="default",
+                                payload={}, run_at=now, max_attempts=3)] * count, now=now)
+
+
+class WokenAfterFirstPush(Consumer):
+    """A consumer to which a wake-up comes as soon as it pushed its first messages, as one
+    would from a task scheduled while a pass is under way."""
+
+    def _push(self, lambda_name: str, messages: list, now: datetime) -> int:
+        failed = super()._push(lambda_name, messages, now)
+        self.wake.set()
+        return failed
+
+
+def test_a_wake_up_cuts_a_shared_pass_after_the_slice_in_progress(
+        queue: queues.QueueBackend, clock: Clock) -> None:
+    # Given team A's lambda with 400 due tasks and team B's with one, both seen by a pass
+    lam_a = LambdaFactory(name="tests.backlog", team=TeamFactory(name="backlog"))
+    lam_b = LambdaFactory(name="tests.light", team=TeamFactory(name="light"))
+    due_tasks(lam_a, 400, clock.now)
+    due_tasks(lam_b, 1, clock.now)
+    consumer = WokenAfterFirstPush(batch_size=500, poll_interval_s=0.1, queue=queue,
+                                   clock=clock)
+    first = consumer.run_pass()
+    # When team B's next task comes due and a pass runs, a wake-up arriving during it
+    due_tasks(lam_b, 1, clock.now)
+    second = consumer.run_pass()
+    # Then each pass enqueued team B's task and one slice of team A's backlog, and said it
+    # left work behind (the next pass starts at once)
+    assert (first.enqueued, second.enqueued) == (1 + SLICE_ROWS, 1 + SLICE_ROWS)
+    assert first.busy and second.busy
+    assert TaskEntity.objects.filter(lambda_ref=lam_b, status="enqueued").count() == 2
+
+
+def test_one_teams_pass_is_not_sliced(queue: queues.QueueBackend, clock: Clock) -> None:
+    # Given one team's lambda with 400 due tasks, and wake-ups coming all the time
+    due_tasks(LambdaFactory(name="tests.alone", team=TeamFactory(name="alone")), 400, clock.now)
+    consumer = WokenAfterFirstPush(batch_size=500, poll_interval_s=0.1, queue=queue,
+                                   clock=clock)
+    # Then one pass enqueues them all
+    assert consumer.run_pass().enqueued == 400
+
+
+def test_the_only_lambda_with_due_rows_gets_the_whole_batch(queue: queues.QueueBackend,
+                                                             clock: Clock) -> None:
+    # Given several registered lambdas, of which only one has due rows
+    assert Lambda.objects.count() > 1
+    lam = LambdaFactory(name="tests.busy")
+    store.create([store.NewTask(lambda_id=lam.pk, collection="default", priority="default",
+                                payload={}, run_at=clock.now, max_attempts=3)] * 700,
+                 now=clock.now)
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+    # Then one pass enqueues a whole batch of it, not a share split with idle lambdas
+    assert consumer.run_pass().enqueued == 500
+
+
+def test_the_consumer_sleeps_until_the_next_trigger_not_a_whole_poll(
+        queue: queues.QueueBackend, clock: Clock) -> None:
+    consumer = Consumer(batch_size=500, poll_interval_s=5.0, queue=queue, clock=clock)
+    atf.schedule("demo.noop", run_at=clock.now + timedelta(seconds=2))
+    idle = consumer.run_pass()
+    assert consumer.seconds_to_sleep(idle) == pytest.approx(2.0)
+    # A task that fell due after the pass began (while it ran) is taken at once
+    atf.schedule("demo.noop", run_at=clock.now + timedelta(milliseconds=1))
+    clock.advance(0.002)
+    assert consumer.seconds_to_sleep(idle) <= 0
+    assert consumer.run_pass().enqueued == 1
+    # A due task the pass left behind (its collection is paused) waits for the poll
+    atf.schedule("demo.noop", collection="held")
+    scheduling.set_gate("demo.noop", "paused", collection="held")
+    held = consumer.run_pass()
+    assert held.enqueued == 0
+    assert consumer.seconds_to_sleep(held) == 5.0
+
+
+def test_a_quota_limits_how_fast_a_lambda_is_enqueued(queue: queues.QueueBackend,
+                                                      clock: Clock) -> None:
+    lam = LambdaFactory(name="tests.slow", quota_per_s=50)
+    store.create([store.NewTask(lambda_id=lam.pk, collection="default", priority="default",
+                                payload={}, run_at=clock.now, max_attempts=3)] * 300,
+                 now=clock.now)
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+    # Within one second it gets one second's worth, however often it polls
+    assert sum(consumer.run_pass().enqueued for _ in range(5)) == 50
+    clock.advance(0.5)
+    assert sum(consumer.run_pass().enqueued for _ in range(5)) == 25
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_committed_schedule_wakes_the_consumer(redis_client: redis.Redis) -> None:
+    event = threading.Event()
+    listener = wakeup.Listener(event)
+    listener.start()
+    try:
+        wait_for(lambda: redis_client.pubsub_numsub(wakeup.channel())[0][1] >= 1,
+                 message="the listener to subscribe")
+        with transaction.atomic():
+            atf.schedule("demo.noop")
+            assert not event.wait(0.2), "woken before the commit"
+        assert event.wait(5), "no wake-up after the commit"
+    finally:
+        listener.stop()
+
+
+def _published(subscriber: redis.client.PubSub, seconds: float) -> list[bytes]:
+    """The wake-ups `subscriber` receives within `seconds`."""
+    received = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if (message := subscriber.get_message(timeout=0.1)) is not None:
+            received.append(message["data"])
+    return received
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_of_many_schedules_publishes_after_its_commit_and_fewer_than_its_tasks(
+        redis_client: redis.Redis) -> None:
+    subscriber = redis_client.pubsub(ignore_subscribe_messages=True)
+    subscriber.subscribe(wakeup.channel())
+    try:
+        wait_for(lambda: redis_client.pubsub_numsub(wakeup.channel())[0][1] >= 1,
+                 message="the subscription")
+        with transaction.atomic():
+            for _ in range(5):
+                atf.schedule("demo.noop")
+            atf.schedule_many([{"lambda": "demo.noop"}] * 3)
+            assert _published(subscriber, 0.3) == [], "published before the commit"
+        assert 1 <= len(_published(subscriber, 1.0)) < 6
+    finally:
+        subscriber.close()
+
+
+def test_wake_ups_asked_for_at_once_are_sent_as_one_or_a_few(redis_client: redis.Redis) -> None:
+    subscriber = redis_client.pubsub(ignore_subscribe_messages=True)
+    subscriber.subscribe(wakeup.channel())
+    try:
+        wait_for(lambda: redis_client.pubsub_numsub(wakeup.channel())[0][1] >= 1,
+                 message="the subscription")
+        for _ in range(200):
+            wakeup.notify()
+        received = _published(subscriber, 1.0)  # long enough for every wake-up to arrive
+        # The first publish may leave before the other 199 are asked for; they then share one.
+        assert 1 <= len(received) < 20
+    finally:
+        subscriber.close()
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("ATF_QUEUE_BACKEND", "carrier-pigeon", "atf.E001: unknown ATF_QUEUE_BACKEND"),
+        ("ATF_HEARTBEAT_INTERVAL_S", "20", "atf.E003: ATF_HEARTBEAT_TIMEOUT_S: heartbeat timeout"),
+        ("REDIS_URL", "redis://127.0.0.1:{port}/0", "Connection refused"),
+        ("DATABASE_URL", "postgres://postgres@127.0.0.1:{port}/test", "cannot reach the database"),
+    ],
+)
+def test_bad_configuration_stops_the_commands_with_one_line(
+        variable: str, value: str, message: str, closed_port: int) -> None:
+    env = subprocess_env(**{variable: value.format(port=closed_port)})
+    for command in ("runconsumer", "runworker"):
+        done = subprocess.run([sys.executable, "manage.py", command], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0
+        assert message in done.stderr
+        assert "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_bad_flags_are_refused() -> None:
+    for args in (["runconsumer", "--batch-size", "0"], ["runconsumer", "--poll-interval", "x"],
+                 ["runworker", "--threads", "-1"], ["runworker", "no.such.lambda"],
+                 ["runworker", "--reload", "--processes", "2"]):
+        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT,
+                              env=subprocess_env(), capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0, args
+        assert "Traceback" not in done.stderr
+
+
+def test_the_quota_goes_to_high_priority_first(queue: queues.QueueBackend, clock: Clock) -> None:
+    # Given a lambda with a quota of 20/s, 200 low tasks and then 5 high ones
+    lam = LambdaFactory(name="tests.quota", quota_per_s=20)
+    earlier = clock.now - timedelta(seconds=1)
+    lows = store.create([store.NewTask(lambda_id=lam.pk, collection="default", priority="low",
+                                       payload={}, run_at=earlier, max_attempts=3)] * 200,
+                        now=earlier)
+    highs = store.create([store.NewTask(lambda_id=lam.pk, collection="default", priority="high",
+                                        payload={}, run_at=clock.now, max_attempts=3)] * 5,
+                         now=clock.now)
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+    # When one pass spends the first second's quota
+    assert consumer.run_pass().enqueued == 20
+    # Then the high tasks went first, and the rest of the quota to the earliest low ones
+    assert drain(queue, "tests.quota") == (
+        [("high", t.pk) for t in highs] + [("low", t.pk) for t in lows[:15]])
+
+
+def test_within_a_priority_the_earliest_due_goes_first(consumer: Consumer,
+                                                        queue: queues.QueueBackend,
+                                                        clock: Clock) -> None:
+    # Given overdue tasks scheduled in another order than they fell due
+    due_2h_ago = atf.schedule("demo.noop", run_at=clock.now - timedelta(hours=2))
+    due_10h_ago = atf.schedule("demo.noop", run_at=clock.now - timedelta(hours=10))
+    due_now = atf.schedule("demo.noop", run_at=clock.now)
+    high_due_now = atf.schedule("demo.noop", priority="high", run_at=clock.now)
+    # When a pass takes fewer than all of them
+    consumer.batch_size = 3
+    assert consumer.run_pass().enqueued == 3
+    # Then high went first, then the longest overdue, each queue in due order
+    assert drain(queue, "demo.noop") == [("high", high_due_now.pk), ("default", due_10h_ago.pk),
+                                         ("default", due_2h_ago.pk)]
+    assert TaskEntity.objects.get(pk=due_now.pk).status == "new"
+
+
+def test_the_messages_of_one_pass_are_pushed_high_first(
+        consumer: Consumer, redis_client: redis.Redis, queue: queues.QueueBackend) -> None:
+    # Given low, default and high tasks, scheduled in that order
+    for priority in ("low", "default", "high"):
+        atf.schedule("demo.noop", priority=priority)
+    # When a pass pushes them, watched by MONITOR (the order a waiting worker sees them in;
+    # MONITOR shows the whole server, so only this lambda's queues count)
+    ours = {queue.queue_name("demo.noop", p): p for p in ("high", "default", "low")}
+    with redis_client.monitor() as monitor:
+        consumer.run_pass()
+        pushed = []
+        for command in monitor.listen():
+            words = command["command"].split()
+            if words[0] == "LPUSH" and words[1].strip('"') in ours:
+                pushed.append(ours[words[1].strip('"')])
+            if len(pushed) == 3:
+                break
+    # Then the high queue was pushed first and the low one last
+    assert pushed == ["high", "default", "low"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_consumer_leaves_a_lambda_alone_while_another_consumer_enqueues_it(
+        queue: queues.QueueBackend, clock: Clock) -> None:
+    # Given due tasks, and another consumer in the middle of its turn on their lambda
+    tasks = [atf.schedule("demo.noop") for _ in range(3)]
+    lambda_id = Lambda.objects.get(name="demo.noop").pk
+    holding, release = threading.Event(), threading.Event()
+
+    def other_consumer() -> None:
+        with turns.lambda_turn(lambda_id) as granted:
+            assert granted
+            holding.set()
+            release.wait(10)
+        turns.reset()
+        connection.close()
+
+    other = threading.Thread(target=other_consumer)
+    other.start()
+    holding.wait(10)
+    consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+    try:
+        # When this consumer makes a pass, it skips the lambda
+        assert consumer.run_pass().enqueued == 0
+    finally:
+        release.set()
+        other.join(10)
+    # Then once the other's turn is over it takes the lambda's tasks
+    assert consumer.run_pass().enqueued == 3
+    assert sorted(task_id for _p, task_id in drain(queue, "demo.noop")) == [t.pk for t in tasks]
+
+
+def test_a_lambda_with_a_few_new_tasks_goes_before_a_backlogged_one(
+        consumer: Consumer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a lambda with more due tasks than its share of a pass (500 / 2), and another
+    # with one due task
+    scheduling.schedule_many([{"lambda": "demo.noop"}] * 1000)
+    atf.schedule("demo.record", {"key": "demo:x"})
+    served: list[str] = []
+    enqueue_due = store.enqueue_due
+
+    def recording(lambda_id: int, **kwargs: object) -> store.DueBatch:
+        served.append(Lambda.objects.get(pk=lambda_id).name)
+        return enqueue_due(lambda_id, **kwargs)
+
+    monkeypatch.setattr(store, "enqueue_due", recording)
+    consumer.run_pass()  # the first pass: whichever its turn names first
+    for _ in range(2):  # both turns of the round-robin
+        # When the other lambda gets a new task while the first is still backlogged
+        atf.schedule("demo.record", {"key": "demo:x"})
+        served.clear()
+        consumer.run_pass()
+        # Then the pass serves it first, and the backlogged one still gets its share
+        assert served == ["demo.record", "demo.noop"]
+    assert TaskEntity.objects.filter(status="enqueued", lambda_ref__name="demo.noop").count() \
+        == 3 * 250
