@@ -25,6 +25,7 @@ from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 
 from tasks_api.fair_share import caller_keys
+from tasks_api.throttling import count_in_window
 from tasks_core.conf import atf_settings
 
 logger = logging.getLogger(__name__)
@@ -69,27 +70,42 @@ def tasks_in_batch(body: Any) -> int:
     return min(len(tasks), atf_settings.max_batch_size) if isinstance(tasks, list) else 1
 
 
-def take(request: Request, tasks: int) -> None:
+class _EndedWindows:
+    """The counts of windows that have ended (they no longer change), read from the cache once
+    per window, team and process, so that a request costs one round trip."""
+
+    def __init__(self) -> None:
+        self._window = -1
+        self._counts: dict[str, int] = {}
+
+    def count(self, key: str, window: int) -> int:
+        if window != self._window:  # a new window: the last one's reads are of no more use
+            self._window, self._counts = window, {}
+        counts = self._counts
+        if key not in counts:
+            counts[key] = int(cache.get(key) or 0)
+        return counts[key]
+
+
+_ended_windows = _EndedWindows()
+
+
+def take(request: Request, tasks: int, *, now: float | None = None) -> None:
     """Count `tasks` against the caller's team's rate, or raise ScheduleRateExceeded (and count
-    nothing)."""
+    nothing). `now` (a Unix time) is the clock's, unless a test gives one."""
     rate = atf_settings.api_schedule_rate_per_team
     if not rate:
         return
     team, _token = caller_keys(request)
     limit = window_limit(rate)
     span_s = limit / rate
-    now = time.time()
-    window, elapsed = divmod(now / span_s, 1)
+    window, elapsed = divmod((time.time() if now is None else now) / span_s, 1)
     key = f"{atf_settings.queue_prefix}:schedule-rate:{team}:{span_s:g}:"
     current_key = key + str(int(window))
-    try:
-        previous = int(cache.get(key + str(int(window) - 1)) or 0)
-        cache.add(current_key, 0, timeout=math.ceil(2 * span_s) + 1)
-        current = cache.incr(current_key, tasks)
-    except ValueError:  # the key vanished (cache unreachable or evicted): let it through
+    current = count_in_window(current_key, tasks, timeout_s=math.ceil(2 * span_s) + 1)
+    if current is None:  # the cache could not count: let it through
         return
-    if current is None:  # a cache that ignores its errors could not count: let it through
-        return
+    previous = _ended_windows.count(key + str(int(window) - 1), int(window))
     if previous * (1 - elapsed) + current <= limit:
         return
     with contextlib.suppress(ValueError):  # the key vanished: nothing to give back

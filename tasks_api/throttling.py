@@ -33,6 +33,20 @@ def parse_rate(rate: str) -> tuple[int, int]:
         ) from None
 
 
+def count_in_window(key: str, amount: int, *, timeout_s: int) -> int | None:
+    """Add `amount` to the counter `key` (made, expiring after `timeout_s`, by the first
+    count); its new value, or None when the cache cannot count (unreachable, or the key
+    vanished): callers then let the request through. One round trip, two for a key's first."""
+    try:
+        return cache.incr(key, amount)
+    except ValueError:  # the key's first count
+        cache.add(key, 0, timeout=timeout_s)
+        try:
+            return cache.incr(key, amount)
+        except ValueError:
+            return None
+
+
 class TokenRateThrottle(BaseThrottle):
     """At most ATF_API_THROTTLE_RATE requests per token (per user for a session) and window.
 
@@ -52,14 +66,7 @@ class TokenRateThrottle(BaseThrottle):
         now = time.time()
         window = int(now // period_s)
         key = f"{atf_settings.queue_prefix}:throttle:{self._ident(request)}:{window}"
-        try:
-            count = cache.incr(key)
-        except ValueError:  # the window's first request: one round trip more, once a window
-            cache.add(key, 0, timeout=period_s + 1)
-            try:
-                count = cache.incr(key)
-            except ValueError:  # the key vanished (cache unreachable or evicted): let it pass
-                return True
+        count = count_in_window(key, 1, timeout_s=period_s + 1)
         if count is None or count <= limit:
             return True
         self.wait_s = (window + 1) * period_s - now

@@ -74,3 +74,24 @@ def test_a_refused_batch_counts_nothing(alice: Member) -> None:
 def test_zero_lifts_the_rate(alice: Member) -> None:
     assert [batch(alice.client, alice.lam.name, 50).status_code
             for _ in range(5)] == [201] * 5
+
+
+@override_settings(**SLOW)
+def test_the_last_window_weighs_as_much_as_it_still_overlaps(alice: Member) -> None:
+    from types import SimpleNamespace
+
+    from tasks_api import schedule_rate
+
+    caller: Any = SimpleNamespace(auth=None, user=alice.user)  # a session: the user's count
+    span_s = 100.0  # SLOW: a window of 100 tasks at one a second
+    start = (10**7 // span_s + 1) * span_s  # the start of a window
+    # Given the whole of one window's 100 tasks taken in its last moments
+    schedule_rate.take(caller, 100, now=start - 1)
+    # When a quarter of the next window has gone, the last one still weighs three quarters
+    schedule_rate.take(caller, 25, now=start + span_s / 4)
+    with pytest.raises(schedule_rate.ScheduleRateExceeded):
+        schedule_rate.take(caller, 1, now=start + span_s / 4)
+    # Then, half way through, half of it has gone: 25 more fit, and not one over
+    schedule_rate.take(caller, 25, now=start + span_s / 2)
+    with pytest.raises(schedule_rate.ScheduleRateExceeded):
+        schedule_rate.take(caller, 1, now=start + span_s / 2)
