@@ -221,6 +221,10 @@ class Consumer:
 
     def run_pass(self) -> PassSummary:
         """Enqueue, re-enqueue, drop or dead-letter what is due now, fairly across lambdas."""
+        # Cleared before the clock and the gates are read: a wake-up from then on is for a
+        # task this pass may not see, so it cuts the pass short (SLICE_ROWS) and the sleep
+        # after it is skipped.
+        self.wake.clear()
         now = self._pass_now = self.clock()
         summary = PassSummary()
         lambdas = self._gates(now)
@@ -236,7 +240,6 @@ class Consumer:
         now_s = now.timestamp()
         backlogged, self._backlogged = self._backlogged, set()
         slice_rows = SLICE_ROWS if self._shared({lam.team_id for lam in lambdas}, now_s) else None
-        self.wake.clear()  # from here on, a wake-up cuts the pass short (SLICE_ROWS)
         cut = False
         for lam in _short_first(lambdas[self._turn:] + lambdas[: self._turn], backlogged):
             if cut:  # its turn comes in the next pass, which starts at once, in its place

@@ -291,6 +291,28 @@ def test_a_wake_up_cuts_a_shared_pass_after_the_slice_in_progress(
     assert TaskEntity.objects.filter(lambda_ref=lam_b, status="enqueued").count() == 2
 
 
+class WokenWhileReadingGates(Consumer):
+    """A consumer to which a wake-up comes just after it read the lambdas' gates, as one
+    would from a task scheduled then (for a lambda the pass may already have left out)."""
+
+    def _gates(self, now: datetime) -> list:
+        gates = super()._gates(now)
+        self.wake.set()
+        return gates
+
+
+def test_a_wake_up_during_a_pass_is_kept_for_the_next(
+        queue: queues.QueueBackend, clock: Clock) -> None:
+    # Given a lambda with a due task, and a wake-up that comes while a pass reads the gates
+    due_tasks(LambdaFactory(name="tests.woken", team=TeamFactory(name="woken")), 1, clock.now)
+    consumer = WokenWhileReadingGates(batch_size=500, poll_interval_s=30, queue=queue,
+                                      clock=clock)
+    # When the pass ends
+    assert consumer.run_pass().enqueued == 1
+    # Then the wake-up is still there: the consumer does not sleep before its next pass
+    assert consumer.wake.is_set()
+
+
 def test_one_teams_pass_is_not_sliced(queue: queues.QueueBackend, clock: Clock) -> None:
     # Given one team's lambda with 400 due tasks, and wake-ups coming all the time
     due_tasks(LambdaFactory(name="tests.alone", team=TeamFactory(name="alone")), 400, clock.now)
