@@ -11,7 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tasks_core import directory, limits, operations, overrides, scheduling
+from tasks_core import directory, lambda_options, limits, operations, overrides, scheduling
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import GateState
@@ -239,10 +239,11 @@ class ScheduleTaskSerializer(StrictSerializer):
                                    help_text="Seconds from now; not with run_at.")
     idempotency_key = serializers.CharField(required=False,
                                             max_length=limits.idempotency_key_chars())
-    max_attempts = serializers.IntegerField(required=False, min_value=1,
-                                            max_value=limits.MAX_ATTEMPTS)
+    max_attempts = serializers.IntegerField(
+        required=False, min_value=int(lambda_options.BY_NAME["max_attempts"].least),
+        max_value=int(lambda_options.BY_NAME["max_attempts"].most))
     timeout = serializers.FloatField(required=False, min_value=0,
-                                     max_value=limits.MAX_DELAY_S,
+                                     max_value=lambda_options.BY_NAME["timeout"].most,
                                      help_text="Seconds one attempt may run before it ends "
                                                "`timeout`; 0: no limit; default: the lambda's "
                                                "time limit.")

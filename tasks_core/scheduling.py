@@ -22,6 +22,7 @@ from tasks_core import directory, limits, store, wakeup
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
 from tasks_core.gating import GateState
+from tasks_core.lambda_options import BY_NAME
 from tasks_core.models import Collection, Lambda, TaskEntity
 
 logger = logging.getLogger(__name__)
@@ -222,17 +223,20 @@ def validate(request: TaskRequest, *, now: datetime) -> store.NewTask:
         errors["idempotency_key"] = [
             f"Idempotency key must be a non-empty string of at most {key_chars} characters."
         ]
+    # A task's own max_attempts and timeout have the bounds of the lambda's options.
+    attempts_option, timeout_option = BY_NAME["max_attempts"], BY_NAME["timeout"]
     if max_attempts is not None and (
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
-        or not 1 <= max_attempts <= limits.MAX_ATTEMPTS
+        or not attempts_option.least <= max_attempts <= attempts_option.most
     ):
         errors["max_attempts"] = [
-            f"max_attempts must be a whole number from 1 to {limits.MAX_ATTEMPTS}."
+            f"max_attempts must be a whole number from {attempts_option.least:g} to "
+            f"{attempts_option.most:g}."
         ]
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                                or not 0 <= timeout <= limits.MAX_DELAY_S):
+                                or not timeout_option.least <= timeout <= timeout_option.most):
         errors["timeout"] = [f"timeout must be a number of seconds from 0 (no limit) to "
-                             f"{limits.MAX_DELAY_S:.0f}."]
+                             f"{timeout_option.most:.0f}."]
     parents = tuple(request.after) if isinstance(request.after, list | tuple) else ()
     if problem := _after_error(request.after):
         errors["after"] = [problem]

@@ -151,3 +151,26 @@ def test_task_takes_each_option_and_holds_it_to_the_declared_bounds(option: Opti
     with pytest.raises(InvalidTaskError,
                        match=re.escape(f"{option.name} must be at most {option.most:g}")):
         task(lambda_name="tests.own", **{option.name: _too_big(option)})(walked_task)
+
+
+PER_TASK = [option for option in OPTIONS if option.per_task]
+
+
+@pytest.mark.parametrize("option", PER_TASK, ids=[option.name for option in PER_TASK])
+def test_a_task_may_ask_for_each_per_task_option_within_the_lambdas_bounds(
+        option: Option, alice: Member) -> None:
+    from tasks_core import atf
+    from tasks_core.exceptions import InvalidTask
+    from tests.integration.tasks_api.test_api_support import schedule
+
+    most = int(option.most) if option.whole else option.most
+    # At the option's upper bound, through the API and through schedule()
+    assert schedule(alice, **{option.name: most}).status_code == 201
+    atf.schedule(alice.lam.name, **{option.name: most})
+    # Past it, a field error from both
+    answer = schedule(alice, **{option.name: int(_too_big(option))})
+    assert answer.status_code == 400
+    assert list(answer.json()) == [option.name], answer.json()
+    with pytest.raises(InvalidTask) as raised:
+        atf.schedule(alice.lam.name, **{option.name: int(_too_big(option))})
+    assert list(raised.value.errors) == [option.name]
