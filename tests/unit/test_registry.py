@@ -98,3 +98,27 @@ def test_a_schedule_whose_name_is_taken_registers_nothing() -> None:
         assert name not in registry.names()
     finally:
         periodic.forget(name)
+
+
+def test_register_names_a_misspelt_option_and_lists_those_there_are() -> None:
+    with pytest.raises(TypeError) as raised:
+        atf.register("tests.misspelt", max_attempt=3)
+    assert str(raised.value).startswith(
+        "lambda 'tests.misspelt': unknown option(s) max_attempt; the options are ")
+    assert "max_attempts" in str(raised.value)
+    with pytest.raises(LambdaNotFound):
+        registry.get("tests.misspelt")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"max_attempts": 0}, "max_attempts must be a whole number of at least 1"),
+    ({"max_attempts": 2.5}, "max_attempts must be a whole number of at least 1"),
+    ({"heartbeat_timeout": 0}, "heartbeat_timeout must be a number above 0"),
+    ({"timeout": -1}, "timeout must be a number of seconds, 0 or more"),
+    ({"backoff_cap": 2e9}, "backoff_cap must be at most 1e+09"),
+    ({"quota": True}, "quota must be a number above 0"),
+])
+def test_register_holds_the_code_to_the_options_bounds(options: dict, message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        atf.register("tests.bounded", **options)
+    assert str(raised.value) == f"lambda 'tests.bounded': {message}"
