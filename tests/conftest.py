@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -121,21 +121,34 @@ def database_route(request: pytest.FixtureRequest, pgbouncers: dict[str, PgBounc
     from tests.pooler import PgBouncer
 
     mode = route.removeprefix("pgbouncer-")
-    database = settings.DATABASES["default"]  # every thread's connection reads this dict
+    database = settings.DATABASES["default"]
     if mode not in pgbouncers:
         pgbouncers[mode] = PgBouncer(mode, host=database["HOST"], port=int(database["PORT"]))
-    before = database["PORT"], atf_settings.db_prepared_statements
+    with routed_database(PORT=str(pgbouncers[mode].port), prepared_statements=mode == "session"):
+        yield route
+
+
+@contextlib.contextmanager
+def routed_database(*, prepared_statements: bool | None = None, **fields: Any) -> Iterator[None]:
+    """Within it, every new connection of this process (each thread's: they all read the one
+    settings dict) and of the processes the test starts (subprocess_env) uses the default
+    database's settings with `fields` changed (HOST, PORT, NAME, OPTIONS), and
+    ATF_DB_PREPARED_STATEMENTS as given (unchanged by default)."""
+    database = settings.DATABASES["default"]
+    before = {key: database[key] for key in fields}, atf_settings.db_prepared_statements
     connection.close()
-    database["PORT"] = str(pgbouncers[mode].port)
-    settings.ATF_DB_PREPARED_STATEMENTS = mode == "session"
+    database.update(fields)
+    if prepared_statements is not None:
+        settings.ATF_DB_PREPARED_STATEMENTS = prepared_statements
     pooling.forget()
     backends.use(None)
     try:
-        yield route
+        yield
     finally:
         connection.close()
         turns.reset()
-        database["PORT"], settings.ATF_DB_PREPARED_STATEMENTS = before
+        database.update(before[0])
+        settings.ATF_DB_PREPARED_STATEMENTS = before[1]
         pooling.forget()
         backends.use(None)
 

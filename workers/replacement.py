@@ -25,6 +25,9 @@ from tasks_core.exceptions import AtfError
 
 logger = logging.getLogger(__name__)
 
+#: What the log line of a process about to replace itself begins with (tests and log searches
+#: look for it).
+REPLACING = "replacing this worker process"
 #: The runworker option that tells a replacement image why it replaced the previous one.
 REPLACES_OPTION = "--replaces"
 #: The runworker option the supervisor gives its children: exit, and let it start another.
@@ -60,8 +63,8 @@ def end_process(reason: str, exit_code: int) -> NoReturn:
         logger.critical("exiting with %d for the supervisor to start a fresh process", exit_code)
         _flush_logs()
         os._exit(exit_code)
-    logger.critical("replacing this worker process with a fresh one (pid %d stays): %s",
-                    os.getpid(), reason, extra={"action": "worker_replaced"})
+    logger.critical("%s with a fresh one (pid %d stays): %s", REPLACING, os.getpid(), reason,
+                    extra={"action": "worker_replaced"})
     _flush_logs()
     try:
         os.execv(sys.executable, _own_command(reason))

@@ -28,15 +28,14 @@ from django.conf import settings
 from django.db import Error, connection
 
 from atf_project import database_url
-from tasks_core import pooling, scheduling
+from tasks_core import scheduling
 from tasks_core.models import TaskEntity
-from tasks_core.store import backends
 from tests.acceptance.test_workers import FAST, overlapping
 from tests.chaos.recovery import time_to_full_speed
-from tests.conftest import Processes, subprocess_env, wait_for
+from tests.conftest import Processes, routed_database, subprocess_env, wait_for
 from tests.remote import Workers
 from tests.replication import ReplicatedPostgres
-from workers import db, turns
+from workers import db
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -106,23 +105,14 @@ def pair(request: pytest.FixtureRequest, transactional_db: None
     (and, through subprocess_env, its children's) name both, for read-write."""
     replicated = ReplicatedPostgres(synchronous=request.param == "synchronous")
     database = settings.DATABASES["default"]
-    before = {key: database[key] for key in ("HOST", "PORT", "NAME", "OPTIONS")}
     try:
         replicated.copy_database("atf", host=database["HOST"], port=int(database["PORT"]),
                                  dbname=database["NAME"])
-        connection.close()
         both = database_url.parse(replicated.url("atf"))
-        database.update(HOST=both["HOST"], PORT=both["PORT"], NAME=both["NAME"],
-                        OPTIONS={**database["OPTIONS"], **both["OPTIONS"]})
-        pooling.forget()
-        backends.use(None)
-        yield replicated
+        with routed_database(HOST=both["HOST"], PORT=both["PORT"], NAME=both["NAME"],
+                             OPTIONS={**database["OPTIONS"], **both["OPTIONS"]}):
+            yield replicated
     finally:
-        connection.close()
-        turns.reset()
-        database.update(before)
-        pooling.forget()
-        backends.use(None)
         replicated.stop()
 
 

@@ -19,6 +19,7 @@ from tasks_core.states import FINAL, TaskStatus
 from tests.acceptance.test_workers import FAST
 from tests.conftest import Processes, subprocess_env, wait_for
 from tests.remote import Workers
+from workers.replacement import REPLACING
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -107,7 +108,7 @@ def test_an_operators_incident_drill(processes: Processes, operator: Client, kin
     # ...and its process, whose lambda ignored the interrupt, was replaced by a fresh one
     def replacements() -> int:
         with open(hang_worker.log_path) as log:  # type: ignore[attr-defined]
-            return log.read().count("replacing this worker process")
+            return log.read().count(REPLACING)
 
     wait_for(lambda: replacements() == 1, message="the hung process replaced")
 

@@ -41,13 +41,13 @@ from tests.conftest import Processes, subprocess_env, wait_for
 from tests.netns import WorkerHost
 from tests.proxy import Proxy
 from tests.remote import host_redis, start_api, start_on_host, worker_env, worker_token
+from workers.replacement import REPLACING
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 #: Heartbeats every second: the budget is 3 s, and a task without one for 5 s runs again.
 FAST = {"ATF_HEARTBEAT_INTERVAL_S": "1", "ATF_HEARTBEAT_TIMEOUT_S": "5",
         "ATF_ENQUEUE_TIMEOUT_S": "5", "ATF_CLAIM_TIMEOUT_S": "60", "ATF_POLL_INTERVAL_S": "0.2"}
-REPLACED = "replacing this worker process"
 #: Seconds the API stays down between stopping and starting it, to which its drain and its
 #: start-up add more (8 to 12 on a loaded 2-core machine): inside the heartbeat budget of
 #: 15 s, and past the two seconds a start or a result used to be retried for.
@@ -139,7 +139,7 @@ def test_a_worker_whose_link_goes_down_replaces_itself_and_serves_again_once_it_
     host.link_down()
     down_at = time.monotonic()
     # Then it ends its lambdas within the budget (and slack): a fresh image takes over
-    wait_for(lambda: REPLACED in log_of(worker), timeout_s=20,
+    wait_for(lambda: REPLACING in log_of(worker), timeout_s=20,
              message="the cut-off worker to replace itself")
     ended_after_s = time.monotonic() - down_at
     replaced_at = time.time()
@@ -192,7 +192,7 @@ def test_a_link_that_hangs_without_closing_costs_a_timeout_not_a_worker_or_a_rer
     log = log_of(worker)
     assert hung >= 2 and done < tasks
     assert "Read timed out" in log or "heartbeat failed" in log, log[-3000:]
-    assert REPLACED not in log, log[-3000:]
+    assert REPLACING not in log, log[-3000:]
     assert worker.poll() is None
     # ...and no task ran twice: one recorded execution each, none overlapping. A claim that
     # hung took and started its tasks for an answer that never came: each such task has a
@@ -251,7 +251,7 @@ def restart_the_api_under_load(processes: Processes, site_for: Callable[..., Sit
     # Then no worker ended or replaced itself...
     for worker in workers:
         assert worker.poll() is None
-        assert REPLACED not in log_of(worker), log_of(worker)[-3000:]
+        assert REPLACING not in log_of(worker), log_of(worker)[-3000:]
     # ...and every task ran exactly once: one attempt each, one execution each, none lost
     ran_once_each(records(redis_client), tasks)
     assert done < tasks  # the last restart happened under load too

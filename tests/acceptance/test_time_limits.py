@@ -13,6 +13,7 @@ from tasks_core.models import TaskAttempt, TaskEntity
 from tests.acceptance.test_workers import FAST
 from tests.conftest import Processes, subprocess_env, wait_for
 from tests.remote import Workers
+from workers.replacement import REPLACING
 from workers.worker import EXIT_HUNG
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -90,7 +91,7 @@ def test_a_lambda_that_ignores_its_interrupt_costs_its_process_which_is_replaced
     def log() -> str:
         return Path(worker.log_path).read_text()  # type: ignore[attr-defined]
 
-    ended = ("replacing this worker process" if processes_n == 1
+    ended = (REPLACING if processes_n == 1
              else f"exited with {EXIT_HUNG}; restarting")
     wait_for(lambda: log().count(ended) == 2, message="the process ended twice")
     assert "did not stop within 1s of its time limit" in log()

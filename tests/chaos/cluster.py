@@ -33,6 +33,7 @@ from pathlib import Path
 from tests import netns
 from tests.chaos.services import free_port, wait_until
 from tests.proxy import Proxy
+from workers.replacement import REPLACING
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +46,8 @@ READY = {
     "worker": re.compile(r"worker \S+ started"),
     "api": re.compile(r"Booting worker|Listening at"),
 }
-#: A worker's line when it ends its image for a fresh one (workers/replacement.py).
-REPLACED = re.compile(r"replacing this worker process")
+#: A worker's line when it ends its image for a fresh one.
+REPLACED = re.compile(re.escape(REPLACING))
 
 
 class Child:
