@@ -75,14 +75,26 @@ def fail(ctx: atf.TaskContext, payload: Any) -> dict:
     return {"attempt": ctx.attempt}
 
 
+def _record_key(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(RECORD_PREFIX) and len(value) <= 200
+
+
 @atf.register("demo.record", team=settings.ATF_DEMO_TEAM)
 def record(ctx: atf.TaskContext, payload: Any) -> dict:
-    """Sleep `seconds`, then append {task_id, attempt, start, end, pid, host} to list `key`,
-    which must start with RECORD_PREFIX (a payload must not name any other Redis key)."""
+    """Sleep `seconds`, then append {task_id, attempt, start, end, pid, host} to list `key`;
+    with `started_key`, first append {task_id, attempt, start} to that list (a test's sign that
+    the lambda runs). Both must start with RECORD_PREFIX (a payload must not name any other
+    Redis key)."""
     key = payload.get("key") if isinstance(payload, dict) else None
-    if not isinstance(key, str) or not key.startswith(RECORD_PREFIX) or len(key) > 200:
-        raise atf.Fatal(f"payload needs a string 'key' that starts with {RECORD_PREFIX!r}")
+    started_key = payload.get("started_key") if isinstance(payload, dict) else None
+    for name, value in (("key", key), ("started_key", started_key)):
+        if (value is not None or name == "key") and not _record_key(value):
+            raise atf.Fatal(f"payload needs a string {name!r} that starts with "
+                            f"{RECORD_PREFIX!r}")
     start = time.time()
+    if started_key is not None:
+        _redis().rpush(started_key, json.dumps(
+            {"task_id": ctx.task_id, "attempt": ctx.attempt, "start": start}))
     _sleep(ctx, _seconds(payload))
     line = {"task_id": ctx.task_id, "attempt": ctx.attempt, "start": start, "end": time.time(),
             "pid": os.getpid(), "host": socket.gethostname()}

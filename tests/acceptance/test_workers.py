@@ -362,12 +362,14 @@ def test_with_consumer_refuses_a_remote_worker_and_several_processes() -> None:
 
 
 def test_a_second_signal_exits_at_once(processes: Processes, env: dict[str, str],
-                                       workers: Workers) -> None:
+                                       workers: Workers, records: callable) -> None:
     processes.start("runconsumer", env=env)
-    worker = workers.start("demo.sleep", "--threads", "1")
-    task = atf.schedule("demo.sleep", {"seconds": 30})
-    wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="processing").exists(),
-             message="the long task running")
+    worker = workers.start("demo.record", "--threads", "1")
+    # (a claimed task is `processing` already, and may wait a moment for its executor: a first
+    # signal then hands it back and the worker exits at once, cleanly; its lambda must run)
+    atf.schedule("demo.record", {"key": "demo:records", "started_key": "demo:started",
+                                 "seconds": 30})
+    wait_for(lambda: records("demo:started"), message="the long task's lambda running")
     worker.send_signal(signal.SIGTERM)
     time.sleep(0.5)  # the first signal must be handled before the second is sent
     worker.send_signal(signal.SIGTERM)

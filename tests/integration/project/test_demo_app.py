@@ -52,6 +52,8 @@ def test_demo_record_refuses_keys_outside_its_prefix(redis_client: redis.Redis,
                                                       key: object) -> None:
     with pytest.raises(atf.Fatal, match="demo:"):
         record(CTX, {"key": key})
+    with pytest.raises(atf.Fatal, match="'started_key' that starts with 'demo:'"):
+        record(CTX, {"key": "demo:records", "started_key": key})
     assert redis_client.keys("*") == []
 
 
@@ -59,3 +61,10 @@ def test_demo_record_appends_to_a_demo_key(redis_client: redis.Redis) -> None:
     assert record(CTX, {"key": "demo:records"}) == {"recorded": "demo:records"}
     (line,) = redis_client.lrange("demo:records", 0, -1)
     assert json.loads(line)["task_id"] == 1
+
+
+def test_demo_record_says_when_it_starts_if_asked(redis_client: redis.Redis) -> None:
+    record(CTX, {"key": "demo:records", "started_key": "demo:started"})
+    (started,) = redis_client.lrange("demo:started", 0, -1)
+    (line,) = redis_client.lrange("demo:records", 0, -1)
+    assert json.loads(started) == {"task_id": 1, "attempt": 1, "start": json.loads(line)["start"]}
