@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -340,7 +340,8 @@ def delete_row(row: PeriodicTask) -> None:
 # --- the consumer's side -----------------------------------------------------------------
 
 
-def materialise_due(*, now: datetime, budget_s: float | None = None) -> int:
+def materialise_due(*, now: datetime, budget_s: float | None = None,
+                    cut: Callable[[], bool] = lambda: False) -> int:
     """Turn every due occurrence of enabled schedules into a task; return how many were created.
 
     Rows are locked with SKIP LOCKED, so concurrent consumers share the work; the
@@ -349,7 +350,8 @@ def materialise_due(*, now: datetime, budget_s: float | None = None) -> int:
     Rows are taken in turns of the teams (each team's oldest first); with `budget_s`, no row
     after the first is begun once that many seconds have passed and the rest stay due for the
     next call, so one team's thousands of occurrences hold the caller (the consumer's loop)
-    about that long.
+    about that long; nor once `cut()` says so (the consumer's: a task scheduled to run now is
+    waiting for its next pass).
     """
     deadline = None if budget_s is None else time.monotonic() + budget_s
     created = 0
@@ -360,7 +362,7 @@ def materialise_due(*, now: datetime, budget_s: float | None = None) -> int:
                   .select_related("lambda_ref").filter(pk__in=due)}
         for row in _in_turns([locked[pk] for pk in due if pk in locked]):
             created += _materialise_row(row, now)
-            if deadline is not None and time.monotonic() > deadline:
+            if (deadline is not None and time.monotonic() > deadline) or cut():
                 break
     return created
 

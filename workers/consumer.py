@@ -382,7 +382,8 @@ class Consumer:
                 # Periodic occurrences become ordinary tasks, due at their own time (a task due
                 # now wakes the next pass).
                 if (started_s := time.monotonic()) >= self._periodic_due_s:
-                    periodic.materialise_due(now=self.clock(), budget_s=PERIODIC_BUDGET_S)
+                    periodic.materialise_due(now=self.clock(), budget_s=PERIODIC_BUDGET_S,
+                                             cut=self.wake.is_set)
                     self._periodic_due_s = _next_periodic_look(started_s, time.monotonic())
                 if time.monotonic() - logged_s >= SUMMARY_INTERVAL_S:
                     self._log_summary(totals, time.monotonic() - logged_s)

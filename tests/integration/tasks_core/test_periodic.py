@@ -293,6 +293,25 @@ def test_a_look_with_a_time_budget_takes_the_teams_in_turns(db: None) -> None:
     assert run_ats(b_lambda) == [T0]
 
 
+def test_a_look_ends_after_the_schedule_in_progress_when_cut(db: None) -> None:
+    # Given five due schedules
+    lam = LambdaFactory()
+    PeriodicTask.objects.bulk_create(
+        PeriodicTask(name=f"cut-{n}", lambda_ref=lam, team=lam.team, interval_s=3600.0,
+                     next_run_at=T0 - seconds(n)) for n in range(5))
+    # When a look is cut after its second schedule (the consumer: a wake-up came)
+    asked = []
+    now = T0 + seconds(0.5)
+    periodic.materialise_due(now=now, cut=lambda: asked.append(1) or len(asked) >= 2)
+    # Then two schedules were served, and the other three stay due for the next look
+    def due() -> int:
+        return PeriodicTask.objects.filter(next_run_at__lte=now).count()
+
+    assert due() == 3
+    periodic.materialise_due(now=now)
+    assert due() == 0
+
+
 # --- schedules defined in code -----------------------------------------------------------
 
 
