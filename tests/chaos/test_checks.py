@@ -1,12 +1,19 @@
-"""The chaos runner's own judgements: overlap detection, percentiles and the soak criteria."""
+"""The chaos runner's own judgements: overlap detection, percentiles, the soak criteria and
+whether a replaced worker came back."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
+from tests.chaos.cluster import Child
 from tests.chaos.records import Execution
+from tests.chaos.services import wait_until
 from tests.chaos.soak import MB, Window, judge
 from tests.chaos.verify import count_overlaps, percentiles
+from workers.replacement import REPLACING
 
 
 def run(task_id: int, start: float, end: float, attempt: int = 1) -> Execution:
@@ -59,3 +66,18 @@ def test_latency_that_drifts_upward_fails() -> None:
 
 def test_a_soak_too_short_to_judge_passes_without_judging() -> None:
     assert judge(windows([100.0, 500.0, 900.0], [0.05, 5.0, 50.0]), duration_s=30) == []
+
+
+def test_a_child_is_back_once_its_fresh_image_logged_its_ready_line(tmp_path: Path) -> None:
+    lines = ["worker w1 started", f"CRITICAL {REPLACING} with a fresh one (pid 1 stays): cut"]
+    script = "import sys, time; print(sys.argv[1], flush=True); time.sleep(30)"
+    child = Child("worker", 0, [sys.executable, "-c", script, "\n".join(lines)], {}, tmp_path)
+    child.start()
+    try:
+        wait_until(lambda: child.replacements() == 1, timeout_s=10, what="the child's log")
+        assert not child.back_after_replacement()  # its ready line came before the replacement
+        with open(child.log_path, "a") as log:
+            log.write("worker w1 started\n")
+        assert child.back_after_replacement()
+    finally:
+        child.kill()
