@@ -6,6 +6,7 @@ seconds is enqueued again.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -159,27 +160,41 @@ def waiting_for(session: psycopg.Connection) -> int:
                            "WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))").fetchone()[0]
 
 
+@contextlib.contextmanager
+def attempts_held() -> Iterator[psycopg.Connection]:
+    """A session that holds the attempts' table, so that no attempt's end can be written (a
+    result's write waits for it; claims and heartbeats do not); let go at the end."""
+    db = connection.settings_dict
+    with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"],
+                         dbname=db["NAME"]) as holder:
+        holder.execute("LOCK TABLE tasks_core_taskattempt IN EXCLUSIVE MODE")
+        yield holder
+        holder.rollback()
+
+
+def result_left_waiting(holder: psycopg.Connection, records: callable) -> TaskEntity:
+    """A demo.record task whose lambda returned and whose result's write waits for `holder`."""
+    task = atf.schedule("demo.record", {"key": "demo:records", "seconds": 0.1})
+    wait_for(lambda: len(records()) == 1, message="the lambda to return")
+    wait_for(lambda: waiting_for(holder), message="the result's write to wait for it")
+    return task
+
+
 def test_a_result_not_yet_durable_when_its_worker_is_killed_costs_one_lost_attempt_and_a_rerun(
         processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
     # Given a worker, and a session that holds the attempts' table, so that no attempt's end
     # can be written (a result's write waits for it; claims and heartbeats do not)
     processes.start("runconsumer", env=env)
     victim = workers.start("demo.record", "--threads", "1")
-    db = connection.settings_dict
-    with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"],
-                         dbname=db["NAME"]) as holder:
-        holder.execute("LOCK TABLE tasks_core_taskattempt IN EXCLUSIVE MODE")
+    with attempts_held() as holder:
         # When the worker runs a task, its lambda returns (its executor is free, its result
         # waits) and the worker is killed with SIGKILL
-        task = atf.schedule("demo.record", {"key": "demo:records", "seconds": 0.1})
-        wait_for(lambda: len(records()) == 1, message="the lambda to return")
-        wait_for(lambda: waiting_for(holder), message="the result's write to wait for it")
+        task = result_left_waiting(holder, records)
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
         # (the sessions that waited for the table go with it, as a dead client's would)
         holder.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                        "WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))")
-        holder.rollback()
     # Then the task is not lost: after its heartbeat timeout another worker runs it again
     workers.start("demo.record", "--threads", "1")
     wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="success").exists(),
@@ -202,13 +217,8 @@ def test_a_task_taken_while_the_last_result_is_written_stays_heartbeated(
     # session holds the attempts' table; claims and heartbeats do not wait for it)
     processes.start("runconsumer", env=env)
     workers.start("demo.record", "--threads", "1")
-    db = connection.settings_dict
-    with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"],
-                         dbname=db["NAME"]) as holder:
-        holder.execute("LOCK TABLE tasks_core_taskattempt IN EXCLUSIVE MODE")
-        first = atf.schedule("demo.record", {"key": "demo:records", "seconds": 0.1})
-        wait_for(lambda: len(records()) == 1, message="the first lambda to return")
-        wait_for(lambda: waiting_for(holder), message="the result's write to wait for it")
+    with attempts_held() as holder:
+        first = result_left_waiting(holder, records)
         # When the worker claims a second task while that write waits
         second = atf.schedule("demo.record", {"key": "demo:records", "seconds": 0.1})
         wait_for(lambda: TaskEntity.objects.filter(pk=second.pk, status="processing").exists(),
@@ -220,7 +230,6 @@ def test_a_task_taken_while_the_last_result_is_written_stays_heartbeated(
                  > claimed.heartbeat_at, timeout_s=10,
                  message="a heartbeat of the waiting task")
         assert len(records()) == 1
-        holder.rollback()
     # ...and once the write goes through, both succeed, each run once, on their first lease
     wait_for(lambda: TaskEntity.objects.filter(pk__in=[first.pk, second.pk],
                                                status="success").count() == 2,
