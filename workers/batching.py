@@ -3,15 +3,20 @@
 A batch is everything that arrived while the previous one was being written, so a busy worker
 writes many tasks per commit and an idle one still writes at once. Each submitter waits on its
 own future, so nothing it hands over is lost before it is durable.
+
+A claim can carry what is waiting (`carry`): the controller records it in its claim's commit
+and settles the futures itself. While a controller's claim carries writes, the writer leaves
+what arrives to that controller, which takes it with its next claim as soon as this one
+returns; as soon as no controller carries any, the writer writes what is waiting itself.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Generic, TypeVar
@@ -45,38 +50,82 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         super().__init__(name=name, daemon=True)
         self.write = write
         self.reset = reset  #: drops this thread's connection after a failed write
-        self._pending: queue.Queue[tuple[Item, Future[Out]] | None] = queue.Queue()
+        self._changed = threading.Condition()
+        self._pending: deque[tuple[Item, Future[Out]]] = deque()
+        self._carriers: set[object] = set()  #: controllers whose claim in flight carries writes
+        self._stopping = False
 
     def submit(self, item: Item) -> Future[Out]:
         """Queue a write; the future holds its outcome once the batch is committed."""
         future: Future[Out] = Future()
-        self._pending.put((item, future))
+        with self._changed:
+            self._pending.append((item, future))
+            self._changed.notify()
         return future
+
+    # --- claims that carry writes (the controllers' side) ------------------------------------
+
+    def carry(self, carrier: object) -> list[tuple[Item, Future[Out]]]:
+        """What is waiting, for `carrier`'s claim to record in its commit; it then settles
+        each future (`settle`), or gives the batch back (`give_back`). While it carries a
+        batch, what arrives waits for its next claim; with nothing to carry, it carries no
+        more, and the writer writes what arrives."""
+        with self._changed:
+            batch = self._take()
+            if batch and not self._stopping:
+                self._carriers.add(carrier)
+            else:
+                self._drop(carrier)
+            return batch
+
+    def drop_carrier(self, carrier: object) -> None:
+        """`carrier` will claim no more for a while (no free executor, a failure, a stop):
+        the writer writes what is waiting."""
+        with self._changed:
+            self._drop(carrier)
+
+    def give_back(self, carrier: object, batch: list[tuple[Item, Future[Out]]]) -> None:
+        """A carried batch whose claim failed: the writer writes it (first), as it would have."""
+        with self._changed:
+            self._pending.extendleft(reversed(batch))
+            self._drop(carrier)
+            self._changed.notify()
+
+    @staticmethod
+    def settle(batch: list[tuple[Item, Future[Out]]], outcomes: Sequence[Out]) -> None:
+        """Hand each write of a committed batch its outcome."""
+        for (_item, future), outcome in zip(batch, outcomes, strict=True):
+            future.set_result(outcome)
+
+    def _drop(self, carrier: object) -> None:
+        if carrier in self._carriers:
+            self._carriers.discard(carrier)
+            self._changed.notify()
+
+    def _take(self) -> list[tuple[Item, Future[Out]]]:
+        batch: list[tuple[Item, Future[Out]]] = []
+        while self._pending and len(batch) < MAX_BATCH:
+            batch.append(self._pending.popleft())
+        return batch
+
+    # --- the writer's own writes -------------------------------------------------------------
 
     def run(self) -> None:
         try:
             while (batch := self._next_batch()) is not None:
-                if batch:
-                    self._write(batch)
+                self._write(batch)
         finally:
             self.reset()  # a thread that ends lets go of its connection
 
     def _next_batch(self) -> list[tuple[Item, Future[Out]]] | None:
-        """The waiting writes (blocking for the first); None once stopped and drained."""
-        first = self._pending.get()
-        if first is None:
-            return None
-        batch = [first]
-        while len(batch) < MAX_BATCH:
-            try:
-                item = self._pending.get_nowait()
-            except queue.Empty:
-                break
-            if item is None:
-                self._pending.put(None)  # stop after this batch
-                break
-            batch.append(item)
-        return batch
+        """The waiting writes that no claim in flight will carry (blocking until there are
+        some); None once stopped and drained."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._stopping or (bool(self._pending) and not self._carriers))
+            if not self._pending:
+                return None
+            return self._take()
 
     def _write(self, batch: list[tuple[Item, Future[Out]]]) -> None:
         items = [item for item, _future in batch]
@@ -101,9 +150,11 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
                 for _item, future in batch:
                     future.set_exception(exc)
                 return
-        for (_item, future), outcome in zip(batch, outcomes, strict=True):
-            future.set_result(outcome)
+        self.settle(batch, outcomes)
 
     def stop(self) -> None:
-        """Write what is pending, then end."""
-        self._pending.put(None)
+        """Write what is pending (carried or not), then end."""
+        with self._changed:
+            self._stopping = True
+            self._carriers.clear()
+            self._changed.notify_all()

@@ -50,6 +50,14 @@ def _result(task: store.ClaimedTask, result: store.Result) -> dict[str, Any]:
             "started_at": result.started_at.isoformat() if result.started_at else None}
 
 
+def _statuses(answer: Mapping[str, Any], done: Sequence[FinishedAttempt],
+              ) -> list[TaskStatus | None]:
+    """Each result's status in the API's answer (finish/'s, or a claim's that carried them)."""
+    statuses = {item["id"]: item["status"] for item in answer.get("results", ())}
+    return [None if statuses.get(task.task_id) is None else TaskStatus(statuses[task.task_id])
+            for task, _result in done]
+
+
 class HttpTransport(Transport):
     """The ATF API at `url`, as the holder of a worker token."""
 
@@ -111,10 +119,23 @@ class HttpTransport(Transport):
                    timeout_s=self.start_timeout_s)
 
     def claim(self, max_count: int) -> list[store.ClaimedTask]:
-        answer = self._post("claim/", {"worker": self._worker_id(), "max": max_count,
-                                       "wait_s": self.claim_wait_s, "start": True},
-                            timeout_s=self.claim_wait_s + self.timeout_s)
-        return [store.ClaimedTask.from_json(item) for item in answer["tasks"]]
+        return self._claim(max_count, wait_s=self.claim_wait_s)[1]
+
+    def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
+                         ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+        return self._claim(max_count, wait_s=0, done=done)
+
+    def _claim(self, max_count: int, *, wait_s: float, done: Sequence[FinishedAttempt] = (),
+               ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+        """A claim request, carrying `done`'s results when there are any (the API records
+        them in the claim's commit and answers them as finish/ does)."""
+        body: dict[str, Any] = {"worker": self._worker_id(), "max": max_count,
+                                "wait_s": wait_s, "start": True}
+        if done:
+            body["results"] = [_result(task, result) for task, result in done]
+        answer = self._post("claim/", body, timeout_s=wait_s + self.timeout_s)
+        return (_statuses(answer, done),
+                [store.ClaimedTask.from_json(item) for item in answer["tasks"]])
 
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         # At most one interval: a call stuck on a connection the server no longer reads (an
@@ -128,9 +149,7 @@ class HttpTransport(Transport):
     def finish_many(self, done: Sequence[FinishedAttempt]) -> list[TaskStatus | None]:
         answer = self._post("finish/", {"worker": self._worker_id(),
                                         "results": [_result(t, r) for t, r in done]})
-        statuses = {item["id"]: item["status"] for item in answer["results"]}
-        return [None if statuses.get(task.task_id) is None
-                else TaskStatus(statuses[task.task_id]) for task, _result in done]
+        return _statuses(answer, done)
 
     def release(self, tasks: Sequence[store.ClaimedTask]) -> int:
         if not tasks:

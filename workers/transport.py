@@ -83,6 +83,13 @@ class Transport(abc.ABC):
         may run); [] after `claim_wait_s`."""
 
     @abc.abstractmethod
+    def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
+                         ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+        """Record attempts' ends as `finish_many` does and claim up to `max_count` tasks as
+        `claim` does, in one call and one commit, without waiting for work (the results'
+        statuses are not held back): per result its status, and the tasks claimed."""
+
+    @abc.abstractmethod
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         """Renew running tasks' leases (and, when `seen`, the worker's last_seen); the ids
         whose lease was lost, and those a cancel asks to stop."""
@@ -145,6 +152,12 @@ class DirectTransport(Transport):
         assert self.claimer is not None, "register() comes first"
         with _store_errors():
             return self.claimer.take(max_count, wait_s=self.claim_wait_s)
+
+    def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
+                         ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+        assert self.claimer is not None, "register() comes first"
+        with _store_errors():
+            return self.claimer.finish_and_take(done, max_count)
 
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         # A broken connection (a terminated backend, a failover) gets one immediate retry on a

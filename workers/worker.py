@@ -75,7 +75,8 @@ class WorkerProcess:
         self.results = result_writer(transport)
         self.heartbeat = HeartbeatThread(buffer=self.buffer, interval_s=self.interval_s,
                                          transport=transport)
-        self.controllers = [ControllerThread(buffer=self.buffer, transport=transport, index=i)
+        self.controllers = [ControllerThread(buffer=self.buffer, transport=transport,
+                                             results=self.results, index=i)
                             for i in range(CONTROLLERS)]
         self.executors = [
             ExecutorThread(index=i, buffer=self.buffer, heartbeat=self.heartbeat,
