@@ -5,9 +5,12 @@ writes many tasks per commit and an idle one still writes at once. Each submitte
 own future, so nothing it hands over is lost before it is durable.
 
 A claim can carry what is waiting (`carry`): the controller records it in its claim's commit
-and settles the futures itself. While a controller's claim carries writes, the writer leaves
-what arrives to that controller, which takes it with its next claim as soon as this one
-returns; as soon as no controller carries any, the writer writes what is waiting itself.
+and settles the futures itself. The writer leaves what arrives to the controllers while a claim
+is sure to come at once: a controller's claim in flight carries writes (it takes what waits
+with its next claim as soon as this one returns), or a controller waits for a free executor
+and one is free (an executor whose write arrives has just freed itself, so the claim of its
+next task is starting). Otherwise (the controllers wait for work, or for executors that are
+all busy) the writer writes what is waiting at once, as it always did.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ MAX_BATCH = 200
 #: Seconds between two attempts at a batch ATF did not take (growing to the most).
 RETRY_FIRST_S = 0.2
 RETRY_MOST_S = 1.0
+#: Seconds between two looks at a write left to a controller that waits for a free executor
+#: (it takes the write with its claim within microseconds; this only bounds a missed wake-up).
+IDLE_LOOK_S = 0.01
 
 
 def retry_budget_s() -> float:
@@ -46,13 +52,15 @@ def retry_budget_s() -> float:
 
 class BatchWriterThread(threading.Thread, Generic[Item, Out]):
     def __init__(self, *, name: str, write: Callable[[list[Item]], Sequence[Out]],
-                 reset: Callable[[], None]) -> None:
+                 reset: Callable[[], None], free_slots: Callable[[], int] = lambda: 0) -> None:
         super().__init__(name=name, daemon=True)
         self.write = write
         self.reset = reset  #: drops this thread's connection after a failed write
+        self.free_slots = free_slots  #: executors free for a claim (WorkBuffer.free_slots)
         self._changed = threading.Condition()
         self._pending: deque[tuple[Item, Future[Out]]] = deque()
         self._carriers: set[object] = set()  #: controllers whose claim in flight carries writes
+        self._idle: set[object] = set()  #: controllers waiting for a free executor
         self._stopping = False
 
     def submit(self, item: Item) -> Future[Out]:
@@ -72,15 +80,21 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         more, and the writer writes what arrives."""
         with self._changed:
             batch = self._take()
+            self._drop(carrier)
             if batch and not self._stopping:
                 self._carriers.add(carrier)
-            else:
-                self._drop(carrier)
             return batch
 
+    def await_slot(self, carrier: object) -> None:
+        """`carrier` waits for a free executor: it claims as soon as one is free, so a write
+        that arrives while one is free (its executor has just freed itself) waits for it."""
+        with self._changed:
+            self._drop(carrier)
+            self._idle.add(carrier)
+
     def drop_carrier(self, carrier: object) -> None:
-        """`carrier` will claim no more for a while (no free executor, a failure, a stop):
-        the writer writes what is waiting."""
+        """`carrier` will claim nothing soon (a failure, a stop): the writer writes what is
+        waiting."""
         with self._changed:
             self._drop(carrier)
 
@@ -98,9 +112,14 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
             future.set_result(outcome)
 
     def _drop(self, carrier: object) -> None:
-        if carrier in self._carriers:
+        if carrier in self._carriers or carrier in self._idle:
             self._carriers.discard(carrier)
+            self._idle.discard(carrier)
             self._changed.notify()
+
+    def _claim_coming(self) -> bool:
+        """Whether a claim that takes what is waiting is sure to start at once."""
+        return bool(self._carriers) or (bool(self._idle) and self.free_slots() > 0)
 
     def _take(self) -> list[tuple[Item, Future[Out]]]:
         batch: list[tuple[Item, Future[Out]]] = []
@@ -121,8 +140,10 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         """The waiting writes that no claim in flight will carry (blocking until there are
         some); None once stopped and drained."""
         with self._changed:
-            self._changed.wait_for(
-                lambda: self._stopping or (bool(self._pending) and not self._carriers))
+            while not self._stopping and not (self._pending and not self._claim_coming()):
+                # A free executor is not announced here: look again shortly while one is.
+                self._changed.wait(timeout=IDLE_LOOK_S if self._pending and not self._carriers
+                                   else None)
             if not self._pending:
                 return None
             return self._take()
@@ -157,4 +178,5 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         with self._changed:
             self._stopping = True
             self._carriers.clear()
+            self._idle.clear()
             self._changed.notify_all()

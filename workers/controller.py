@@ -60,7 +60,7 @@ class ControllerThread(threading.Thread):
         free = self.buffer.reserve()
         if free <= 0:
             if self.results is not None:
-                self.results.drop_carrier(self)  # no claim soon: the writer writes meanwhile
+                self.results.await_slot(self)  # a claim only once an executor is free
             self.buffer.wait_for_free_slot(timeout_s=self.transport.claim_wait_s)
             return
         carried: Carried = self.results.carry(self) if self.results is not None else []
