@@ -135,6 +135,15 @@ def test_a_retry_and_a_fatal_outcome_are_recorded_as_the_store_decides(
     assert TaskEntity.objects.get(pk=first["id"]).last_error["type"] == "Boom"
 
 
+def running_task(who: Member, consumer: Consumer, worker_id: str) -> tuple[str, dict]:
+    """A registered worker of `who`'s, and a task it claimed and started."""
+    worker = register(who, worker_id)
+    ready_tasks(who, consumer)
+    (running,) = claim(who, worker)
+    post(who.client, "start/", {"tasks": leases([running])})
+    return worker, running
+
+
 def claim_carrying(who: Member, worker: str, tasks: list[dict], *, wait_s: float = 0,
                    **result: Any) -> Any:
     """A claim (claimed and started at once) carrying a success result for each of `tasks`."""
@@ -146,10 +155,7 @@ def claim_carrying(who: Member, worker: str, tasks: list[dict], *, wait_s: float
 def test_a_claim_carries_results_as_finish_takes_them_and_answers_them_as_finish_does(
         team_a: Member, consumer: Consumer) -> None:
     # Given a running task, and two more ready
-    worker = register(team_a, "host-a:1:carry")
-    ready_tasks(team_a, consumer)
-    (running,) = claim(team_a, worker)
-    post(team_a.client, "start/", {"tasks": leases([running])})
+    worker, running = running_task(team_a, consumer, "host-a:1:carry")
     ready = set(ready_tasks(team_a, consumer, 2))
     # When the worker claims, carrying the running task's result
     answer = claim_carrying(team_a, worker, [running], result={"ok": 1},
@@ -168,10 +174,7 @@ def test_a_claim_carries_results_as_finish_takes_them_and_answers_them_as_finish
 
 def test_a_claim_carrying_results_answers_at_once_without_work(
         team_a: Member, consumer: Consumer) -> None:
-    worker = register(team_a, "host-a:1:nowait")
-    ready_tasks(team_a, consumer)
-    (running,) = claim(team_a, worker)
-    post(team_a.client, "start/", {"tasks": leases([running])})
+    worker, running = running_task(team_a, consumer, "host-a:1:nowait")
     began = time.monotonic()
     answer = claim_carrying(team_a, worker, [running], wait_s=5)
     assert answer.json() == {"tasks": [], "results": [{"id": running["id"],
@@ -469,10 +472,7 @@ def test_bad_requests_get_field_errors(team_a: Member, path: str, body: dict,
 @pytest.mark.parametrize("path", ["claim/", "finish/"])
 def test_results_over_the_body_limit_answer_413_and_change_nothing(
         team_a: Member, consumer: Consumer, path: str) -> None:
-    worker = register(team_a, f"host-a:1:big{path[0]}")
-    ready_tasks(team_a, consumer)
-    (running,) = claim(team_a, worker)
-    post(team_a.client, "start/", {"tasks": leases([running])})
+    worker, running = running_task(team_a, consumer, f"host-a:1:big{path[0]}")
     body = {"worker": worker, "results": [{**leases([running])[0], "outcome": "success",
                                            "result": "x" * 2000}]}
     answer = post(team_a.client, path, {**body, "max": 1} if path == "claim/" else body)
