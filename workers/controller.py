@@ -63,7 +63,8 @@ class ControllerThread(threading.Thread):
                 self.results.await_slot(self)  # a claim only once an executor is free
             self.buffer.wait_for_free_slot(timeout_s=self.transport.claim_wait_s)
             return
-        carried: Carried = self.results.carry(self) if self.results is not None else []
+        carried: Carried = (self.results.carry(self) if self.results is not None
+                            and self.transport.carries_results else [])
         claimed: list[store.ClaimedTask] = []
         statuses: list[TaskStatus | None] = []
         try:

@@ -29,7 +29,22 @@ _TRANSIENT = frozenset({429, 500, 502, 503, 504})
 
 
 class ApiRefused(AtfError):
-    """The ATF API refused the call."""
+    """The ATF API refused the call (`status`, and the field errors of a 400 in `fields`)."""
+
+    def __init__(self, message: str, *, status: int = 0, fields: frozenset[str] = frozenset()
+                 ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.fields = fields
+
+
+def _field_errors(response: requests.Response) -> frozenset[str]:
+    """The fields a 400 answer names (the API's field errors are an object by field)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return frozenset()
+    return frozenset(body) if isinstance(body, dict) else frozenset()
 
 
 def call_timeout_s(api_timeout_s: float) -> float:
@@ -96,7 +111,9 @@ class HttpTransport(Transport):
             raise TransportUnavailable(f"the ATF API answered {response.status_code} to {url}")
         if response.status_code >= 400:
             raise ApiRefused(f"the ATF API refused {url}: {response.status_code} "
-                             f"{response.text[:500]}")
+                             f"{response.text[:500]}", status=response.status_code,
+                             fields=_field_errors(response) if response.status_code == 400
+                             else frozenset())
         try:
             return response.json()
         except ValueError as exc:
@@ -123,7 +140,15 @@ class HttpTransport(Transport):
 
     def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
                          ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
-        return self._claim(max_count, wait_s=0, done=done)
+        try:
+            return self._claim(max_count, wait_s=0, done=done)
+        except ApiRefused as exc:
+            if exc.fields == {"results"}:  # an API older than claims with results
+                logger.warning("the ATF API takes no results with a claim (an older release): "
+                               "results go through finish/ from now on")
+                self.carries_results = False
+                raise TransportUnavailable(str(exc)) from exc
+            raise
 
     def _claim(self, max_count: int, *, wait_s: float, done: Sequence[FinishedAttempt] = (),
                ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:

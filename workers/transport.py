@@ -63,6 +63,8 @@ class Transport(abc.ABC):
 
     #: Longest wait of one `claim` while no task is ready, so a stop request is noticed.
     claim_wait_s: float = 1.0
+    #: Whether a claim may carry results (`finish_and_claim`); an older API takes none.
+    carries_results: bool = True
 
     def __init__(self) -> None:
         self.worker: WorkerInfo | None = None

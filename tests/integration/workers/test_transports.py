@@ -7,6 +7,7 @@ call that one side carries out differently, fails here.
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from workers.buffer import WorkBuffer
 from workers.consumer import Consumer
 from workers.heartbeat import HeartbeatThread
 from workers.http_transport import HttpTransport
-from workers.transport import Beat, DirectTransport, Transport, WorkerInfo
+from workers.transport import Beat, DirectTransport, Transport, TransportUnavailable, WorkerInfo
 from workers.worker import WorkerProcess
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -347,3 +348,33 @@ def test_a_worker_records_most_results_in_its_claims(transport: Transport,
     assert TaskAttempt.objects.filter(task_id__in=ids).count() == len(ids)
     assert sum(carried) + sum(written) == len(ids)
     assert sum(carried) > len(ids) / 2, (carried, written)
+
+
+def test_a_remote_worker_facing_an_api_without_claimed_results_writes_them_through_finish(
+        live_server: Any, queue: queues.QueueBackend, consumer: Consumer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an API of the release before claims carried results (its claim/ has no `results`)
+    from tasks_api import worker_serializers as shapes
+    from tasks_api import worker_views
+
+    older = type("OlderClaimSerializer", (shapes.WorkerIdSerializer,), {
+        **{name: copy.deepcopy(shapes.ClaimSerializer._declared_fields[name])
+           for name in ("max", "wait_s", "start")},
+        "reported_ends": lambda self: []})
+    monkeypatch.setattr(worker_views.shapes, "ClaimSerializer", older)
+    lambda_sync.sync_to_store()
+    transport = HttpTransport(url=live_server.url, token=worker_token(), claim_wait_s=0.2,
+                              timeout_s=10)
+    try:
+        atf.schedule("demo.noop")
+        task = claim_one(transport, consumer)
+        result = store.Result(outcome=store.Outcome.SUCCESS, started_at=timezone.now(),
+                              worker=WORKER.worker_id)
+        # When a claim carries a result, Then the worker learns that claims carry none here
+        with pytest.raises(TransportUnavailable):
+            transport.finish_and_claim([(task, result)], 1)
+        assert transport.carries_results is False
+        # ...and finish/ records the result as before
+        assert transport.finish_many([(task, result)]) == [TaskStatus.SUCCESS]
+    finally:
+        transport.close()
