@@ -43,16 +43,24 @@ class ControllerThread(threading.Thread):
                     self.claim_once()
                 except (QueueUnavailable, TransportUnavailable) as exc:
                     logger.warning("cannot claim tasks: %s", exc)
-                    self.transport.reset()
-                    time.sleep(atf_settings.restart_delay_s)
+                    self.pause()
                 except Exception:
                     logger.exception("controller loop failed",
                                      extra={"action": "controller_restart"})
-                    self.transport.reset()
-                    time.sleep(atf_settings.restart_delay_s)
+                    self.pause()
         finally:
-            if self.results is not None:
-                self.results.drop_carrier(self)
+            self._carry_no_more()
+
+    def pause(self) -> None:
+        """After a failure: a fresh connection, a moment's rest, and meanwhile the result
+        writer writes what arrives."""
+        self._carry_no_more()
+        self.transport.reset()
+        time.sleep(atf_settings.restart_delay_s)
+
+    def _carry_no_more(self) -> None:
+        if self.results is not None:
+            self.results.drop_carrier(self)
 
     def claim_once(self) -> None:
         """Claim for the free executors, carrying the results waiting to be written; or wait

@@ -129,6 +129,7 @@ class FakeTransport:
     """Claims nothing; records the results its claims carry, or fails them."""
 
     claim_wait_s = 0.05
+    carries_results = True
 
     def __init__(self, *, fail: bool = False) -> None:
         self.fail = fail
