@@ -59,22 +59,6 @@ class RegisterSerializer(WorkerIdSerializer, LambdaNamesSerializer):
     threads = serializers.IntegerField(min_value=1, max_value=10_000)
 
 
-class ClaimSerializer(WorkerIdSerializer):
-    max = serializers.IntegerField(min_value=1, max_value=MAX_BATCH,
-                                   help_text="Most tasks to claim.")
-    wait_s = serializers.FloatField(
-        min_value=0, default=0, help_text="Seconds to wait while no task is ready "
-        "(capped at ATF_WORKER_CLAIM_WAIT_MAX_S).")
-
-    start = serializers.BooleanField(
-        default=False, help_text="Start the claimed tasks too (claimed and started in one "
-        "step, for executors that are idle now): no start call follows, and a task whose lambda "
-        "does not run is handed back with release.")
-
-    def validate_wait_s(self, value: float) -> float:
-        return min(value, atf_settings.worker_claim_wait_max_s)
-
-
 class LeaseSerializer(StrictSerializer):
     id = serializers.IntegerField(min_value=1, max_value=_MAX_ID)
     lease = serializers.IntegerField(min_value=0, max_value=_MAX_ID)
@@ -148,10 +132,6 @@ def _wire_field(kind: Any) -> serializers.Field:
 #: one (the view answers `ClaimedTask.as_json()`; this is its schema).
 ClaimedTaskSerializer = type("ClaimedTaskSerializer", (serializers.Serializer,), {
     name: _wire_field(kind) for name, kind in remote_workers.claimed_task_types().items()})
-
-
-class ClaimedSerializer(serializers.Serializer):
-    tasks = ClaimedTaskSerializer(many=True)
 
 
 class StartedSerializer(serializers.Serializer):
@@ -246,9 +226,14 @@ def _plain_result(item: Any) -> dict[str, Any] | None:
             "started_at": started_at}
 
 
-class FinishSerializer(WorkerIdSerializer):
-    results = PlainItemsListField(plain=_plain_result, child=ResultSerializer(),
-                                  max_length=MAX_BATCH)
+def _results(**options: Any) -> PlainItemsListField:
+    """The list of finished attempts that finish/ takes, and a claim may carry."""
+    return PlainItemsListField(plain=_plain_result, child=ResultSerializer(),
+                               max_length=MAX_BATCH, **options)
+
+
+class ReportsResults(StrictSerializer):
+    """A request with `results`: finished attempts, validated and read in one way."""
 
     def validate_results(self, value: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         return _unique_ids(value)
@@ -257,7 +242,32 @@ class FinishSerializer(WorkerIdSerializer):
         return [ReportedEnd(task_id=item["id"], lease=item["lease"], outcome=item["outcome"],
                        value=item["result"], error=item["error"], delay_s=item["delay_s"],
                        started_at=item["started_at"])
-                for item in self.validated_data["results"]]
+                for item in self.validated_data.get("results", ())]
+
+
+class FinishSerializer(WorkerIdSerializer, ReportsResults):
+    results = _results()
+
+
+class ClaimSerializer(WorkerIdSerializer, ReportsResults):
+    max = serializers.IntegerField(min_value=1, max_value=MAX_BATCH,
+                                   help_text="Most tasks to claim.")
+    wait_s = serializers.FloatField(
+        min_value=0, default=0, help_text="Seconds to wait while no task is ready "
+        "(capped at ATF_WORKER_CLAIM_WAIT_MAX_S).")
+
+    start = serializers.BooleanField(
+        default=False, help_text="Start the claimed tasks too (claimed and started in one "
+        "step, for executors that are idle now): no start call follows, and a task whose lambda "
+        "does not run is handed back with release.")
+
+    results = _results(
+        required=False, default=list, help_text="Finished attempts to record in the claim's "
+        "commit, as finish/ takes them (answered in `results`, as finish/ answers). A claim that "
+        "carries results does not wait for work: their statuses are not held back.")
+
+    def validate_wait_s(self, value: float) -> float:
+        return min(value, atf_settings.worker_claim_wait_max_s)
 
 
 class FinishedSerializer(serializers.Serializer):
@@ -269,6 +279,12 @@ class FinishedSerializer(serializers.Serializer):
 
 class FinishedListSerializer(serializers.Serializer):
     results = FinishedSerializer(many=True)
+
+
+class ClaimedSerializer(FinishedListSerializer):
+    """A claim's answer: its tasks, and the results it carried as finish/ answers them."""
+
+    tasks = ClaimedTaskSerializer(many=True)
 
 
 class ReleasedSerializer(serializers.Serializer):

@@ -9,6 +9,7 @@ refused, and another team's worker is not found.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import status
@@ -29,6 +30,7 @@ from tasks_core import queues, remote_workers
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import LambdaNotFound
 from tasks_core.models import Worker
+from tasks_core.states import TaskStatus
 
 #: Running workers by id, team and credential, read once per ATF_API_AUTH_CACHE_S rather than
 #: per call (claim, heartbeat and finish each name their worker).
@@ -58,6 +60,12 @@ def _form(serializer_class: type[shapes.StrictSerializer], request: Request) -> 
     form = serializer_class(data=request.data)
     form.is_valid(raise_exception=True)
     return form
+
+
+def _finished(statuses: Mapping[int, TaskStatus | None]) -> list[dict[str, Any]]:
+    """Results as finish/ (and a claim that carried them) answers them: per task its new
+    status, null where refused."""
+    return [{"id": pk, "status": None if s is None else str(s)} for pk, s in statuses.items()]
 
 
 class WorkerView(ApiPolicy, APIView):
@@ -120,23 +128,28 @@ class RegisterView(WorkerView):
 @extend_schema(tags=["worker"])
 class ClaimView(WorkerView):
     """Claim up to `max` tasks of the worker's lambdas, waiting up to `wait_s` for one (a
-    long poll). Each comes with the lease that every later call about it presents."""
+    long poll). Each comes with the lease that every later call about it presents. A claim
+    may carry `results` as finish/ takes them: they are recorded in the claim's commit, with
+    the same checks, answered in `results` as finish/ answers them, and the claim answers at
+    once."""
 
     @extend_schema(request=shapes.ClaimSerializer,
                    responses={200: shapes.ClaimedSerializer, **_errors(400, 404, 413, 415)})
     def post(self, request: Request) -> Response:
         form = _form(shapes.ClaimSerializer, request)
         worker, max_count = self.worker(form), form.validated_data["max"]
-        start = form.validated_data["start"]
-        claimed = remote_workers.claim(worker, queue=_shared_queue(), max_count=max_count,
-                                       wait_s=0, start=start)
-        if not claimed and form.validated_data["wait_s"] > 0:
+        start, ends = form.validated_data["start"], form.reported_ends()
+        claimed, statuses = remote_workers.claim(
+            worker, queue=_shared_queue(), max_count=max_count, wait_s=0, teams=self.teams(),
+            start=start, reported_ends=ends)
+        if not claimed and not ends and form.validated_data["wait_s"] > 0:
             # Only a claim that must wait takes a waiting share: a ready task is always served.
             with self.waiting(fair_share.waiting_claim_shares(request)):
-                claimed = remote_workers.claim(worker, queue=_shared_queue("waits"),
-                                               max_count=max_count,
-                                               wait_s=form.validated_data["wait_s"], start=start)
-        return Response({"tasks": [task.as_json() for task in claimed]})
+                claimed, _none = remote_workers.claim(
+                    worker, queue=_shared_queue("waits"), max_count=max_count,
+                    wait_s=form.validated_data["wait_s"], teams=self.teams(), start=start)
+        return Response({"tasks": [task.as_json() for task in claimed],
+                         "results": _finished(statuses)})
 
 
 @extend_schema(tags=["worker"])
@@ -174,8 +187,7 @@ class FinishView(WorkerView):
     def post(self, request: Request) -> Response:
         form = _form(shapes.FinishSerializer, request)
         statuses = remote_workers.finish(self.worker(form), form.reported_ends(), self.teams())
-        return Response({"results": [{"id": pk, "status": None if s is None else str(s)}
-                                     for pk, s in statuses.items()]})
+        return Response({"results": _finished(statuses)})
 
 
 @extend_schema(tags=["worker"])

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from django.utils import timezone
 
 from tasks_core import queues, store
+from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
 
@@ -43,16 +44,30 @@ class Claimer:
         popped = self.queue.pop(self.queue_names(), max_count=max_count, wait_s=wait_s)
         return self.claim(popped) if popped else []
 
+    def finish_and_take(self, done: Sequence[tuple[store.ClaimedTask, store.Result]],
+                        max_count: int) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+        """Record attempts' ends and claim up to `max_count` ready tasks in one transaction,
+        without waiting (the results' statuses are not held back by a wait for work)."""
+        popped = self.queue.pop(self.queue_names(), max_count=max_count, wait_s=0)
+        return self.finish_and_claim(done, popped)
+
     def claim(self, popped: Sequence[queues.Popped]) -> list[store.ClaimedTask]:
         """Claim the popped messages whose lease is current; stale ones are dropped."""
+        return self.finish_and_claim((), popped)[1]
+
+    def finish_and_claim(self, done: Sequence[tuple[store.ClaimedTask, store.Result]],
+                         popped: Sequence[queues.Popped],
+                         ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+        """Record attempts' ends and claim the popped messages whose lease is current in one
+        transaction (`store.finish_and_claim`); stale messages are dropped."""
         messages = [item.message for item in popped if item.message is not None]
         for item in popped:
             if item.message is None:
                 logger.warning("discarded a message that is not ATF's on %s: %.200r",
                                item.queue, item.raw, extra={"action": "message_corrupt"})
-        claimed = store.claim(messages, worker=self.worker_id,
-                              lambda_ids=self.lambda_ids.values(), now=timezone.now(),
-                              start=self.start)
+        statuses, claimed = store.finish_and_claim(
+            done, messages, worker=self.worker_id, lambda_ids=self.lambda_ids.values(),
+            now=timezone.now(), start=self.start)
         if self.queue.supports_ack:
             for queue_name in {item.queue for item in popped}:
                 self.queue.ack(queue_name, [i.message for i in popped
@@ -60,4 +75,4 @@ class Claimer:
         if len(claimed) < len(messages):
             logger.debug("discarded %d stale message(s)", len(messages) - len(claimed),
                          extra={"action": "message_stale"})
-        return claimed
+        return statuses, claimed

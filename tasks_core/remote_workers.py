@@ -111,40 +111,56 @@ def worker(worker_id: str, teams: Teams, credential: str) -> Worker:
 MAX_POPPED = 2000
 
 
-def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int,
-          wait_s: float, start: bool = False) -> list[store.ClaimedTask]:
+def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int, wait_s: float,
+          teams: Teams, start: bool = False, reported_ends: Sequence[ReportedEnd] = (),
+          ) -> tuple[list[store.ClaimedTask], dict[int, TaskStatus | None]]:
     """Up to `max_count` claimed tasks of the worker's lambdas, waiting up to `wait_s`; with
-    `start`, started too (enqueued -> processing: no start call follows)."""
+    `start`, started too (enqueued -> processing: no start call follows).
+
+    `reported_ends`, finished attempts checked as `finish` checks them, are recorded in the
+    commit of the claim (on their own if no task is ready), and answered as `finish` answers
+    them; a claim that carries any does not wait, so their statuses are not held back."""
     claimer = Claimer(queue=queue, worker_id=row.worker_id,
                       lambda_ids={name: directory.by_name(name).id for name in row.lambdas},
                       priorities=atf_settings.priorities, start=start)
-    claimed = _claim_ready(claimer, max_count)
-    if claimed or wait_s <= 0:
-        return claimed
+    done = _reported(row, reported_ends, teams)
+    statuses, claimed = _claim_ready(claimer, max_count, done)
+    answered = _answered(reported_ends, done, statuses)
+    if claimed or wait_s <= 0 or reported_ends:
+        return claimed, answered
     # A waiting claim holds no database connection: hundreds of idle workers then cost the
     # store nothing. The claim that follows opens (or takes from the pool) a fresh one.
     if not connection.in_atomic_block:
         connection.close()
-    return claimer.take(max_count, wait_s=wait_s)
+    return claimer.take(max_count, wait_s=wait_s), answered
 
 
-def _claim_ready(claimer: Claimer, max_count: int) -> list[store.ClaimedTask]:
-    """Claim what the queues hold now, popping past stale messages.
+def _claim_ready(claimer: Claimer, max_count: int,
+                 done: Sequence[tuple[store.ClaimedTask, store.Result]],
+                 ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+    """Claim what the queues hold now, popping past stale messages; `done` is recorded in the
+    first claim's commit (on its own if nothing is ready).
 
     A task enqueued again leaves its old message behind, stale. A direct worker pops past them
     in a Redis round trip each; a remote worker would need an HTTP request each, and a queue
     refilled with stale messages faster than that would starve it, so the service does it.
     """
     claimed: list[store.ClaimedTask] = []
+    statuses: list[TaskStatus | None] = []
     popped = 0
     while len(claimed) < max_count and popped < MAX_POPPED:
         messages = claimer.queue.pop(claimer.queue_names(), max_count=max_count - len(claimed),
                                      wait_s=0)
-        if not messages:
+        if not messages and not done:
             break
         popped += len(messages)
-        claimed += claimer.claim(messages)
-    return claimed
+        ended, more = claimer.finish_and_claim(done, messages)
+        if done:
+            statuses, done = ended, ()
+        claimed += more
+        if not messages:
+            break
+    return statuses, claimed
 
 
 def _tasks(leases: Mapping[int, int], teams: Teams, *, started: bool,
@@ -205,11 +221,27 @@ def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *,
 def finish(row: Worker, reported_ends: Sequence[ReportedEnd],
            teams: Teams) -> dict[int, TaskStatus | None]:
     """Record attempts' ends; per task its new status, or None when the lease was stale."""
+    done = _reported(row, reported_ends, teams)
+    statuses = store.finish_many(done, now=timezone.now()) if done else []
+    return _answered(reported_ends, done, statuses)
+
+
+def _reported(row: Worker, reported_ends: Sequence[ReportedEnd],
+              teams: Teams) -> list[tuple[store.ClaimedTask, store.Result]]:
+    """The reported ends of tasks of the caller's teams that `row` holds, as the store
+    records them; the others are refused (`_answered` gives them None)."""
+    if not reported_ends:
+        return []
     tasks = _tasks({e.task_id: e.lease for e in reported_ends}, teams, started=True,
                    claimed_by=[row.worker_id])
-    done = [(tasks[e.task_id], e.result(row.worker_id)) for e in reported_ends
+    return [(tasks[e.task_id], e.result(row.worker_id)) for e in reported_ends
             if e.task_id in tasks]
-    statuses = store.finish_many(done, now=timezone.now()) if done else []
+
+
+def _answered(reported_ends: Sequence[ReportedEnd],
+              done: Sequence[tuple[store.ClaimedTask, store.Result]],
+              statuses: Sequence[TaskStatus | None]) -> dict[int, TaskStatus | None]:
+    """Per reported end its task's new status; None where refused or stale."""
     written = {task.task_id: status for (task, _result), status in zip(done, statuses,
                                                                         strict=True)}
     return {e.task_id: written.get(e.task_id) for e in reported_ends}

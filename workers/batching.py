@@ -3,15 +3,23 @@
 A batch is everything that arrived while the previous one was being written, so a busy worker
 writes many tasks per commit and an idle one still writes at once. Each submitter waits on its
 own future, so nothing it hands over is lost before it is durable.
+
+A claim can carry what is waiting (`carry`): the controller records it in its claim's commit
+and settles the futures itself. The writer leaves what arrives to the controllers while a claim
+is sure to come at once: a controller's claim in flight carries writes (it takes what waits
+with its next claim as soon as this one returns), or a controller waits for a free executor
+and one is free (an executor whose write arrives has just freed itself, so the claim of its
+next task is starting). Otherwise (the controllers wait for work, or for executors that are
+all busy) the writer writes what is waiting at once, as it always did.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Generic, TypeVar
@@ -30,6 +38,9 @@ MAX_BATCH = 200
 #: Seconds between two attempts at a batch ATF did not take (growing to the most).
 RETRY_FIRST_S = 0.2
 RETRY_MOST_S = 1.0
+#: Seconds between two looks at a write left to a controller that waits for a free executor
+#: (it takes the write with its claim within microseconds; this only bounds a missed wake-up).
+IDLE_LOOK_S = 0.01
 
 
 def retry_budget_s() -> float:
@@ -41,42 +52,101 @@ def retry_budget_s() -> float:
 
 class BatchWriterThread(threading.Thread, Generic[Item, Out]):
     def __init__(self, *, name: str, write: Callable[[list[Item]], Sequence[Out]],
-                 reset: Callable[[], None]) -> None:
+                 reset: Callable[[], None], free_slots: Callable[[], int] = lambda: 0) -> None:
         super().__init__(name=name, daemon=True)
         self.write = write
         self.reset = reset  #: drops this thread's connection after a failed write
-        self._pending: queue.Queue[tuple[Item, Future[Out]] | None] = queue.Queue()
+        self.free_slots = free_slots  #: executors free for a claim (WorkBuffer.free_slots)
+        self._changed = threading.Condition()
+        self._pending: deque[tuple[Item, Future[Out]]] = deque()
+        self._carriers: set[object] = set()  #: controllers whose claim in flight carries writes
+        self._idle: set[object] = set()  #: controllers waiting for a free executor
+        self._stopping = False
 
     def submit(self, item: Item) -> Future[Out]:
         """Queue a write; the future holds its outcome once the batch is committed."""
         future: Future[Out] = Future()
-        self._pending.put((item, future))
+        with self._changed:
+            self._pending.append((item, future))
+            self._changed.notify()
         return future
+
+    # --- claims that carry writes (the controllers' side) ------------------------------------
+
+    def carry(self, carrier: object) -> list[tuple[Item, Future[Out]]]:
+        """What is waiting, for `carrier`'s claim to record in its commit; it then settles
+        each future (`settle`), or gives the batch back (`give_back`). While it carries a
+        batch, what arrives waits for its next claim; with nothing to carry, it carries no
+        more, and the writer writes what arrives."""
+        with self._changed:
+            batch = self._take()
+            self._drop(carrier)
+            if batch and not self._stopping:
+                self._carriers.add(carrier)
+            return batch
+
+    def await_slot(self, carrier: object) -> None:
+        """`carrier` waits for a free executor: it claims as soon as one is free, so a write
+        that arrives while one is free (its executor has just freed itself) waits for it."""
+        with self._changed:
+            self._drop(carrier)
+            self._idle.add(carrier)
+
+    def drop_carrier(self, carrier: object) -> None:
+        """`carrier` will claim nothing soon (a failure, a stop): the writer writes what is
+        waiting."""
+        with self._changed:
+            self._drop(carrier)
+
+    def give_back(self, carrier: object, batch: list[tuple[Item, Future[Out]]]) -> None:
+        """A carried batch whose claim failed: the writer writes it (first), as it would have."""
+        with self._changed:
+            self._pending.extendleft(reversed(batch))
+            self._drop(carrier)
+            self._changed.notify()
+
+    @staticmethod
+    def settle(batch: list[tuple[Item, Future[Out]]], outcomes: Sequence[Out]) -> None:
+        """Hand each write of a committed batch its outcome."""
+        for (_item, future), outcome in zip(batch, outcomes, strict=True):
+            future.set_result(outcome)
+
+    def _drop(self, carrier: object) -> None:
+        if carrier in self._carriers or carrier in self._idle:
+            self._carriers.discard(carrier)
+            self._idle.discard(carrier)
+            self._changed.notify()
+
+    def _claim_coming(self) -> bool:
+        """Whether a claim that takes what is waiting is sure to start at once."""
+        return bool(self._carriers) or (bool(self._idle) and self.free_slots() > 0)
+
+    def _take(self) -> list[tuple[Item, Future[Out]]]:
+        batch: list[tuple[Item, Future[Out]]] = []
+        while self._pending and len(batch) < MAX_BATCH:
+            batch.append(self._pending.popleft())
+        return batch
+
+    # --- the writer's own writes -------------------------------------------------------------
 
     def run(self) -> None:
         try:
             while (batch := self._next_batch()) is not None:
-                if batch:
-                    self._write(batch)
+                self._write(batch)
         finally:
             self.reset()  # a thread that ends lets go of its connection
 
     def _next_batch(self) -> list[tuple[Item, Future[Out]]] | None:
-        """The waiting writes (blocking for the first); None once stopped and drained."""
-        first = self._pending.get()
-        if first is None:
-            return None
-        batch = [first]
-        while len(batch) < MAX_BATCH:
-            try:
-                item = self._pending.get_nowait()
-            except queue.Empty:
-                break
-            if item is None:
-                self._pending.put(None)  # stop after this batch
-                break
-            batch.append(item)
-        return batch
+        """The waiting writes that no claim in flight will carry (blocking until there are
+        some); None once stopped and drained."""
+        with self._changed:
+            while not self._stopping and not (self._pending and not self._claim_coming()):
+                # A free executor is not announced here: look again shortly while one is.
+                self._changed.wait(timeout=IDLE_LOOK_S if self._pending and not self._carriers
+                                   else None)
+            if not self._pending:
+                return None
+            return self._take()
 
     def _write(self, batch: list[tuple[Item, Future[Out]]]) -> None:
         items = [item for item, _future in batch]
@@ -101,9 +171,12 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
                 for _item, future in batch:
                     future.set_exception(exc)
                 return
-        for (_item, future), outcome in zip(batch, outcomes, strict=True):
-            future.set_result(outcome)
+        self.settle(batch, outcomes)
 
     def stop(self) -> None:
-        """Write what is pending, then end."""
-        self._pending.put(None)
+        """Write what is pending (carried or not), then end."""
+        with self._changed:
+            self._stopping = True
+            self._carriers.clear()
+            self._idle.clear()
+            self._changed.notify_all()

@@ -3,8 +3,9 @@
 The controller fills the buffer only up to the executors' free capacity, so a worker never
 hoards tasks another worker could run, and what it claims goes straight to an idle executor:
 a buffered task is already started in the store (claimed and started in one step). From its
-claim until its end is durable (the result writer has committed it), a task is covered by
-the heartbeat: waiting here, running, or finished with its result still being written.
+claim until its end is durable (the result writer, or a claim that carried the result, has
+committed it), a task is covered by the heartbeat: waiting here, running, or finished with its
+result still being written.
 """
 
 from __future__ import annotations

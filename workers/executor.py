@@ -65,10 +65,13 @@ def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> sto
     return store.Result(outcome=Outcome.SUCCESS, value=value, started_at=started, worker=worker)
 
 
-def result_writer(transport: Transport) -> BatchWriterThread[FinishedAttempt, TaskStatus | None]:
-    """The thread that records finished attempts in batches."""
+def result_writer(transport: Transport, buffer: WorkBuffer | None = None,
+                  ) -> BatchWriterThread[FinishedAttempt, TaskStatus | None]:
+    """The thread that records finished attempts in batches (what the controllers' claims do
+    not carry: they claim for `buffer`'s free executors)."""
     return BatchWriterThread(name="ResultWriterThread", write=transport.finish_many,
-                             reset=transport.reset)
+                             reset=transport.reset,
+                             free_slots=buffer.free_slots if buffer else lambda: 0)
 
 
 class ExecutorThread(threading.Thread):

@@ -29,7 +29,22 @@ _TRANSIENT = frozenset({429, 500, 502, 503, 504})
 
 
 class ApiRefused(AtfError):
-    """The ATF API refused the call."""
+    """The ATF API refused the call (`status`, and the field errors of a 400 in `fields`)."""
+
+    def __init__(self, message: str, *, status: int = 0, fields: frozenset[str] = frozenset()
+                 ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.fields = fields
+
+
+def _field_errors(response: requests.Response) -> frozenset[str]:
+    """The fields a 400 answer names (the API's field errors are an object by field)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return frozenset()
+    return frozenset(body) if isinstance(body, dict) else frozenset()
 
 
 def call_timeout_s(api_timeout_s: float) -> float:
@@ -48,6 +63,14 @@ def _result(task: store.ClaimedTask, result: store.Result) -> dict[str, Any]:
     return {"id": task.task_id, "lease": task.lease, "outcome": str(result.outcome),
             "result": result.value, "error": result.error, "delay_s": result.delay_s,
             "started_at": result.started_at.isoformat() if result.started_at else None}
+
+
+def _statuses(answer: Mapping[str, Any], done: Sequence[FinishedAttempt],
+              ) -> list[TaskStatus | None]:
+    """Each result's status in the API's answer (finish/'s, or a claim's that carried them)."""
+    statuses = {item["id"]: item["status"] for item in answer.get("results", ())}
+    return [None if statuses.get(task.task_id) is None else TaskStatus(statuses[task.task_id])
+            for task, _result in done]
 
 
 class HttpTransport(Transport):
@@ -88,7 +111,9 @@ class HttpTransport(Transport):
             raise TransportUnavailable(f"the ATF API answered {response.status_code} to {url}")
         if response.status_code >= 400:
             raise ApiRefused(f"the ATF API refused {url}: {response.status_code} "
-                             f"{response.text[:500]}")
+                             f"{response.text[:500]}", status=response.status_code,
+                             fields=_field_errors(response) if response.status_code == 400
+                             else frozenset())
         try:
             return response.json()
         except ValueError as exc:
@@ -111,10 +136,31 @@ class HttpTransport(Transport):
                    timeout_s=self.start_timeout_s)
 
     def claim(self, max_count: int) -> list[store.ClaimedTask]:
-        answer = self._post("claim/", {"worker": self._worker_id(), "max": max_count,
-                                       "wait_s": self.claim_wait_s, "start": True},
-                            timeout_s=self.claim_wait_s + self.timeout_s)
-        return [store.ClaimedTask.from_json(item) for item in answer["tasks"]]
+        return self._claim(max_count, wait_s=self.claim_wait_s)[1]
+
+    def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
+                         ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+        try:
+            return self._claim(max_count, wait_s=0, done=done)
+        except ApiRefused as exc:
+            if exc.fields == {"results"}:  # an API older than claims with results
+                logger.warning("the ATF API takes no results with a claim (an older release): "
+                               "results go through finish/ from now on")
+                self.carries_results = False
+                raise TransportUnavailable(str(exc)) from exc
+            raise
+
+    def _claim(self, max_count: int, *, wait_s: float, done: Sequence[FinishedAttempt] = (),
+               ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+        """A claim request, carrying `done`'s results when there are any (the API records
+        them in the claim's commit and answers them as finish/ does)."""
+        body: dict[str, Any] = {"worker": self._worker_id(), "max": max_count,
+                                "wait_s": wait_s, "start": True}
+        if done:
+            body["results"] = [_result(task, result) for task, result in done]
+        answer = self._post("claim/", body, timeout_s=wait_s + self.timeout_s)
+        return (_statuses(answer, done),
+                [store.ClaimedTask.from_json(item) for item in answer["tasks"]])
 
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         # At most one interval: a call stuck on a connection the server no longer reads (an
@@ -128,9 +174,7 @@ class HttpTransport(Transport):
     def finish_many(self, done: Sequence[FinishedAttempt]) -> list[TaskStatus | None]:
         answer = self._post("finish/", {"worker": self._worker_id(),
                                         "results": [_result(t, r) for t, r in done]})
-        statuses = {item["id"]: item["status"] for item in answer["results"]}
-        return [None if statuses.get(task.task_id) is None
-                else TaskStatus(statuses[task.task_id]) for task, _result in done]
+        return _statuses(answer, done)
 
     def release(self, tasks: Sequence[store.ClaimedTask]) -> int:
         if not tasks:

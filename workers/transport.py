@@ -63,6 +63,8 @@ class Transport(abc.ABC):
 
     #: Longest wait of one `claim` while no task is ready, so a stop request is noticed.
     claim_wait_s: float = 1.0
+    #: Whether a claim may carry results (`finish_and_claim`); an older API takes none.
+    carries_results: bool = True
 
     def __init__(self) -> None:
         self.worker: WorkerInfo | None = None
@@ -81,6 +83,13 @@ class Transport(abc.ABC):
         """Up to `max_count` tasks of the worker's lambdas, claimed and started in one step
         (enqueued -> processing: they go straight to idle executors, and only those returned
         may run); [] after `claim_wait_s`."""
+
+    @abc.abstractmethod
+    def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
+                         ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+        """Record attempts' ends as `finish_many` does and claim up to `max_count` tasks as
+        `claim` does, in one call and one commit, without waiting for work (the results'
+        statuses are not held back): per result its status, and the tasks claimed."""
 
     @abc.abstractmethod
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
@@ -145,6 +154,12 @@ class DirectTransport(Transport):
         assert self.claimer is not None, "register() comes first"
         with _store_errors():
             return self.claimer.take(max_count, wait_s=self.claim_wait_s)
+
+    def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
+                         ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+        assert self.claimer is not None, "register() comes first"
+        with _store_errors():
+            return self.claimer.finish_and_take(done, max_count)
 
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         # A broken connection (a terminated backend, a failover) gets one immediate retry on a

@@ -72,10 +72,11 @@ class WorkerProcess:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.buffer = WorkBuffer(priorities=atf_settings.priorities, executors=threads)
         self.tally = Tally()
-        self.results = result_writer(transport)
+        self.results = result_writer(transport, self.buffer)
         self.heartbeat = HeartbeatThread(buffer=self.buffer, interval_s=self.interval_s,
                                          transport=transport)
-        self.controllers = [ControllerThread(buffer=self.buffer, transport=transport, index=i)
+        self.controllers = [ControllerThread(buffer=self.buffer, transport=transport,
+                                             results=self.results, index=i)
                             for i in range(CONTROLLERS)]
         self.executors = [
             ExecutorThread(index=i, buffer=self.buffer, heartbeat=self.heartbeat,

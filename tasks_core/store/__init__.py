@@ -34,6 +34,7 @@ from tasks_core.store.values import (
 from tasks_core.store.worker import (
     claim,
     finish,
+    finish_and_claim,
     finish_many,
     heartbeat,
     release,
@@ -44,6 +45,6 @@ from tasks_core.store.worker import (
 __all__ = [
     "CLAIMED_COLUMNS", "ClaimedTask", "DueBatch", "Lease", "NewTask", "Outcome", "Result",
     "cancel", "claim", "create", "discard", "enqueue_due", "error_info", "finish",
-    "finish_many", "heartbeat", "release", "requeue", "retrigger", "run_now", "start",
-    "start_many", "stop_requested", "transition",
+    "finish_and_claim", "finish_many", "heartbeat", "release", "requeue", "retrigger",
+    "run_now", "start", "start_many", "stop_requested", "transition",
 ]

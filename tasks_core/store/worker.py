@@ -38,25 +38,42 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
     With `start` (tasks that go straight to idle executors) each is started in the same step,
     enqueued -> processing, as `start_many` would start it: only those returned may run.
     """
+    return finish_and_claim((), messages, worker=worker, lambda_ids=lambda_ids, now=now,
+                            start=start)[1]
+
+
+def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Sequence[Message],
+                     *, worker: str, lambda_ids: Iterable[int], now: datetime,
+                     start: bool = False) -> tuple[list[TaskStatus | None], list[ClaimedTask]]:
+    """Record attempts' ends as `finish_many` does and claim the tasks of `messages` as `claim`
+    does, in one transaction (one commit for a worker's finished attempts and its executors'
+    next tasks): per result its new status (None: its lease was lost), and the claimed tasks."""
     leases = list({m.task_id: Lease(m.task_id, m.lease) for m in messages}.values())
     lambda_ids = list(lambda_ids)
-    if not leases or not lambda_ids:
-        return []
+    endings = [_ending(task, result, now) for task, result in done]
+    claiming = bool(leases and lambda_ids)
+    if not claiming and not endings:
+        return [], []
     backend = backends.current()
-    if start:
-        states.check_transition(TaskStatus.ENQUEUED, TaskStatus.PROCESSING)
-        assocs = {lambda_id: timeouts.assoc(TaskStatus.PROCESSING, lambda_id, now)
-                  for lambda_id in lambda_ids}
-        with _one_step(backend):
+    claimed: list[ClaimedTask] = []
+    starts = None
+    # A claim alone takes no transaction where the backend claims in one statement.
+    with transaction.atomic() if endings else _one_step(backend):
+        statuses = _write_endings(backend, endings, now)
+        if claiming and start:
+            states.check_transition(TaskStatus.ENQUEUED, TaskStatus.PROCESSING)
+            assocs = {lambda_id: timeouts.assoc(TaskStatus.PROCESSING, lambda_id, now)
+                      for lambda_id in lambda_ids}
             claimed, starts = backend.claim_and_start(leases, lambda_ids=lambda_ids,
                                                       worker=worker, now=now, assocs=assocs)
+        elif claiming:
+            # The claim timeout is the same for every lambda: one assoc change for the batch.
+            assoc = timeouts.assoc(TaskStatus.CLAIMED, lambda_ids[0], now)
+            claimed = backend.claim(leases, lambda_ids=lambda_ids, worker=worker, now=now,
+                                    assoc=assoc)
+    if starts is not None:
         _gated(starts, now)
-        return claimed
-    # The claim timeout is the same for every lambda: one assoc change for the batch.
-    assoc = timeouts.assoc(TaskStatus.CLAIMED, lambda_ids[0], now)
-    with _one_step(backend):
-        return backend.claim(leases, lambda_ids=lambda_ids, worker=worker, now=now,
-                             assoc=assoc)
+    return [statuses.get(task.task_id) for task, _result in done], claimed
 
 
 def start(task: ClaimedTask, *, now: datetime) -> bool:
@@ -130,9 +147,18 @@ def finish_many(done: Sequence[tuple[ClaimedTask, Result]], *,
     task whose lease was lost (its result is refused, nothing of it is written)."""
     endings = [_ending(task, result, now) for task, result in done]
     with transaction.atomic():
-        written = backends.current().finish(endings, now=now)
-        for ending in endings:
-            if written.get(ending.task_id):  # a parent: its children wait on it
-                guarded.after_final(ending.task_id, ending.status, now)
-    statuses = {ending.task_id: ending.status for ending in endings if ending.task_id in written}
+        statuses = _write_endings(backends.current(), endings, now)
     return [statuses.get(task.task_id) for task, _result in done]
+
+
+def _write_endings(backend: backends.StoreBackend, endings: Sequence[Ending],
+                   now: datetime) -> dict[int, TaskStatus]:
+    """Write attempts' ends (inside the caller's transaction); the new status of each task
+    whose lease was current."""
+    if not endings:
+        return {}
+    written = backend.finish(endings, now=now)
+    for ending in endings:
+        if written.get(ending.task_id):  # a parent: its children wait on it
+            guarded.after_final(ending.task_id, ending.status, now)
+    return {ending.task_id: ending.status for ending in endings if ending.task_id in written}

@@ -440,6 +440,9 @@ def machine(world: World) -> type[RuleBasedStateMachine]:
             answer = world.send(team, "post", "/api/v1/worker/claim/",
                                 {"worker": self._worker(data, team), "max": 3, "wait_s": 0},
                                 worker=True)
+            self._claimed(team, answer)
+
+        def _claimed(self, team: FuzzTeam, answer: Any) -> None:
             for task in (answer or {}).get("tasks", []) if isinstance(answer, dict) else []:
                 if task.get("lambda") not in team.lambdas:
                     world.figures.cross_team.append(f"{team.name} claimed task {task}")
@@ -447,7 +450,7 @@ def machine(world: World) -> type[RuleBasedStateMachine]:
                 world.figures.claimed += 1
 
         @rule(team=teams, data=st.data(),
-              call=st.sampled_from(["start", "heartbeat", "finish", "release"]),
+              call=st.sampled_from(["start", "heartbeat", "finish", "claim", "release"]),
               outcome=st.sampled_from(["success", "retry", "fatal"]))
         def work(self, team: FuzzTeam, data: st.DataObject, call: str, outcome: str) -> None:
             leases = self._leases(data, team)
@@ -455,13 +458,17 @@ def machine(world: World) -> type[RuleBasedStateMachine]:
                 body: dict[str, Any] = {"tasks": leases}
             elif call == "heartbeat":
                 body = {"worker": self._worker(data, team), "tasks": leases}
-            else:
+            else:  # finish, or a claim that carries the results
                 body = {"worker": self._worker(data, team), "results": [
                     {**lease, "outcome": outcome, "result": data.draw(JSON),
                      "error": None if outcome == "success" else {
                          "type": "Fuzz", "message": "m", "traceback": ""}}
                     for lease in leases]}
-            world.send(team, "post", f"/api/v1/worker/{call}/", body, worker=True)
+                if call == "claim":
+                    body.update({"max": 3, "start": True})
+            answer = world.send(team, "post", f"/api/v1/worker/{call}/", body, worker=True)
+            if call == "claim":
+                self._claimed(team, answer)
 
         @rule(team=teams, data=st.data(), index=st.integers(0, len(operations) - 1),
               mode=st.sampled_from(list(schemathesis.GenerationMode)))

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -134,6 +135,53 @@ def test_a_retry_and_a_fatal_outcome_are_recorded_as_the_store_decides(
     assert TaskEntity.objects.get(pk=first["id"]).last_error["type"] == "Boom"
 
 
+def running_task(who: Member, consumer: Consumer, worker_id: str) -> tuple[str, dict]:
+    """A registered worker of `who`'s, and a task it claimed and started."""
+    worker = register(who, worker_id)
+    ready_tasks(who, consumer)
+    (running,) = claim(who, worker)
+    post(who.client, "start/", {"tasks": leases([running])})
+    return worker, running
+
+
+def claim_carrying(who: Member, worker: str, tasks: list[dict], *, wait_s: float = 0,
+                   **result: Any) -> Any:
+    """A claim (claimed and started at once) carrying a success result for each of `tasks`."""
+    return post(who.client, "claim/", {
+        "worker": worker, "max": 10, "wait_s": wait_s, "start": True,
+        "results": [{**lease, "outcome": "success", **result} for lease in leases(tasks)]})
+
+
+def test_a_claim_carries_results_as_finish_takes_them_and_answers_them_as_finish_does(
+        team_a: Member, consumer: Consumer) -> None:
+    # Given a running task, and two more ready
+    worker, running = running_task(team_a, consumer, "host-a:1:carry")
+    ready = set(ready_tasks(team_a, consumer, 2))
+    # When the worker claims, carrying the running task's result
+    answer = claim_carrying(team_a, worker, [running], result={"ok": 1},
+                            started_at="2026-01-01T00:00:00Z")
+    # Then the result is recorded and answered per task, and the ready tasks are claimed
+    assert answer.status_code == 200, answer.json()
+    assert answer.json()["results"] == [{"id": running["id"], "status": "success"}]
+    assert {task["id"] for task in answer.json()["tasks"]} == ready
+    row = TaskEntity.objects.get(pk=running["id"])
+    assert (row.status, row.result) == ("success", {"ok": 1})
+    assert TaskAttempt.objects.get(task_id=running["id"]).worker == worker
+    # ...and a claim that carries none answers no results
+    assert post(team_a.client, "claim/", {"worker": worker, "max": 1}).json() == {
+        "tasks": [], "results": []}
+
+
+def test_a_claim_carrying_results_answers_at_once_without_work(
+        team_a: Member, consumer: Consumer) -> None:
+    worker, running = running_task(team_a, consumer, "host-a:1:nowait")
+    began = time.monotonic()
+    answer = claim_carrying(team_a, worker, [running], wait_s=5)
+    assert answer.json() == {"tasks": [], "results": [{"id": running["id"],
+                                                       "status": "success"}]}
+    assert time.monotonic() - began < 2
+
+
 def test_a_result_over_the_limit_ends_the_task_as_a_failure_its_owner_sees(
         team_a: Member, consumer: Consumer, settings: Any) -> None:
     # Given a remote worker's running task, and a result limit of 1 KiB
@@ -187,12 +235,14 @@ def test_a_lease_is_bound_to_the_worker_that_claimed_it(team_a: Member,
     beat = post(other.client, "heartbeat/", {"worker": other_worker,
                                              "tasks": leases([claimed])}).json()
     ended = finish(other, other_worker, [claimed], result={"forged": True})
+    carried = claim_carrying(other, other_worker, [claimed], result={"forged": True}).json()
     released = post(other.client, "release/", {"tasks": leases([claimed])}).json()
     # Then nothing happened to it: its own worker still holds it and finishes it
     assert started == {"tasks": [{"id": claimed["id"], "started": False}]}
     assert named.status_code == 404  # another token's worker is not found
     assert beat == {"lost": [claimed["id"]], "cancel": []}
     assert ended == [{"id": claimed["id"], "status": None}]
+    assert carried == {"tasks": [], "results": [{"id": claimed["id"], "status": None}]}
     assert released == {"released": 0}
     post(team_a.client, "start/", {"tasks": leases([claimed])})
     assert finish(team_a, worker, [claimed], result={"ok": 1}) == [
@@ -336,11 +386,13 @@ def test_a_worker_of_another_team_can_claim_start_renew_finish_and_release_nothi
     started = post(team_b.client, "start/", {"tasks": leases([claimed])}).json()
     beat = post(team_b.client, "heartbeat/", {"worker": worker_b, "tasks": leases([running])})
     done = finish(team_b, worker_b, [running], result="b wrote this")
+    carried = claim_carrying(team_b, worker_b, [running], result="b wrote this").json()
     released = post(team_b.client, "release/", {"tasks": leases([claimed])}).json()
     # Then nothing of A's started, renewed, finished or came back, and B learns nothing
     assert started == {"tasks": [{"id": claimed["id"], "started": False}]}
     assert beat.json() == {"lost": [running["id"]], "cancel": []}
     assert done == [{"id": running["id"], "status": None}]
+    assert carried == {"tasks": [], "results": [{"id": running["id"], "status": None}]}
     assert released == {"released": 0}
     assert {row.pk: (row.status, row.lease, row.heartbeat_at, row.worker)
             for row in TaskEntity.objects.all()} == before
@@ -386,12 +438,47 @@ def test_a_worker_of_another_team_cannot_use_its_lambdas_or_its_workers(
                                                "error": {"type": "x"}}]}, "results"),
     ("register/", {"worker": "w:1", "host": "h", "pid": 1, "lambdas": [], "threads": 1},
      "lambdas"),
+    # a claim's results: finish/'s field, with its checks and limits
+    ("claim/", {"worker": "w:1", "max": 1, "results": "all"}, "results"),
+    ("claim/", {"worker": "w:1", "max": 1, "results": [1]}, "results"),
+    ("claim/", {"worker": "w:1", "max": 1, "results": [{"id": 1, "lease": 1}]}, "results"),
+    ("claim/", {"worker": "w:1", "max": 1, "results": [{"id": 1, "lease": 1,
+                                                        "outcome": "won"}]}, "results"),
+    ("claim/", {"worker": "w:1", "max": 1, "results": [{"id": 1, "lease": 1,
+                                                        "outcome": "success",
+                                                        "result": "\u0000"}]}, "results"),
+    ("claim/", {"worker": "w:1", "max": 1, "results": [{"id": 1, "lease": 1,
+                                                        "outcome": "retry",
+                                                        "error": {"type": "x"}}]}, "results"),
+    ("claim/", {"worker": "w:1", "max": 1, "results": [{"id": 1, "lease": 1,
+                                                        "outcome": "retry", "delay_s": -1}]},
+     "results"),
+    ("claim/", {"worker": "w:1", "max": 1, "results": [{"id": 1, "lease": 1,
+                                                        "outcome": "success", "why": 1}]},
+     "results"),
+    ("claim/", {"worker": "w:1", "max": 1, "results": [{"id": 1, "lease": 1,
+                                                        "outcome": "success"}] * 2}, "results"),
+    ("claim/", {"worker": "w:1", "max": 1, "results": [
+        {"id": n, "lease": 1, "outcome": "success"} for n in range(1, 1002)]}, "results"),
 ])
 def test_bad_requests_get_field_errors(team_a: Member, path: str, body: dict,
                                        field: str) -> None:
     answer = post(team_a.client, path, body)
     assert answer.status_code == 400
     assert field in answer.json()
+
+
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000)
+@pytest.mark.parametrize("path", ["claim/", "finish/"])
+def test_results_over_the_body_limit_answer_413_and_change_nothing(
+        team_a: Member, consumer: Consumer, path: str) -> None:
+    worker, running = running_task(team_a, consumer, f"host-a:1:big{path[0]}")
+    body = {"worker": worker, "results": [{**leases([running])[0], "outcome": "success",
+                                           "result": "x" * 2000}]}
+    answer = post(team_a.client, path, {**body, "max": 1} if path == "claim/" else body)
+    assert answer.status_code == 413
+    assert answer["Content-Type"].startswith("application/json")
+    assert TaskEntity.objects.get(pk=running["id"]).status == "processing"
 
 
 def test_a_worker_id_cannot_be_registered_twice(team_a: Member) -> None:

@@ -715,6 +715,35 @@ def test_a_batch_of_results_records_only_the_tasks_whose_lease_is_current(now: d
         "outcome", flat=True)) == ["lost"]
 
 
+def test_results_and_a_claim_are_one_transaction(now: datetime, backend: StoreBackend,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a running task, and a task with its message ready
+    done = running(now)
+    atf.schedule("demo.noop")
+    msgs = messages(enqueue_due("demo.noop", now))
+    lambda_ids = list(Lambda.objects.values_list("pk", flat=True))
+    # When a claim that carries the running task's result fails after the result was written
+    real = backend.claim_and_start
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("the claim failed")
+
+    monkeypatch.setattr(backend, "claim_and_start", broken)
+    with pytest.raises(RuntimeError):
+        store.finish_and_claim([(done, success())], msgs, worker="w1", lambda_ids=lambda_ids,
+                               now=now, start=True)
+    # Then the result was not written either
+    assert entity(done.task_id).status == TaskStatus.PROCESSING
+    assert not TaskAttempt.objects.filter(task_id=done.task_id).exists()
+    # And when it succeeds, the result is recorded and the next task claimed and started
+    monkeypatch.setattr(backend, "claim_and_start", real)
+    statuses, (claimed,) = store.finish_and_claim([(done, success())], msgs, worker="w1",
+                                                  lambda_ids=lambda_ids, now=now, start=True)
+    assert statuses == [TaskStatus.SUCCESS]
+    assert (entity(done.task_id).status, entity(claimed.task_id).status) == (
+        TaskStatus.SUCCESS, TaskStatus.PROCESSING)
+
+
 def race(*steps: Callable[[], None]) -> None:
     """Run each step in its own thread and connection, all let go at once; re-raise errors."""
     barrier = threading.Barrier(len(steps))

@@ -7,10 +7,13 @@ call that one side carries out differently, fails here.
 
 from __future__ import annotations
 
+import copy
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -27,7 +30,7 @@ from workers.buffer import WorkBuffer
 from workers.consumer import Consumer
 from workers.heartbeat import HeartbeatThread
 from workers.http_transport import HttpTransport
-from workers.transport import Beat, DirectTransport, Transport, WorkerInfo
+from workers.transport import Beat, DirectTransport, Transport, TransportUnavailable, WorkerInfo
 from workers.worker import WorkerProcess
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -245,3 +248,133 @@ def test_a_retry_waits_its_explicit_delay(transport: Transport, consumer: Consum
     due_at = TaskAssoc.objects.get(task_id=task.task_id).next_trigger_at
     due_in_s = (due_at - finished_at).total_seconds()
     assert 599 <= due_in_s <= 605
+
+
+def xmins(*task_ids: int) -> set[int]:
+    """The transactions that last wrote these tasks' rows (one id: one commit)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text FROM tasks_core_taskentity WHERE id = ANY(%s)",
+                       [list(task_ids)])
+        return {int(xmin) for (xmin,) in cursor.fetchall()}
+
+
+def test_a_claim_carrying_results_records_them_and_claims_the_next_tasks_in_one_commit(
+        transport: Transport, consumer: Consumer) -> None:
+    # Given a running task, and two more tasks ready
+    atf.schedule("demo.noop")
+    running = claim_one(transport, consumer)
+    ready = {atf.schedule("demo.noop", {"n": n}).pk for n in range(2)}
+    consumer.run_pass()
+    # When the worker claims, carrying the running task's result
+    result = store.Result(outcome=store.Outcome.SUCCESS, value={"carried": True},
+                          started_at=timezone.now(), worker=WORKER.worker_id)
+    statuses, claimed = transport.finish_and_claim([(running, result)], 10)
+    # Then the result is recorded, answered as finish_many answers it, and the ready tasks
+    # are claimed and started, all in one commit
+    assert statuses == [TaskStatus.SUCCESS]
+    row = TaskEntity.objects.get(pk=running.task_id)
+    assert (row.status, row.result) == (TaskStatus.SUCCESS, {"carried": True})
+    (attempt,) = TaskAttempt.objects.filter(task_id=running.task_id)
+    assert (attempt.outcome, attempt.worker) == ("success", WORKER.worker_id)
+    assert {task.task_id for task in claimed} == ready
+    assert all(task.attempt == 1 for task in claimed)
+    assert set(TaskEntity.objects.filter(pk__in=ready).values_list("status", flat=True)) == {
+        TaskStatus.PROCESSING}
+    assert len(xmins(running.task_id, *ready)) == 1
+
+
+def test_a_claim_carrying_a_result_whose_lease_moved_on_refuses_it_and_still_claims(
+        transport: Transport, consumer: Consumer) -> None:
+    # Given a running task whose worker went silent past its heartbeat timeout, so that the
+    # consumer enqueued it again under a new lease
+    atf.schedule("demo.noop")
+    task = claim_one(transport, consumer)
+    later = timezone.now() + timedelta(seconds=task.heartbeat_timeout_s + 1)
+    consumer.clock = lambda: later
+    consumer.run_pass()
+    # When the first worker's claim carries its result
+    result = store.Result(outcome=store.Outcome.SUCCESS, value={"late": True},
+                          started_at=timezone.now(), worker=WORKER.worker_id)
+    statuses, claimed = transport.finish_and_claim([(task, result)], 10)
+    # Then the result is refused (None) and nothing of it is written, while the claim goes on:
+    # it takes the task again, under a new lease, as a new attempt
+    assert statuses == [None]
+    assert not TaskAttempt.objects.filter(task_id=task.task_id, outcome="success").exists()
+    (again,) = claimed
+    assert (again.task_id, again.attempt) == (task.task_id, 2)
+    assert again.lease != task.lease
+    row = TaskEntity.objects.get(pk=task.task_id)
+    assert (row.status, row.result, row.lease) == (TaskStatus.PROCESSING, None, again.lease)
+
+
+def test_a_claim_carrying_results_answers_at_once_when_no_task_is_ready(
+        transport: Transport, consumer: Consumer) -> None:
+    atf.schedule("demo.noop")
+    task = claim_one(transport, consumer)
+    result = store.Result(outcome=store.Outcome.SUCCESS, started_at=timezone.now(),
+                          worker=WORKER.worker_id)
+    began = time.monotonic()
+    assert transport.finish_and_claim([(task, result)], 10) == ([TaskStatus.SUCCESS], [])
+    # No wait for work: the claim wait of this transport would be at least 0.2 s
+    assert time.monotonic() - began < 0.2
+    assert TaskEntity.objects.get(pk=task.task_id).status == TaskStatus.SUCCESS
+
+
+def test_a_worker_records_most_results_in_its_claims(transport: Transport,
+                                                     consumer: Consumer) -> None:
+    # Given 40 ready tasks, and a one-executor worker whose writes are counted
+    ids = [atf.schedule("demo.noop", {"n": n}).pk for n in range(40)]
+    consumer.run_pass()
+    carried: list[int] = []
+    written: list[int] = []
+    finish_and_claim, finish_many = transport.finish_and_claim, transport.finish_many
+
+    def counted_claim(done: Any, max_count: int) -> Any:
+        carried.append(len(done))
+        return finish_and_claim(done, max_count)
+
+    def counted_finish(done: Any) -> Any:
+        written.append(len(done))
+        return finish_many(done)
+
+    transport.finish_and_claim = counted_claim  # type: ignore[method-assign]
+    transport.finish_many = counted_finish  # type: ignore[method-assign]
+    # When it drains them
+    with worker_running(transport, ["demo.noop"]):
+        wait_for(lambda: TaskEntity.objects.filter(pk__in=ids, status=TaskStatus.SUCCESS)
+                 .count() == len(ids), timeout_s=30, message="every task succeeded")
+    # Then every result was recorded once, and claims carried most of them (an executor's
+    # result goes with the claim of its next task)
+    assert TaskAttempt.objects.filter(task_id__in=ids).count() == len(ids)
+    assert sum(carried) + sum(written) == len(ids)
+    assert sum(carried) > len(ids) / 2, (carried, written)
+
+
+def test_a_remote_worker_facing_an_api_without_claimed_results_writes_them_through_finish(
+        live_server: Any, queue: queues.QueueBackend, consumer: Consumer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an API of the release before claims carried results (its claim/ has no `results`)
+    from tasks_api import worker_serializers as shapes
+    from tasks_api import worker_views
+
+    older = type("OlderClaimSerializer", (shapes.WorkerIdSerializer,), {
+        **{name: copy.deepcopy(shapes.ClaimSerializer._declared_fields[name])
+           for name in ("max", "wait_s", "start")},
+        "reported_ends": lambda self: []})
+    monkeypatch.setattr(worker_views.shapes, "ClaimSerializer", older)
+    lambda_sync.sync_to_store()
+    transport = HttpTransport(url=live_server.url, token=worker_token(), claim_wait_s=0.2,
+                              timeout_s=10)
+    try:
+        atf.schedule("demo.noop")
+        task = claim_one(transport, consumer)
+        result = store.Result(outcome=store.Outcome.SUCCESS, started_at=timezone.now(),
+                              worker=WORKER.worker_id)
+        # When a claim carries a result, Then the worker learns that claims carry none here
+        with pytest.raises(TransportUnavailable):
+            transport.finish_and_claim([(task, result)], 1)
+        assert transport.carries_results is False
+        # ...and finish/ records the result as before
+        assert transport.finish_many([(task, result)]) == [TaskStatus.SUCCESS]
+    finally:
+        transport.close()
