@@ -211,33 +211,6 @@ def test_a_result_not_yet_durable_when_its_worker_is_killed_costs_one_lost_attem
                 ) == ["lost"] * (attempts - 1) + ["success"]
 
 
-def test_a_task_taken_while_the_last_result_is_written_stays_heartbeated(
-        processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
-    # Given a one-executor worker whose lambda returned while its result cannot be written (a
-    # session holds the attempts' table; claims and heartbeats do not wait for it)
-    processes.start("runconsumer", env=env)
-    workers.start("demo.record", "--threads", "1")
-    with attempts_held() as holder:
-        first = result_left_waiting(holder, records)
-        # When the worker claims a second task while that write waits
-        second = atf.schedule("demo.record", {"key": "demo:records", "seconds": 0.1})
-        wait_for(lambda: TaskEntity.objects.filter(pk=second.pk, status="processing").exists(),
-                 message="the second task claimed")
-        claimed = TaskEntity.objects.get(pk=second.pk)
-        # Then its heartbeats go on (it waits in the worker's buffer: the executor takes no task
-        # before its last result is durable), and it does not run meanwhile
-        wait_for(lambda: TaskEntity.objects.get(pk=second.pk).heartbeat_at
-                 > claimed.heartbeat_at, timeout_s=10,
-                 message="a heartbeat of the waiting task")
-        assert len(records()) == 1
-    # ...and once the write goes through, both succeed, each run once, on their first lease
-    wait_for(lambda: TaskEntity.objects.filter(pk__in=[first.pk, second.pk],
-                                               status="success").count() == 2,
-             message="both tasks to succeed")
-    assert sorted(line["task_id"] for line in records()) == sorted([first.pk, second.pk])
-    assert TaskEntity.objects.get(pk=second.pk).attempts == 1
-
-
 def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere_and_comes_back(
         processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
     # Given a worker whose link to ATF (the database, or the API) goes through a proxy we can cut
