@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, TypeGuard
 
 import redis
 from django.conf import settings
@@ -75,7 +75,7 @@ def fail(ctx: atf.TaskContext, payload: Any) -> dict:
     return {"attempt": ctx.attempt}
 
 
-def _record_key(value: Any) -> bool:
+def _record_key(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and value.startswith(RECORD_PREFIX) and len(value) <= 200
 
 
@@ -87,10 +87,11 @@ def record(ctx: atf.TaskContext, payload: Any) -> dict:
     Redis key)."""
     key = payload.get("key") if isinstance(payload, dict) else None
     started_key = payload.get("started_key") if isinstance(payload, dict) else None
-    for name, value in (("key", key), ("started_key", started_key)):
-        if (value is not None or name == "key") and not _record_key(value):
-            raise atf.Fatal(f"payload needs a string {name!r} that starts with "
-                            f"{RECORD_PREFIX!r}")
+    if not _record_key(key):
+        raise atf.Fatal(f"payload needs a string 'key' that starts with {RECORD_PREFIX!r}")
+    if started_key is not None and not _record_key(started_key):
+        raise atf.Fatal(f"payload's 'started_key' must be a string that starts with "
+                        f"{RECORD_PREFIX!r}")
     start = time.time()
     if started_key is not None:
         _redis().rpush(started_key, json.dumps(

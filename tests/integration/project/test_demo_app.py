@@ -52,7 +52,7 @@ def test_demo_record_refuses_keys_outside_its_prefix(redis_client: redis.Redis,
                                                       key: object) -> None:
     with pytest.raises(atf.Fatal, match="demo:"):
         record(CTX, {"key": key})
-    with pytest.raises(atf.Fatal, match="'started_key' that starts with 'demo:'"):
+    with pytest.raises(atf.Fatal, match="'started_key' must be a string that starts with 'demo:'"):
         record(CTX, {"key": "demo:records", "started_key": key})
     assert redis_client.keys("*") == []
 
