@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -151,6 +152,29 @@ def routed_database(*, prepared_statements: bool | None = None, **fields: Any) -
         settings.ATF_DB_PREPARED_STATEMENTS = before[1]
         pooling.forget()
         backends.use(None)
+
+
+def race(*steps: Callable[[], None]) -> None:
+    """Run each step in its own thread and connection, all let go at once; re-raise errors."""
+    barrier = threading.Barrier(len(steps))
+    errors: list[BaseException] = []
+
+    def run(step: Callable[[], None]) -> None:
+        try:
+            barrier.wait()
+            step()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(step,)) for step in steps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def wait_for(condition: Callable[[], object], *, timeout_s: float = 30.0,

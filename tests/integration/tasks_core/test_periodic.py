@@ -16,7 +16,7 @@ from django.utils import timezone
 from tasks_core import lambda_sync, periodic, registry
 from tasks_core.exceptions import ConfigurationError
 from tasks_core.models import Lambda, PeriodicTask, TaskEntity
-from tests.conftest import Processes, subprocess_env, wait_for
+from tests.conftest import Processes, race, subprocess_env, wait_for
 from tests.factories import LambdaFactory, TeamFactory
 
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
@@ -376,26 +376,9 @@ def test_consumers_starting_together_sync_without_conflict(transactional_db: Non
     lam = LambdaFactory(name="tests.sync")
     code_schedules.append("sync")
     periodic.every(60, lam.name, name="sync")
-    barrier = threading.Barrier(4)
-    errors: list[BaseException] = []
-
-    def start_consumer() -> None:
-        try:
-            barrier.wait(timeout=30)
-            periodic.sync_code_schedules()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
     # When four consumers start at the same moment
-    threads = [threading.Thread(target=start_consumer) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    race(*[periodic.sync_code_schedules] * 4)
     # Then none fails, and there is one row
-    assert errors == []
     assert PeriodicTask.objects.filter(name="sync").count() == 1
 
 

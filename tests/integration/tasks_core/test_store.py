@@ -7,14 +7,15 @@ suite runs again in the SQLite smoke run of `make test` (marked `sqlite`), with 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from tasks_core import atf, conf, directory, overrides, scheduling, states, store
@@ -26,6 +27,7 @@ from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store import backends
 from tasks_core.store.backends.base import StoreBackend
 from tasks_core.store.backends.orm import OrmBackend
+from tests.conftest import race
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -601,25 +603,12 @@ def test_a_rolled_back_schedule_takes_its_new_collection_with_it() -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.pooled
 def test_twenty_concurrent_schedules_with_one_key_create_one_task() -> None:
-    barrier = threading.Barrier(20)
     ids: list[int] = []
-    errors: list[BaseException] = []
 
     def schedule() -> None:
-        try:
-            barrier.wait()
-            ids.append(atf.schedule("demo.noop", idempotency_key="same").pk)
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            errors.append(exc)
-        finally:
-            connection.close()
+        ids.append(atf.schedule("demo.noop", idempotency_key="same").pk)
 
-    threads = [threading.Thread(target=schedule) for _ in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    race(*[schedule] * 20)
     assert len(ids) == 20 and len(set(ids)) == 1
     assert TaskEntity.objects.count() == 1
 
@@ -659,25 +648,16 @@ def test_racing_claims_of_the_same_messages_have_exactly_one_winner() -> None:
     # Given 200 enqueued tasks whose messages reached four controllers at once
     atf.schedule_many([{"lambda": "demo.noop"} for _ in range(200)])
     msgs = messages(enqueue_due("demo.noop", timezone.now()))
-    barrier = threading.Barrier(4)
     wins: Counter[int] = Counter()
     lock = threading.Lock()
 
     def controller(name: str) -> None:
-        try:
-            barrier.wait()
-            for start in range(0, len(msgs), 20):
-                claimed = claim(msgs[start:start + 20], timezone.now(), worker=name)
-                with lock:
-                    wins.update(c.task_id for c in claimed)
-        finally:
-            connection.close()
+        for start in range(0, len(msgs), 20):
+            claimed = claim(msgs[start:start + 20], timezone.now(), worker=name)
+            with lock:
+                wins.update(c.task_id for c in claimed)
 
-    threads = [threading.Thread(target=controller, args=(f"w{i}",)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    race(*(functools.partial(controller, f"w{i}") for i in range(4)))
     # Then every task was claimed exactly once
     assert len(wins) == 200
     assert set(wins.values()) == {1}
@@ -742,29 +722,6 @@ def test_results_and_a_claim_are_one_transaction(now: datetime, backend: StoreBa
     assert statuses == [TaskStatus.SUCCESS]
     assert (entity(done.task_id).status, entity(claimed.task_id).status) == (
         TaskStatus.SUCCESS, TaskStatus.PROCESSING)
-
-
-def race(*steps: Callable[[], None]) -> None:
-    """Run each step in its own thread and connection, all let go at once; re-raise errors."""
-    barrier = threading.Barrier(len(steps))
-    errors: list[BaseException] = []
-
-    def run(step: Callable[[], None]) -> None:
-        try:
-            barrier.wait()
-            step()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(step,)) for step in steps]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
 
 
 def running_many(count: int) -> list[store.ClaimedTask]:
