@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import Q
@@ -49,29 +49,6 @@ class PayloadField(serializers.JSONField):
         **serializers.JSONField.default_error_messages,
         "too_deep": "Payload is nested too deeply.",
     }
-
-
-#: JSON nested deeper than this is left to PayloadField, which knows what is too deep.
-_PLAIN_DEPTH = 100
-
-
-def plain_json(value: Any) -> bool:
-    """JSON the store can hold (no NUL, no lone surrogate) and not deeply nested: what the
-    plain-item shortcuts take without a serializer."""
-    return scheduling.shape_error(value, _PLAIN_DEPTH) is None
-
-
-def plain_items(data: Any, plain: Callable[[Any], dict[str, Any] | None]) -> list | None:
-    """`data`'s items as `plain` gives them, if it is a list whose every item is plainly valid
-    (`plain` answers None for one that is not); else None, and a serializer checks the list."""
-    if not isinstance(data, list):
-        return None
-    items = []
-    for item in data:
-        if (valid := plain(item)) is None:
-            return None
-        items.append(valid)
-    return items
 
 
 class StrictSerializer(serializers.Serializer):

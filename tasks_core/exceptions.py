@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import PermissionDenied
 
 
@@ -29,6 +31,16 @@ class InvalidTask(AtfError):
     def __init__(self, errors: dict[str, list[str]]) -> None:
         self.errors = errors
         super().__init__("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in errors.items()))
+
+
+class InvalidShape(AtfError):
+    """The JSON value does not have its declared shape."""
+
+    def __init__(self, errors: list[str] | dict[Any, Any]) -> None:
+        #: What the API answers of it (tasks_core.json_fields): a list of messages, or per
+        #: field name (or list index) its own errors.
+        self.errors = errors
+        super().__init__()
 
 
 class NotYourTeam(AtfError, PermissionDenied):

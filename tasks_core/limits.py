@@ -35,6 +35,13 @@ MAX_PARENTS = 100
 MAX_IDS = 10_000
 #: Largest task id (a PostgreSQL bigint).
 MAX_TASK_ID = 2**63 - 1
+#: Most tasks, leases or results in one request of the worker API.
+MAX_WORKER_BATCH = 1000
+#: Longest text of a reported error's type, message and traceback.
+MAX_ERROR_CHARS = {"type": 200, "message": 10_000, "traceback": 100_000}
+#: Deepest nesting of objects and arrays in a result a remote worker reports (as deep as a
+#: payload may be by default, ATF_MAX_PAYLOAD_DEPTH).
+MAX_RESULT_DEPTH = 100
 #: Tasks one transaction of a bulk operator action (requeue, discard, cancel, run now) changes.
 CHUNK = 1000
 

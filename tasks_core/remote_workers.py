@@ -12,17 +12,19 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from tasks_core import directory, queues, store, worker_registry
+from tasks_core import directory, json_fields, limits, queues, store, worker_registry
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import LambdaNotFound, WorkerNotFound
-from tasks_core.models import TaskEntity, Worker
+from tasks_core.json_fields import Choice, Json, ListOf, Moment, Number, Optional, Text, Whole
+from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,41 @@ class ReportedEnd:
         return store.Result(outcome=store.Outcome(self.outcome), value=self.value,
                             error=dict(self.error) if self.error else None,
                             delay_s=self.delay_s, started_at=self.started_at, worker=worker_id)
+
+
+def _reported_end(values: dict[str, Any]) -> ReportedEnd:
+    return ReportedEnd(task_id=values["id"], lease=values["lease"], outcome=values["outcome"],
+                       value=values["result"], error=values["error"],
+                       delay_s=values["delay_s"], started_at=values["started_at"])
+
+
+# What a worker sends of its tasks, declared once: the worker API reads its bodies with these
+# (each item once, errors per field), and its OpenAPI schema describes them.
+
+#: A task's lease, as a worker presents it with the task's id.
+LEASE = json_fields.Record("Lease", {"id": Whole(1, limits.MAX_TASK_ID),
+                                     "lease": Whole(0, limits.MAX_TASK_ID)})
+#: The error of an attempt that did not succeed.
+ERROR = json_fields.Record("Error", {
+    name: Text(most, trim=name == "type") for name, most in limits.MAX_ERROR_CHARS.items()})
+#: What a worker may report of an attempt.
+OUTCOMES = [outcome.value for outcome in (
+    TaskAttempt.Outcome.SUCCESS, TaskAttempt.Outcome.FATAL, TaskAttempt.Outcome.RETRY,
+    TaskAttempt.Outcome.TIMEOUT, TaskAttempt.Outcome.CANCELLED)]
+#: A finished attempt.
+RESULT = json_fields.Record("Result", {
+    **LEASE.fields, "outcome": Choice(OUTCOMES),
+    "result": Optional(Json(limits.MAX_RESULT_DEPTH)), "error": Optional(ERROR),
+    "delay_s": Optional(Number(0, limits.MAX_DELAY_S)), "started_at": Optional(Moment())},
+    make=_reported_end)
+#: Why a request that names a task twice is refused.
+ONCE_EACH = "Each task may appear once."
+#: The leases of a start, heartbeat or release.
+LEASES = ListOf(LEASE, most=limits.MAX_WORKER_BATCH, key=itemgetter("id"),
+                unique_message=ONCE_EACH)
+#: The results of a finish, or those a claim carries.
+RESULTS = ListOf(RESULT, most=limits.MAX_WORKER_BATCH, key=attrgetter("task_id"),
+                 unique_message=ONCE_EACH)
 
 
 def claimed_task_types() -> dict[str, Any]:
@@ -119,7 +156,10 @@ def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int, wait_s: fl
 
     `reported_ends`, finished attempts checked as `finish` checks them, are recorded in the
     commit of the claim (on their own if no task is ready), and answered as `finish` answers
-    them; a claim that carries any does not wait, so their statuses are not held back."""
+    them; a claim that carries any does not wait, so their statuses are not held back. With
+    `max_count` 0 (its bound leaves the worker no room), the results alone are recorded."""
+    if max_count <= 0:
+        return [], finish(row, reported_ends, teams)
     claimer = Claimer(queue=queue, worker_id=row.worker_id,
                       lambda_ids={name: directory.by_name(name).id for name in row.lambdas},
                       priorities=atf_settings.priorities, start=start)
@@ -133,6 +173,18 @@ def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int, wait_s: fl
     if not connection.in_atomic_block:
         connection.close()
     return claimer.take(max_count, wait_s=wait_s), answered
+
+
+def held(row: Worker, reported_ends: Sequence[ReportedEnd] = ()) -> int:
+    """Tasks `row` holds, claimed or processing, once `reported_ends` (with their current
+    leases) are recorded. One read by the index of held tasks (task_held), which visits this
+    worker's rows only."""
+    ending = {end.task_id: end.lease for end in reported_ends}
+    rows = TaskEntity.objects.filter(
+        worker=row.worker_id, status__in=(TaskStatus.CLAIMED, TaskStatus.PROCESSING),
+    ).values_list("pk", "lease", "status")
+    return sum(1 for pk, lease, status in rows
+               if status != TaskStatus.PROCESSING or ending.get(pk) != lease)
 
 
 def _claim_ready(claimer: Claimer, max_count: int,

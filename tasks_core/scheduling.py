@@ -77,7 +77,7 @@ class TaskRequest:
             errors["lambda"] = ["Not a valid string."]
             del fields["lambda_name"]
         if isinstance(run_at := fields.get("run_at"), str):
-            if (parsed := _datetime(run_at)) is None:
+            if (parsed := parse_datetime(run_at)) is None:
                 errors["run_at"] = [RUN_AT_FORMAT]
                 del fields["run_at"]
             else:
@@ -105,7 +105,9 @@ _JSON_FIELDS = {("lambda" if f.name == "lambda_name" else f.name): f.name
 _TEXT = frozenset({"lambda_name", "collection", "priority", "idempotency_key"})
 #: Unknown fields named in one error.
 _MOST_UNKNOWN = 20
-RUN_AT_FORMAT = "run_at must be ISO 8601 (YYYY-MM-DDThh:mm[:ss[.uuuuuu]][+HH:MM|-HH:MM|Z])."
+#: The times a request may give, as its messages show them.
+ISO_8601_FORMAT = "YYYY-MM-DDThh:mm[:ss[.uuuuuu]][+HH:MM|-HH:MM|Z]"
+RUN_AT_FORMAT = f"run_at must be ISO 8601 ({ISO_8601_FORMAT})."
 
 
 def _after_error(after: Any) -> str | None:
@@ -122,7 +124,7 @@ def json_field_names() -> list[str]:
     return list(_JSON_FIELDS)
 
 
-def _datetime(text: str) -> datetime | None:
+def parse_datetime(text: str) -> datetime | None:
     """An ISO 8601 time; without an offset, in the current time zone (UTC by default)."""
     try:
         parsed = dateparse.parse_datetime(text)
