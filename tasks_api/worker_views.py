@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks_api import fair_share
+from tasks_api import fair_share, held_tasks
 from tasks_api import worker_serializers as shapes
 from tasks_api.memory import ShortMemory
 from tasks_api.openapi import extend_schema
@@ -131,20 +131,24 @@ class ClaimView(WorkerView):
     long poll). Each comes with the lease that every later call about it presents. A claim
     may carry `results` as finish/ takes them: they are recorded in the claim's commit, with
     the same checks, answered in `results` as finish/ answers them, and the claim answers at
-    once."""
+    once. A worker gets no more tasks than its bound leaves (ATF_API_HELD_TASKS_PER_THREAD):
+    none, and no results carried, is a 429 naming the setting."""
 
     @extend_schema(request=shapes.ClaimSerializer,
                    responses={200: shapes.ClaimedSerializer, **_errors(400, 404, 413, 415)})
     def post(self, request: Request) -> Response:
         form = _form(shapes.ClaimSerializer, request)
-        worker, max_count = self.worker(form), form.validated_data["max"]
+        worker, wanted = self.worker(form), form.validated_data["max"]
         start, ends = form.validated_data["start"], form.reported_ends()
+        held = held_tasks.holding(worker, ends)
         claimed, statuses = remote_workers.claim(
-            worker, queue=_shared_queue(), max_count=max_count, wait_s=0, teams=self.teams(),
-            start=start, reported_ends=ends)
+            worker, queue=_shared_queue(), teams=self.teams(), start=start, wait_s=0,
+            max_count=held_tasks.claimable(worker, wanted, held=held, carries_results=bool(ends)),
+            reported_ends=ends)
         if not claimed and not ends and form.validated_data["wait_s"] > 0:
             # Only a claim that must wait takes a waiting share: a ready task is always served.
-            with self.waiting(fair_share.waiting_claim_shares(request)):
+            with (self.waiting(fair_share.waiting_claim_shares(request)),
+                  held_tasks.waiting(worker, wanted, held=held) as max_count):
                 claimed, _none = remote_workers.claim(
                     worker, queue=_shared_queue("waits"), max_count=max_count,
                     wait_s=form.validated_data["wait_s"], teams=self.teams(), start=start)

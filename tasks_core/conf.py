@@ -174,6 +174,11 @@ class AtfSettings:
     api_waiting_claims_per_team: int = 16
     #: Worker API: claims one worker token may have waiting at once.
     api_waiting_claims_per_token: int = 16
+    #: Worker API: tasks one remote worker may hold claimed or processing at once, per executor
+    #: thread it registered (2: an executor's task, and its last one whose result is still being
+    #: written); a claim gets no more than that leaves, and 429 naming this setting when it leaves
+    #: none (0: no limit). Counted across every server process, in the store.
+    api_held_tasks_per_thread: int = 2
     #: Tasks a second one team (a token filed under none, or a session: its user) may schedule
     #: through the API, all server processes together; each task of a batch counts (429 naming
     #: the setting above it; 0: no limit).

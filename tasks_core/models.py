@@ -165,6 +165,10 @@ class TaskEntity(models.Model):
             models.Index(fields=["status", "finished_at"], name="task_status_finished",
                          condition=Q(finished_at__isnull=False)),
             models.Index(fields=["created_at"], name="task_created"),
+            # What one worker holds (the worker API's bound on it reads this once per claim):
+            # only claimed and processing rows, so its size is the fleet's tasks in flight.
+            models.Index(fields=["worker"], name="task_held",
+                         condition=Q(status__in=["claimed", "processing"])),
         ]
 
     def __str__(self) -> str:

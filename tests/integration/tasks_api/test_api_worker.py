@@ -56,9 +56,9 @@ def post(client: APIClient, path: str, body: Any) -> Any:
     return client.post(API + path, body, format="json")
 
 
-def register(who: Member, worker: str) -> str:
+def register(who: Member, worker: str, *, threads: int = 4) -> str:
     answer = post(who.client, "register/", {"worker": worker, "host": "h", "pid": 1,
-                                            "lambdas": [who.lam.name], "threads": 4})
+                                            "lambdas": [who.lam.name], "threads": threads})
     assert answer.status_code == 201, answer.json()
     return worker
 
@@ -366,6 +366,57 @@ def test_a_claim_returns_at_most_max_tasks(team_a: Member, consumer: Consumer) -
     ready_tasks(team_a, consumer, 5)
     assert len(claim(team_a, worker, max_count=2)) == 2
     assert len(claim(team_a, worker, max_count=10)) == 3
+
+
+# --- a worker's bound on the tasks it holds (ATF_API_HELD_TASKS_PER_THREAD) -------------------
+
+
+def test_a_worker_holding_its_bound_gets_no_more_until_it_finishes_or_releases(
+        team_a: Member, team_b: Member, consumer: Consumer) -> None:
+    # Given a one-thread worker (a bound of 2) and more of its lambda's tasks ready than that
+    worker = register(team_a, "host-a:1:bound", threads=1)
+    ready_tasks(team_a, consumer, 6)
+    # When it claims 10, it gets what its bound leaves: 2
+    first, second = claim(team_a, worker, max_count=10)
+    # Then its next claim, waiting or not, is refused naming the setting, and claims nothing
+    for wait_s in (0, 5):
+        began = time.monotonic()
+        refused = post(team_a.client, "claim/", {"worker": worker, "max": 1, "wait_s": wait_s})
+        assert (refused.status_code, refused["Retry-After"]) == (429, "1")
+        assert "ATF_API_HELD_TASKS_PER_THREAD allows 2 per thread it registered" in (
+            refused.json()["detail"])
+        assert time.monotonic() - began < 2
+    assert TaskEntity.objects.filter(status="claimed").count() == 2
+    # And another worker of the team, and a worker of another team, claim as before
+    assert len(claim(team_a, register(team_a, "host-a:2:bound", threads=1))) == 2
+    (task_b,) = ready_tasks(team_b, consumer)
+    assert [t["id"] for t in claim(team_b, register(team_b, "host-b:1:bound"))] == [task_b]
+    # When it starts and finishes one, and releases the other, it may claim two again
+    post(team_a.client, "start/", {"tasks": leases([first])})
+    finish(team_a, worker, [first])
+    (third,) = claim(team_a, worker, max_count=10)
+    assert post(team_a.client, "release/", {"tasks": leases([second])}).json() == {"released": 1}
+    assert len(claim(team_a, worker, max_count=10)) == 1
+    # And a claim at its bound that carries a result records it and claims in the room it frees
+    post(team_a.client, "start/", {"tasks": leases([third])})
+    consumer.run_pass()  # the released task is due again
+    carried = claim_carrying(team_a, worker, [third])
+    assert carried.status_code == 200, carried.json()
+    assert carried.json()["results"] == [{"id": third["id"], "status": "success"}]
+    assert len(carried.json()["tasks"]) == 1
+
+
+def test_a_result_with_a_stale_lease_frees_no_room(team_a: Member, consumer: Consumer) -> None:
+    # Given a one-thread worker holding its bound, one of its tasks started
+    worker = register(team_a, "host-a:1:stale-room", threads=1)
+    ready_tasks(team_a, consumer, 4)
+    running, _claimed = claim(team_a, worker, max_count=2)
+    post(team_a.client, "start/", {"tasks": leases([running])})
+    # When its claim carries a result of that task under a lease it does not hold
+    stale = {**running, "lease": running["lease"] + 1}
+    answer = claim_carrying(team_a, worker, [stale])
+    # Then the result is refused and the claim gets nothing: the task is still held
+    assert answer.json() == {"tasks": [], "results": [{"id": running["id"], "status": None}]}
 
 
 # --- team isolation: a worker token of team B acts on nothing of team A ----------------------

@@ -33,14 +33,14 @@ FLOOD = 4 * THREADS
 class Tenant:
     """A team with a lambda, a worker token and a registered remote worker."""
 
-    def __init__(self, url: str, name: str) -> None:
+    def __init__(self, url: str, name: str, *, threads: int = 1) -> None:
         self.url = url
         self.token = worker_token(name)
         self.lambda_name = f"{name}.work"
         LambdaFactory(name=self.lambda_name, team=Team.objects.get(name=name))
         self.worker = f"{name}-host:1:w"
         answer = self.post("register/", {"worker": self.worker, "host": "h", "pid": 1,
-                                         "lambdas": [self.lambda_name], "threads": 1})
+                                         "lambdas": [self.lambda_name], "threads": threads})
         assert answer.status_code == 201, answer.text
 
     def post(self, path: str, body: dict, *, timeout_s: float = 30) -> requests.Response:
@@ -101,7 +101,8 @@ def api(processes: Processes, redis_client: redis.Redis, transactional_db: None)
 
 @pytest.fixture
 def flood(api: str) -> Iterator[Flood]:
-    running = Flood(Tenant(api, "flooda"))
+    # A worker of as many threads as claims: its bound on held tasks is not what refuses them
+    running = Flood(Tenant(api, "flooda", threads=FLOOD))
     yield running
     running.stop()
 
