@@ -12,6 +12,7 @@ from typing import Any, TypeGuard
 import redis
 from django.conf import settings
 
+from demo import CRASH_EXIT_STATUS
 from tasks_core import atf
 from tasks_core.conf import redis_url
 
@@ -70,7 +71,7 @@ def fail(ctx: atf.TaskContext, payload: Any) -> dict:
         raise atf.Fatal(f"unknown mode {mode!r}: use fatal, retriable or crash")
     if ctx.attempt <= times:
         if mode == "crash":
-            os._exit(17)  # the whole worker process dies mid-task, as a SIGKILL would
+            os._exit(CRASH_EXIT_STATUS)  # the worker process dies mid-task, as a SIGKILL would
         raise RuntimeError(f"demo.fail: failing attempt {ctx.attempt} of the first {times}")
     return {"attempt": ctx.attempt}
 

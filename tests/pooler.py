@@ -13,19 +13,25 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from tests.conftest import ROOT, wait_for
-from tests.queue_servers import free_port
+from tests.chaos.services import free_port, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PROGRAM = Path("/usr/sbin/pgbouncer")
 MODES = ("transaction", "session")
 #: Server connections per database: the test process, a consumer (two), and two worker
 #: processes (a connection for each executor, writer and the heartbeat) fit in session mode.
 POOL_SIZES = {"transaction": 10, "session": 40}
+#: Seconds PgBouncer waits after a failed server login before it tries again. Its default, 15,
+#: turns a failover's fraction of a second into 15 s: connections it tried during the
+#: promotion failed, and every client waits out the retry (measured in the chaos run).
+LOGIN_RETRY_S = 1
 
 CONFIG = """\
 [databases]
@@ -42,6 +48,7 @@ max_client_conn = 1000
 default_pool_size = {pool_size}
 reserve_pool_size = 0
 ignore_startup_parameters = extra_float_digits,options
+server_login_retry = {login_retry_s}
 logfile = {directory}/pgbouncer.log
 pidfile = {directory}/pgbouncer.pid
 """
@@ -55,32 +62,67 @@ def _installed() -> Path:
 
 
 class PgBouncer:
-    """One PgBouncer in `mode` ("transaction" or "session") in front of host:port."""
+    """One PgBouncer in `mode` ("transaction" or "session") in front of host:port, with
+    `pool_size` server connections per database (POOL_SIZES[mode] by default)."""
 
-    def __init__(self, mode: str, *, host: str, port: int, user: str = "postgres") -> None:
+    def __init__(self, mode: str, *, host: str, port: int, user: str = "postgres",
+                 pool_size: int | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"pool mode {mode!r}: one of {MODES}")
         self.mode = mode
         self.port = free_port()
+        self.pool_size = pool_size or POOL_SIZES[mode]
         self.directory = Path(tempfile.mkdtemp(prefix=f"atf-pgbouncer-{mode}-"))
         (self.directory / "users.txt").write_text(f'"{user}" ""\n')
-        config = self.directory / "pgbouncer.ini"
-        config.write_text(CONFIG.format(host=host, port=port, listen_port=self.port, mode=mode,
-                                        pool_size=POOL_SIZES[mode], directory=self.directory))
+        self.config = self.directory / "pgbouncer.ini"
+        self._write_config(host, port)
+        self._start()
+
+    def _write_config(self, host: str, port: int) -> None:
+        self.config.write_text(CONFIG.format(
+            host=host, port=port, listen_port=self.port, mode=self.mode,
+            pool_size=self.pool_size, login_retry_s=LOGIN_RETRY_S, directory=self.directory))
         runs_as = pwd.getpwnam("postgres")
         for path in (self.directory, *self.directory.iterdir()):
             os.chown(path, runs_as.pw_uid, runs_as.pw_gid)
-        argv = [str(_installed()), str(config)]
+
+    def _start(self) -> None:
+        argv = [str(_installed()), str(self.config)]
         if os.geteuid() == 0:
             argv[1:1] = ["-u", "postgres"]
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_for(self._listening, timeout_s=20, message=f"PgBouncer ({mode}) to listen")
+        self._log_offset = self._log().stat().st_size if self._log().exists() else 0
+        # Its stderr (every log line again) goes to a file: a pipe nobody reads fills after
+        # about 64 KB of logging and then blocks PgBouncer for good (seen in a chaos run).
+        with open(self.directory / "stderr.txt", "ab") as stderr:
+            self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+        wait_until(self._listening, timeout_s=20, what=f"PgBouncer ({self.mode}) to listen")
+
+    def _log(self) -> Path:
+        return self.directory / "pgbouncer.log"
 
     def _listening(self) -> bool:
         if self.process.poll() is not None:
-            raise RuntimeError(f"PgBouncer exited: {self.process.stderr.read().decode()}")
-        log = self.directory / "pgbouncer.log"
-        return log.exists() and "listening on 127.0.0.1" in log.read_text()
+            stderr = (self.directory / "stderr.txt").read_text(errors="replace")
+            raise RuntimeError(f"PgBouncer exited: {stderr[-2000:]}")
+        if not self._log().exists():
+            return False
+        with open(self._log(), "rb") as log:
+            log.seek(self._log_offset)
+            return b"listening on 127.0.0.1" in log.read()
+
+    def point_at(self, host: str, port: int) -> None:
+        """Send new server connections to host:port (a reload, as after a failover: clients
+        stay connected to the pooler; server connections to the old address are dropped)."""
+        self._write_config(host, port)
+        os.kill(self.process.pid, signal.SIGHUP)
+
+    def restart(self) -> None:
+        """SIGKILL the pooler and start it again on the same port: every client connection
+        drops, as when a pooler's host or pod dies and comes back."""
+        self.process.kill()
+        self.process.wait(10)
+        (self.directory / "pgbouncer.pid").unlink(missing_ok=True)
+        self._start()
 
     def stop(self) -> None:
         self.process.terminate()

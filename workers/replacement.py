@@ -22,6 +22,7 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError
 
 from tasks_core.exceptions import AtfError
+from workers import db
 
 logger = logging.getLogger(__name__)
 
@@ -89,5 +90,6 @@ def until_reachable(start: Callable[[], T], *, replaces: str | None) -> T:
         except (CommandError, AtfError, DatabaseError) as exc:
             logger.warning("replacement worker waiting for ATF to answer (next try in %.1fs): "
                            "%s", delay_s, exc)
+            db.reset_connection()  # a connection the server ended answers "closed" for ever
             time.sleep(delay_s)
             delay_s = min(delay_s * 2, RETRY_MAX_S)

@@ -19,6 +19,8 @@ from pathlib import Path
 from tests.chaos.failover import ReplicatedChaosDatabase
 from tests.chaos.faults import FAULTS
 from tests.chaos.services import ChaosDatabase, PrivateRedis, free_port, say
+from tests.pooler import MODES as POOL_MODES
+from tests.pooler import PgBouncer
 
 #: Timeouts of every process of the run: short, so that recovery takes seconds, not minutes.
 #: The heartbeat timeout exceeds three heartbeat intervals, as the workers check at start.
@@ -43,6 +45,11 @@ CHILD_SETTINGS = {
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
     "PYTHONUNBUFFERED": "1",
 }
+
+#: Server connections of the run's PgBouncer, by pool mode: in transaction mode the processes'
+#: transactions share them; in session mode each client connection holds one for its life, so
+#: the pool must cover every connection of the run (about 80 with the default processes).
+CHAOS_POOL_SIZES = {"transaction": 30, "session": 120}
 
 #: Defaults that differ by mode: tasks, rate (tasks/s), fault interval (s), task seconds,
 #: settle timeout (s).
@@ -78,6 +85,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="run on a PostgreSQL 15 primary and a streaming standby of the "
                              "run's own, with synchronous or asynchronous replication, and "
                              "inject pg-failover (default: sync in long mode, off otherwise)")
+    parser.add_argument("--pooler", choices=("off", *POOL_MODES), default=None,
+                        help="put a PgBouncer of the run's own, in this pool mode, between "
+                             "every process and PostgreSQL (re-pointed at the new primary after "
+                             "a failover), and inject pooler-restart (default: transaction in "
+                             "long mode, off otherwise)")
     parser.add_argument("--task-seconds", type=float,
                         help="most demo.record tasks sleep up to this; a tenth up to 6x")
     parser.add_argument("--settle-timeout", type=float,
@@ -127,14 +139,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.batch = max(1, int(args.rate // 5)) if args.mode == "soak" else 100
     if args.failover is None:
         args.failover = "sync" if args.mode == "long" else "off"
+    if args.pooler is None:
+        args.pooler = "transaction" if args.mode == "long" else "off"
     if args.faults is None:
         args.faults = ",".join(name for name in FAULTS
-                               if name != "pg-failover" or args.failover != "off")
+                               if (name != "pg-failover" or args.failover != "off")
+                               and (name != "pooler-restart" or args.pooler != "off"))
     args.faults = [name.strip() for name in args.faults.split(",") if name.strip()]
     if unknown := sorted(set(args.faults) - set(FAULTS)):
         parser.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
     if "pg-failover" in args.faults and args.failover == "off":
         parser.error("pg-failover needs a standby: add --failover sync or --failover async")
+    if "pooler-restart" in args.faults and args.pooler == "off":
+        parser.error("pooler-restart needs a pooler: add --pooler transaction or session")
     args.crash_every = max(1, args.tasks // max(3, args.tasks // 1000)) if args.tasks else 10**9
     return args
 
@@ -162,19 +179,26 @@ def main(argv: list[str] | None = None) -> int:
     else:
         database = ReplicatedChaosDatabase(args.database, synchronous=args.failover == "sync")
     server = PrivateRedis(args.redis_port or free_port(), log_dir)
+    pooler = None
     status = 1
     try:
         database.recreate()
         server.start()
+        if args.pooler != "off":
+            pooler = PgBouncer(args.pooler, host=database.host, port=database.port,
+                               pool_size=CHAOS_POOL_SIZES[args.pooler])
+            database.pool(pooler)
         env = {**os.environ, **CHILD_SETTINGS, **args.set, "DATABASE_URL": database.url,
                "REDIS_URL": server.url}
         # The runner itself is a Django process too, but quieter than its children.
         os.environ.update({**env, "ATF_LOG_LEVEL": "WARNING"})
-        say(f"chaos {args.mode}: database {database.url} (failover: {args.failover}), redis "
-            f"port {server.port}, logs in {log_dir}")
+        say(f"chaos {args.mode}: database {database.url} (failover: {args.failover}, pooler: "
+            f"{args.pooler}), redis port {server.port}, logs in {log_dir}")
         status = _run(args, env, database, server, log_dir)
     finally:
         server.stop()
+        if pooler is not None:
+            pooler.stop()
         if status == 0 and not args.keep_database:
             database.drop()
         else:

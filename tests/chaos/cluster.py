@@ -82,8 +82,12 @@ class Child:
             return log.read().decode(errors="replace")
 
     def ready(self) -> bool:
-        """Whether this run of the child logged its ready line."""
-        return self.alive() and bool(READY[self.role].search(self.log_text()))
+        """Whether this run of the child serves: its latest image (the fresh one after its
+        last replacement, if any) logged its ready line. A fault that waits for it never
+        starts on a child still waiting to come back from an earlier fault."""
+        text = self.log_text()
+        latest = max(text.rfind(REPLACING), 0)
+        return self.alive() and READY[self.role].search(text, latest) is not None
 
     def replacements(self) -> int:
         """How often this run of the child ended its image for a fresh one (same pid). A fault
@@ -92,10 +96,7 @@ class Child:
 
     def back_after_replacement(self) -> bool:
         """Whether the fresh image of the child's latest replacement logged its ready line."""
-        text = self.log_text()
-        latest = text.rfind(REPLACING)
-        return (latest >= 0 and self.alive()
-                and READY[self.role].search(text, latest) is not None)
+        return REPLACING in self.log_text() and self.ready()
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         wait_until(self.ready, timeout_s=timeout_s, what=f"{self.name} to start")

@@ -6,6 +6,10 @@ connects with a multi-host URL (target_session_attrs=read-write). The `pg-failov
 the primary (`pg_ctl stop -m immediate`) and promotes the standby under load, checks that a task
 scheduled after the promotion succeeds, then builds a new standby from the new primary
 (pg_basebackup, on the fenced node's port) so that the next round can fail over again.
+
+With `--pooler`, every process connects through a PgBouncer of the run's own instead; a
+failover re-points it at the new primary (as a failover manager's hook does), and the
+`pooler-restart` fault kills it and starts it again.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ class ReplicatedChaosDatabase(ChaosDatabase):
 
     @property
     def nodes(self) -> list[tuple[str, int]]:
-        """Host and port of each node, in the URL's order."""
+        """Host and port of each node, in the URL's order (the pooler, when there is one)."""
+        if self.pooler is not None:
+            return super().nodes
         return [("127.0.0.1", node.port) for node in self.pair.nodes]
 
     def _admin(self, attempts: int = 20) -> psycopg.Connection:
@@ -63,6 +69,8 @@ class ReplicatedChaosDatabase(ChaosDatabase):
     def fail_over(self) -> Promotion:
         started = time.time()
         self.pair.failover()
+        if self.pooler is not None:  # as a failover manager's hook re-points a pooler
+            self.pooler.point_at("127.0.0.1", self.pair.primary.port)
         promotion = Promotion(started=started, promoted=time.time())
         self.promotions.append(promotion)
         return promotion
@@ -76,14 +84,45 @@ class ReplicatedChaosDatabase(ChaosDatabase):
         return str(self.pair.home)
 
 
-def pg_failover(lab: Lab, event: FaultEvent) -> None:
-    """Fence the primary and promote the standby under load; a task scheduled after the
-    promotion must succeed within BACK_WITHIN_S; then a new standby is built for the next
-    failover."""
+def succeeds_after(what: str) -> tuple[int, bool]:
+    """Schedule a probe task now; its id, and whether it succeeded within BACK_WITHIN_S."""
     from tasks_core import atf  # the CLI lists FAULTS before Django is set up
     from tasks_core.models import TaskEntity
     from tests.chaos.faults import with_db
 
+    probe = with_db(lambda: atf.schedule("demo.noop", collection=PROBES))
+    try:
+        wait_until(lambda: with_db(lambda: TaskEntity.objects.filter(
+            pk=probe.pk, status="success").exists()), timeout_s=BACK_WITHIN_S,
+            what=f"a task scheduled after {what} to succeed")
+    except RuntimeError:
+        return probe.pk, False
+    return probe.pk, True
+
+
+def pooler_restart(lab: Lab, event: FaultEvent) -> None:
+    """SIGKILL the run's PgBouncer and start it again on the same port: every process loses
+    every database connection at once and must reconnect; a task scheduled after it must
+    succeed within BACK_WITHIN_S."""
+    pooler = lab.database.pooler
+    if pooler is None:
+        event.ok = False
+        event.detail = "the run has no pooler (--pooler transaction|session)"
+        return
+    started = time.monotonic()
+    pooler.restart()
+    took_s = time.monotonic() - started
+    probe, back = succeeds_after("the pooler's restart")
+    event.ok = back
+    event.detail = (f"PgBouncer ({pooler.mode}) killed and listening again in {took_s:.1f}s; "
+                    f"task {probe} scheduled after it "
+                    + ("succeeded" if back else f"did NOT succeed in {BACK_WITHIN_S:.0f}s"))
+
+
+def pg_failover(lab: Lab, event: FaultEvent) -> None:
+    """Fence the primary and promote the standby under load; a task scheduled after the
+    promotion must succeed within BACK_WITHIN_S; then a new standby is built for the next
+    failover."""
     database = lab.database
     if not isinstance(database, ReplicatedChaosDatabase):
         event.ok = False
@@ -91,14 +130,7 @@ def pg_failover(lab: Lab, event: FaultEvent) -> None:
         return
     fenced = database.pair.primary.port
     promotion = database.fail_over()
-    probe = with_db(lambda: atf.schedule("demo.noop", collection=PROBES))
-    try:
-        wait_until(lambda: with_db(lambda: TaskEntity.objects.filter(
-            pk=probe.pk, status="success").exists()), timeout_s=BACK_WITHIN_S,
-            what="a task scheduled after the promotion to succeed")
-        back = True
-    except RuntimeError:
-        back = False
+    probe, back = succeeds_after("the promotion")
     rebuilding = time.monotonic()
     database.pair.rebuild_standby()
     event.ok = back
@@ -106,6 +138,6 @@ def pg_failover(lab: Lab, event: FaultEvent) -> None:
         f"{'synchronous' if database.pair.synchronous else 'asynchronous'}: port {fenced} "
         f"fenced, port {database.pair.primary.port} promoted in "
         f"{promotion.promoted - promotion.started:.2f}s; "
-        + (f"task {probe.pk} scheduled after it succeeded" if back
-           else f"task {probe.pk} scheduled after it did NOT succeed in {BACK_WITHIN_S:.0f}s")
+        + (f"task {probe} scheduled after it succeeded" if back
+           else f"task {probe} scheduled after it did NOT succeed in {BACK_WITHIN_S:.0f}s")
         + f"; new standby in {time.monotonic() - rebuilding:.1f}s")

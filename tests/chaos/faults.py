@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,8 +20,9 @@ from datetime import UTC, datetime
 
 from django.db import DatabaseError
 
+from demo import CRASH_EXIT_STATUS
 from tests.chaos.cluster import Child, Cluster, RemoteHost, web_processes
-from tests.chaos.failover import pg_failover
+from tests.chaos.failover import pg_failover, pooler_restart
 from tests.chaos.load import Victims
 from tests.chaos.records import RecordSink
 from tests.chaos.services import ChaosDatabase, PrivateRedis, wait_until
@@ -41,11 +43,15 @@ class FaultEvent:
     started: float
     ended: float = 0.0
     ok: bool = True
+    #: A crash task of the load ended the process the fault watched before the fault's own
+    #: outcome could be seen (a crossing, not a failure: the run's checks of lost and
+    #: overlapping executions still cover it).
+    crossed: bool = False
     detail: str = ""
 
     def line(self) -> str:
-        mark = "ok" if self.ok else "FAILED"
-        return f"{self.name:16s} {mark:6s} {self.ended - self.started:5.1f}s  {self.detail}"
+        mark = "crossed" if self.crossed else "ok" if self.ok else "FAILED"
+        return f"{self.name:16s} {mark:7s} {self.ended - self.started:5.1f}s  {self.detail}"
 
 
 @dataclass(kw_only=True)
@@ -201,12 +207,33 @@ def _cut(lab: Lab, event: FaultEvent, child: Child, cut: Callable[[], None],
                          + ("served again once restored" if back else "did NOT come back"))
     else:
         code = child.process.poll() if child.process else None
-        if code is None:
-            code = child.kill()
-        event.ok = False
-        event.detail += f"{child.name} did not replace itself (exit status {code}); "
-        child.start()
+        if code == CRASH_EXIT_STATUS:
+            child.start()
+            _crossed(event, child, after_s=ended_after_s)
+        else:
+            if code is None:
+                code = child.kill()
+            event.ok = False
+            event.detail += f"{child.name} did not replace itself (exit status {code}); "
+            child.start()
     lab.cluster.release(child)
+
+
+def _crossed(event: FaultEvent, child: Child, *, after_s: float) -> None:
+    """The watched process of `child` was ended by a crash task of the load (demo.fail)
+    before the fault's own outcome could be seen: say so, and check that the child, started
+    again, serves."""
+    event.crossed = True
+    event.detail += (f"{child.name}'s process was ended by a crash task of the load (exit "
+                     f"{CRASH_EXIT_STATUS}) {after_s:.1f}s into the fault, so the fault's own "
+                     "outcome was not seen; ")
+    try:
+        child.wait_ready()
+    except RuntimeError:
+        event.ok = False
+        event.detail += "it did NOT start again"
+        return
+    event.detail += "it served again"
 
 
 def link_hang(lab: Lab, event: FaultEvent) -> None:
@@ -288,21 +315,23 @@ HANG_COLLECTION = "hang"
 def worker_hang(lab: Lab, event: FaultEvent) -> None:
     """A lambda that ignores its time limit: one demo.hang task (limit 1 s, one attempt). The
     worker that runs it must replace itself after the grace and serve again; its task ends
-    `timeout` (then `dead`), in a collection the checks leave out."""
+    `timeout` (then `dead`), in a collection the checks leave out. A crash task of the load
+    that ends that worker's process first is a crossing, not a failure."""
     from tasks_core import atf
 
-    workers = [child for child in lab.cluster.role("worker") if child.alive()]
-    before = {child.name: child.replacements() for child in workers}
     task = with_db(lambda: atf.schedule("demo.hang", {"seconds": 3600}, timeout=1,
                                         max_attempts=1, collection=HANG_COLLECTION))
     lab.victims.dropped.append(HANG_COLLECTION)
-
-    def replaced() -> Child | None:
-        return next((child for child in workers
-                     if child.replacements() > before[child.name]), None)
-
     try:
-        child = wait_until(replaced, timeout_s=60.0, what="a worker to replace itself")
+        child, process, before = wait_until(lambda: _runner(lab, task.pk), timeout_s=60.0,
+                                            what=f"a worker to run task {task.pk}")
+        started = time.monotonic()
+        wait_until(lambda: child.replacements() > before or process.poll() is not None,
+                   timeout_s=60.0, what=f"{child.name} to replace itself")
+        if child.replacements() == before and process.returncode == CRASH_EXIT_STATUS:
+            event.detail = f"task {task.pk} hung; "
+            _crossed(event, child, after_s=time.monotonic() - started)
+            return
         back = bool(wait_until(child.back_after_replacement, timeout_s=60.0,
                                what=f"{child.name} to serve again"))
     except RuntimeError as exc:
@@ -311,6 +340,21 @@ def worker_hang(lab: Lab, event: FaultEvent) -> None:
         return
     event.ok = back
     event.detail = f"task {task.pk} hung; {child.name} replaced itself and served again"
+
+
+def _runner(lab: Lab, task_id: int) -> tuple[Child, subprocess.Popen, int] | None:
+    """The worker child running task `task_id` (its row names the worker, whose id carries
+    the process's pid), that run's process and its replacements so far; None until one runs
+    it."""
+    from tasks_core.models import TaskEntity
+
+    worker = with_db(lambda: TaskEntity.objects.filter(pk=task_id).values_list(
+        "worker", flat=True).first())
+    pid = worker.split(":")[1] if isinstance(worker, str) and worker.count(":") >= 2 else None
+    for child in lab.cluster.role("worker"):
+        if child.process is not None and str(child.pid) == pid:
+            return child, child.process, child.replacements()
+    return None
 
 
 def pg_restart(lab: Lab, event: FaultEvent) -> None:
@@ -356,6 +400,7 @@ FAULTS: dict[str, Callable[[Lab, FaultEvent], None]] = {
     "pg-restart": pg_restart,
     "pg-failover": pg_failover,
     "worker-hang": worker_hang,
+    "pooler-restart": pooler_restart,
     "gate-pause": gate_pause,
     "collection-drop": collection_drop,
 }

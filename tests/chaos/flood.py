@@ -26,6 +26,7 @@ from pathlib import Path
 
 import requests
 
+from bench.stats import percentile
 from tests.chaos.cli import CHILD_SETTINGS, api_token
 from tests.chaos.services import ChaosDatabase, PrivateRedis, free_port, say
 
@@ -155,11 +156,6 @@ def deliver(url: str, token: str, *, tasks: int,
         *{field for _name, *fields in STAGES for field in fields}))
     return {name: sorted((row[to] - row[since]).total_seconds() for row in rows)
             for name, since, to in STAGES}
-
-
-def percentile(values: list[float], share: float) -> float:
-    """Nearest-rank percentile of sorted `values`."""
-    return values[max(0, min(len(values) - 1, round(share * len(values)) - 1))]
 
 
 def _prepare_flood_team(env: dict[str, str]) -> tuple[str, list[str]]:

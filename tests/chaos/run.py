@@ -96,7 +96,7 @@ def run_chaos(args: Namespace, lab: Lab, api: ApiClient | None) -> int:
     injected = Counter(event.name for event in lab.events)
     say("faults injected: " + ", ".join(f"{name} x{n}" for name, n in sorted(injected.items())))
     for event in lab.events:
-        if not event.ok:
+        if event.crossed or not event.ok:
             say(f"fault  {event.line()}")
     say(f"process exits seen by the watcher: {dict(lab.cluster.exits)}")
     for line in report.lines():

@@ -21,6 +21,7 @@ import redis
 
 if TYPE_CHECKING:
     from tests.chaos.failover import Promotion  # which imports this module
+    from tests.pooler import PgBouncer
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,15 @@ class ChaosDatabase:
         self.url = f"postgres://{user}@{host}:{port}/{name}"
         #: Failovers of the database (only a primary with a standby has any).
         self.promotions: list[Promotion] = []
+        #: The PgBouncer every process of the run connects through (None: they connect
+        #: to the server); the runner's own admin connections go to the server.
+        self.pooler: PgBouncer | None = None
+
+    def pool(self, pooler: PgBouncer) -> None:
+        """From now on the run's URL (and the nodes the db-cut proxies stand in front of) is
+        `pooler`'s, which is in front of this database's server."""
+        self.pooler = pooler
+        self.url = f"postgres://{self.user}@127.0.0.1:{pooler.port}/{self.name}"
 
     def _admin(self, attempts: int = 20) -> psycopg.Connection:
         """A connection to the server's `postgres` database, retried a while: a shared server
@@ -126,7 +136,9 @@ class ChaosDatabase:
 
     @property
     def nodes(self) -> list[tuple[str, int]]:
-        """Host and port of each server the URL names (one here)."""
+        """Host and port of each server the URL names (one here: the server, or the pooler)."""
+        if self.pooler is not None:
+            return [("127.0.0.1", self.pooler.port)]
         return [(self.host, self.port)]
 
     def keep(self) -> str:

@@ -1,14 +1,17 @@
-"""The chaos runner's own judgements: overlap detection, percentiles, the soak criteria and
-whether a replaced worker came back."""
+"""The chaos runner's own judgements: overlap detection, percentiles, the soak criteria,
+whether a replaced worker came back, and a fault crossed by a crash task of the load."""
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.chaos.cluster import Child
+from demo import CRASH_EXIT_STATUS
+from tests.chaos.cluster import Child, Cluster
+from tests.chaos.faults import FaultEvent, Lab, _cut
 from tests.chaos.records import Execution
 from tests.chaos.services import wait_until
 from tests.chaos.soak import MB, Window, judge
@@ -76,8 +79,51 @@ def test_a_child_is_back_once_its_fresh_image_logged_its_ready_line(tmp_path: Pa
     try:
         wait_until(lambda: child.replacements() == 1, timeout_s=10, what="the child's log")
         assert not child.back_after_replacement()  # its ready line came before the replacement
+        assert not child.ready()  # nor may a fault start on it while it waits to come back
         with open(child.log_path, "a") as log:
             log.write("worker w1 started\n")
         assert child.back_after_replacement()
+        assert child.ready()
+    finally:
+        child.kill()
+
+
+#: A worker stand-in: ready at once; when the cut (a file) comes, its first run exits with
+#: argv[2], as a crash task of the load (or a worker that gave up) would; a later run serves.
+_EXITS_ON_CUT = """
+import os, sys, time
+print("worker w1 started", flush=True)
+cut = sys.argv[1]
+while not os.path.exists(cut):
+    time.sleep(0.02)
+if not os.path.exists(cut + ".seen"):
+    open(cut + ".seen", "w").close()
+    sys.exit(int(sys.argv[2]))
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize(("status", "crossed", "ok"), [
+    (CRASH_EXIT_STATUS, True, True),  # a crash task ended it: crossed, and it served again
+    (76, False, False),  # it gave up (a hung lambda's old exit): the fault failed
+])
+def test_a_cut_whose_worker_a_crash_task_ended_is_crossed_not_failed(
+        tmp_path: Path, status: int, crossed: bool, ok: bool) -> None:
+    cut_file = tmp_path / "cut"
+    cluster = Cluster(env={"REDIS_URL": "redis://127.0.0.1:1/0"}, database_nodes=[], workers=0,
+                      consumers=0, threads=1, log_dir=tmp_path, api=False)
+    child = Child("worker", 0, [sys.executable, "-c", _EXITS_ON_CUT, str(cut_file),
+                                str(status)], {}, tmp_path)
+    cluster.children.append(child)
+    # Only the cluster and the heartbeat interval are what a cut acts on.
+    lab = Lab(cluster=cluster, redis=None, database=None, records=None, victims=None,
+              rng=random.Random(0), heartbeat_interval_s=0.2)  # type: ignore[arg-type]
+    event = FaultEvent(name="api-cut", started=0.0)
+    child.start()
+    try:
+        _cut(lab, event, child, cut_file.touch, lambda: None)
+        assert (event.crossed, event.ok) == (crossed, ok), event.detail
+        assert f"exit status {status}" in event.detail or crossed
+        assert child.alive()  # started again either way
     finally:
         child.kill()

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from django.db.models import Count, Min
 
 from tasks_core import states
 from tasks_core.models import TaskAttempt, TaskEntity
+from tasks_core.stats import percentile
 from tests.chaos.failover import Promotion
 from tests.chaos.faults import FaultEvent
 from tests.chaos.load import KEY_PREFIX
@@ -36,15 +36,13 @@ FINAL = {status.value for status in states.FINAL}
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
-    """p50, p90, p99 and max of `values` (zeros when empty)."""
+    """p50, p90, p99 (interpolated, as the product's stats compute them) and max of `values`
+    (zeros when empty)."""
     if not values:
         return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
     ordered = sorted(values)
-    if len(ordered) == 1:
-        cuts = [ordered[0]] * 99
-    else:
-        cuts = statistics.quantiles(ordered, n=100, method="inclusive")
-    return {"p50": cuts[49], "p90": cuts[89], "p99": cuts[98], "max": ordered[-1]}
+    return {"p50": percentile(ordered, 0.5), "p90": percentile(ordered, 0.9),
+            "p99": percentile(ordered, 0.99), "max": ordered[-1]}
 
 
 def format_ms(values: dict[str, float]) -> str:
@@ -82,6 +80,7 @@ class Report:
     latency_faults: dict[str, float] = field(default_factory=dict)
     faults_ok: int = 0
     faults: int = 0
+    faults_crossed: int = 0  #: ok, but a crash task ended the watched process first
     vanished: list[int] = field(default_factory=list)  #: acknowledged schedules' numbers
     full_speed_s: list[float | None] = field(default_factory=list)  #: one per failover
 
@@ -120,7 +119,7 @@ class Report:
                 f"ran_after_finish={len(self.ran_after_finish)} "
                 f"not_success={sum(self.not_success.values())} tasks={self.tasks} "
                 f"reruns={self.reruns} records_missing={self.records_missing} "
-                f"faults={self.faults_ok}/{self.faults} "
+                f"faults={self.faults_ok}/{self.faults} crossed={self.faults_crossed} "
                 f"p50_ms={self.latency_all.get('p50', 0) * 1000:.0f} "
                 f"p99_ms={self.latency_all.get('p99', 0) * 1000:.0f} "
                 f"faults_p99_ms={self.latency_faults.get('p99', 0) * 1000:.0f}"
@@ -140,7 +139,8 @@ def check(executions: Sequence[Execution], events: Sequence[FaultEvent],
     """Run every check against the store and the recorded executions; `scheduled` tasks were
     acknowledged to the loader, and the database failed over at each of `promotions`."""
     dropped = set(dropped)
-    report = Report(faults=len(events), faults_ok=sum(event.ok for event in events))
+    report = Report(faults=len(events), faults_ok=sum(event.ok for event in events),
+                    faults_crossed=sum(event.crossed for event in events))
     rows = list(TaskEntity.objects.values_list("pk", "lambda_ref__name", "collection", "status",
                                                "run_at", "finished_at"))
     report.tasks = len(rows)
