@@ -43,13 +43,6 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _cluster_port() -> int:
     # A cluster node also listens on port + 10000 (the cluster bus): both must be free.
     for _ in range(200):

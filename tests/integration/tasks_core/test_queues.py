@@ -23,6 +23,7 @@ from tasks_core.queues import Message, Popped, QueueBackend
 from tasks_core.queues.redis import RedisQueue
 from tasks_core.queues.sqs import SqsQueue, sqs_queue_name
 from tests import queue_servers
+from tests.chaos.services import free_port
 from tests.conftest import wait_for
 
 BACKENDS = ["redis", "redis-cluster", "sqs"]
@@ -244,7 +245,7 @@ def test_redis_ack_is_not_needed(backend: QueueBackend) -> None:
 
 
 def closed_port_url() -> str:
-    return f"127.0.0.1:{queue_servers.free_port()}"
+    return f"127.0.0.1:{free_port()}"
 
 
 UNREACHABLE: dict[str, Callable[[], QueueBackend]] = {
