@@ -188,23 +188,50 @@ def drain_rate(rows: list[tuple[float, float, float]]) -> float:
     return len(rows) / (last_end - first_start)
 
 
-def drain_with(target: Target, plan: Plan, fleet: Fleet, *, keep_rows: bool = False) -> float:
-    """The drain rate of `plan.drain_n` tasks enqueued before `fleet` starts; `keep_rows`:
-    the task tables are not emptied first (the caller has seen to them)."""
+def drained_rows(target: Target, plan: Plan, fleet: Fleet, *,
+                 keep_rows: bool = False) -> list[tuple[float, float, float]]:
+    """The records of `plan.drain_n` tasks enqueued before `fleet` starts and drained by it;
+    `keep_rows`: the task tables are not emptied first (the caller has seen to them)."""
     if keep_rows:
         services.flush(target.env.redis_url)
     else:
         target.reset()
     target.backlog("record", "drain", plan.drain_n)
     with fleet:
-        rows = target.wait_records("drain", plan.drain_n, timeout_s=plan.drain_timeout_s,
+        return target.wait_records("drain", plan.drain_n, timeout_s=plan.drain_timeout_s,
                                    fleet=fleet)
-    return drain_rate(rows)
+
+
+def drain_with(target: Target, plan: Plan, fleet: Fleet, *, keep_rows: bool = False) -> float:
+    """The drain rate of `drained_rows`."""
+    return drain_rate(drained_rows(target, plan, fleet, keep_rows=keep_rows))
+
+
+def watch_servers(target: Target, fleet: Fleet) -> Fleet:
+    """Have `fleet` sample the CPU of the system's servers too: Redis, and PostgreSQL for a
+    system whose tasks live there. (Every client of the PostgreSQL server counts: a figure of
+    a shared server holds its other work too.)"""
+    fleet.watch("redis", services.redis_pid(target.env.redis_url))
+    if target.driver.SCHEMA:
+        fleet.watch("postgres", services.postmaster_pid(target.env.pg_dsn))
+    return fleet
+
+
+def cpu_per_task(fleets: list[Fleet], rows: list[tuple[float, float, float]],
+                 figure: str) -> dict[str, float]:
+    """`cpu_<figure>_<role>`: µs of CPU each role of the fleets (and each server they watch)
+    used per task finished, over the span `drain_rate` divides by (first start to last end)."""
+    first_start = min(start for _due, start, _end in rows)
+    last_end = max(end for _due, _start, end in rows)
+    return {f"cpu_{figure}_{role}": seconds * 1e6 / len(rows)
+            for fleet in fleets for role, seconds in fleet.cpu_between(first_start,
+                                                                      last_end).items()}
 
 
 def drain(target: Target, plan: Plan) -> dict[str, float]:
-    fleet = target.fleet()
-    return {"drain": drain_with(target, plan, fleet), **_rss(fleet)}
+    fleet = watch_servers(target, target.fleet())
+    rows = drained_rows(target, plan, fleet)
+    return {"drain": drain_rate(rows), **cpu_per_task([fleet], rows, "drain"), **_rss(fleet)}
 
 
 def drain_one_process(target: Target, plan: Plan) -> dict[str, float]:
@@ -236,10 +263,11 @@ def drain_remote(target: Target, plan: Plan) -> dict[str, float]:
         services.wait_for_port(int(url.rsplit(":", 1)[1]), timeout_s=30)
         commands = [target.driver.worker_commands(target.env)[0],  # the consumer
                     *target.driver.remote_worker_commands(target.env, url, token)]
-        with Fleet(target.name, commands) as fleet:
+        with watch_servers(target, Fleet(target.name, commands)) as fleet:
             rows = target.wait_records("drain", plan.drain_n, timeout_s=plan.drain_timeout_s,
                                        fleet=fleet)
-    return {"drain_remote": drain_rate(rows)}
+    return {"drain_remote": drain_rate(rows),
+            **cpu_per_task([fleet, api], rows, "drain_remote")}
 
 
 def connections(target: Target, plan: Plan) -> dict[str, float]:

@@ -43,9 +43,34 @@ def tree_rss(process: psutil.Process) -> int:
     return total
 
 
+def tree_cpu(process: psutil.Process) -> float:
+    """CPU seconds (user + system) a process and all its descendants have used, the ended and
+    reaped ones included (through their parents' children's times)."""
+    total = 0.0
+    for member in [process, *process.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):  # it may end while we look
+            times = member.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def value_at(samples: list[tuple[float, float]], moment: float) -> float:
+    """A counter's value at `moment`, linear between the (time, value) samples around it (the
+    first or last sample outside their span)."""
+    earlier = [(t, v) for t, v in samples if t <= moment]
+    later = [(t, v) for t, v in samples if t > moment]
+    if not earlier:
+        return samples[0][1]
+    if not later:
+        return samples[-1][1]
+    (t0, v0), (t1, v1) = earlier[-1], later[0]
+    return v0 + (v1 - v0) * (moment - t0) / (t1 - t0)
+
+
 class Fleet:
     """The long-running processes of one system; tracks each role's peak RSS while it runs,
-    and the peak of them all together."""
+    and the peak of them all together, and samples each role's CPU time (and that of the
+    servers it `watch`es) so that a measurement can tell the CPU spent between two moments."""
 
     def __init__(self, name: str, commands: list[Command]) -> None:
         self.name = name
@@ -53,6 +78,10 @@ class Fleet:
         self.popens: list[tuple[str, subprocess.Popen]] = []
         self.peak_rss: dict[str, int] = {}
         self.peak_total = 0  #: the peak of all the processes' RSS together (one sample)
+        #: Per role (servers watched included), (time.time(), CPU seconds) samples.
+        self.cpu_samples: dict[str, list[tuple[float, float]]] = {}
+        #: Servers not started here whose CPU is sampled too: role -> pid.
+        self.watched: dict[str, int] = {}
         self.started_at = datetime.now(UTC)  #: when the processes were (last) started
         self.sampling = False
         self.sampler = threading.Thread(target=self._sample_loop, name="RssSampler", daemon=True)
@@ -82,19 +111,41 @@ class Fleet:
                 raise RuntimeError(f"{self.name} {role} exited with {popen.returncode}; "
                                    f"see {LOG_DIR}")
 
+    def watch(self, role: str, pid: int) -> None:
+        """Sample the CPU of a server's process tree (a database, Redis) under `role`."""
+        self.watched[role] = pid
+
     def _sample_loop(self) -> None:
         while self.sampling:
-            totals: dict[str, int] = {}
-            for role, popen in self.popens:
-                try:
-                    rss = tree_rss(psutil.Process(popen.pid))
-                except psutil.Error:
-                    continue
-                totals[role] = totals.get(role, 0) + rss
-            for role, rss in totals.items():
-                self.peak_rss[role] = max(self.peak_rss.get(role, 0), rss)
-            self.peak_total = max(self.peak_total, sum(totals.values()))
+            self._sample()
             time.sleep(SAMPLE_INTERVAL_S)
+        self._sample()  # the last moment the processes ran: a measurement ends before it
+
+    def _sample(self) -> None:
+        totals: dict[str, int] = {}
+        cpu: dict[str, float] = {}
+        for role, popen in self.popens:
+            try:
+                process = psutil.Process(popen.pid)
+                rss, seconds = tree_rss(process), tree_cpu(process)
+            except psutil.Error:
+                continue
+            totals[role] = totals.get(role, 0) + rss
+            cpu[role] = cpu.get(role, 0.0) + seconds
+        for role, pid in self.watched.items():
+            with contextlib.suppress(psutil.Error):
+                cpu[role] = tree_cpu(psutil.Process(pid))
+        now = time.time()
+        for role, seconds in cpu.items():
+            self.cpu_samples.setdefault(role, []).append((now, seconds))
+        for role, rss in totals.items():
+            self.peak_rss[role] = max(self.peak_rss.get(role, 0), rss)
+        self.peak_total = max(self.peak_total, sum(totals.values()))
+
+    def cpu_between(self, start: float, end: float) -> dict[str, float]:
+        """CPU seconds each role used between two `time.time()` moments."""
+        return {role: value_at(samples, end) - value_at(samples, start)
+                for role, samples in self.cpu_samples.items() if samples}
 
     def connections_to(self, port: int) -> dict[str, int]:
         """TCP connections each role's processes (their descendants included) hold to `port`."""

@@ -365,6 +365,44 @@ def cost_estimate(summaries: Summaries) -> str:
             f"{DROPBOX_RATE * wal_bytes / 1e6:.0f} MB/s of WAL.\n")
 
 
+#: The processes whose CPU a drain samples, in the order the CPU table shows them.
+CPU_ROLES = (("worker", "worker processes"), ("consumer", "consumer"),
+             ("api", "API (gunicorn), for the remote worker"), ("postgres", "PostgreSQL server"),
+             ("redis", "Redis server"))
+CPU_TITLE = "CPU per drained task, by process (µs)"
+
+
+def cpu_table(summaries: Summaries, drivers: list[ModuleType]) -> str:
+    """For each drain, the CPU each process used per task, their sum, and the drain that sum
+    allows on this machine's cores (every core busy with nothing else): what a drain's rate
+    is made of."""
+    columns = [(d.LABEL, d.NAME, "drain") for d in drivers
+               if "cpu_drain_worker" in summaries.get(d.NAME, {})]
+    if "cpu_drain_remote_worker" in summaries.get("atf", {}):
+        columns.append(("ATF, remote worker", "atf", "drain_remote"))
+    if not columns:
+        return ""
+    lines = ["| per drained task | " + " | ".join(label for label, _n, _f in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    totals = []
+    for role, label in CPU_ROLES:
+        values = [_median(summaries, name, f"cpu_{figure}_{role}") for _l, name, figure in columns]
+        if any(values):
+            lines.append(f"| {label} | " + " | ".join(
+                "—" if value is None else f"{value:,.0f}" for value in values) + " |")
+    for _label, name, figure in columns:
+        totals.append(sum(_median(summaries, name, f"cpu_{figure}_{role}") or 0.0
+                          for role, _l in CPU_ROLES))
+    cores = os.cpu_count() or 1
+    lines.append("| **all of them** | " + " | ".join(f"**{t:,.0f}**" for t in totals) + " |")
+    lines.append(f"| drain those allow on {cores} cores (tasks/s) | " + " | ".join(
+        f"{cores * 1e6 / t:,.0f}" if t else "—" for t in totals) + " |")
+    lines.append("| drain measured (tasks/s) | " + " | ".join(
+        f"{m:,.0f}" if (m := _median(summaries, name, figure)) else "—"
+        for _l, name, figure in columns) + " |")
+    return "\n".join(lines)
+
+
 def size_label(size: int) -> str:
     """1000000 -> "1M", 100000 -> "100k", 0 -> "0": how a store size is named in keys."""
     for unit, name in ((1_000_000, "M"), (1_000, "k")):
@@ -406,6 +444,7 @@ def write(summaries: Summaries, drivers: list[ModuleType], *, plan: Mapping[str,
         f"{_section('The machine’s own limits (one client)', limits_table(summaries))}"
         f"{_section('Scale curve: ATF drain (tasks/s) by processes', scale_table(summaries))}"
         f"{_section('Store size: ATF with finished tasks in the table', store_table(summaries))}"
+        f"{_section(CPU_TITLE, cpu_table(summaries, drivers))}"
         f"{_section(COST_TITLE, cost_table(summaries, drivers))}"
         f"How each system was configured:\n\n{options}\n\n"
         f"Sizes: {', '.join(f'{k}={v}' for k, v in plan.items())}.\n"

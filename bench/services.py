@@ -11,6 +11,7 @@ from datetime import datetime
 from types import TracebackType
 from urllib.parse import urlsplit
 
+import psutil
 import psycopg
 import redis
 from psycopg import sql
@@ -94,6 +95,18 @@ def empty_tables(dsn: str, tables: tuple[str, ...]) -> None:
 def flush(redis_url: str) -> None:
     """Empty one Redis database of the bench's own server."""
     redis.Redis.from_url(redis_url).flushdb()
+
+
+def redis_pid(redis_url: str) -> int:
+    """The pid of the Redis server behind `redis_url`."""
+    return int(redis.Redis.from_url(redis_url).info("server")["process_id"])
+
+
+def postmaster_pid(dsn: str) -> int:
+    """The pid of the PostgreSQL server behind `dsn` (its backends are that process' children)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        return psutil.Process(backend).ppid()
 
 
 def port_of(dsn: str) -> int:
