@@ -1,11 +1,12 @@
-"""Where a drain's CPU goes: `python -m bench.profile_drain [--remote] [--tasks N]`.
+"""Where ATF's CPU goes: `python -m bench.profile_drain [--remote | --rest] [--tasks N]`.
 
 Runs ATF's drain as `make bench` does (the consumer and `runworker --threads 64`; with
 `--remote`, the worker reaches ATF through the API, served by the documented gunicorn config),
-and while it drains records each process with `py-spy` (sampling the thread that holds the
-GIL: the Python work, not the waits). Prints,
-per process, the share of its on-CPU samples by area (our packages, Django's ORM, psycopg,
-DRF, JSON, Redis, ...) and the functions that used most CPU themselves. Run it in the peers'
+or, with `--rest`, the API taking single `POST /tasks/` as fast as 4 client threads send them.
+While they work it records each process with `py-spy`, sampling the thread that holds the GIL
+(the Python work, not the waits), and prints per process the share of its samples by area
+(our packages, Django's ORM, psycopg, DRF, JSON, Redis, ...), by ATF function (its own time
+and what it called) and by the function on the CPU. Run it in the peers'
 virtualenv, which has py-spy (`bench/.venv-peers/bin/python -m bench.profile_drain`); py-spy
 needs the right to trace other processes (root, or ptrace_scope 0).
 """
@@ -15,17 +16,19 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import json
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import redis
 
 from bench import measure, services
-from bench.procs import Fleet
+from bench.procs import Fleet, run_once
 from bench.run import QUICK, _targets
 
 #: Areas a frame's file belongs to, first match wins: (label, path fragment).
@@ -112,12 +115,65 @@ def record(pids: dict[str, int], seconds: float, into: Path) -> dict[str, Path]:
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_drain", description=__doc__)
-    parser.add_argument("--remote", action="store_true", help="profile the remote drain")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--remote", action="store_true", help="profile the remote drain")
+    what.add_argument("--rest", action="store_true",
+                      help="profile the API taking single POST /tasks/ (4 client threads)")
     parser.add_argument("--tasks", type=int, default=60_000, help="tasks drained (60,000)")
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds recorded (8)")
     parser.add_argument("--top", type=int, default=15, help="functions shown per process")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432")
     return parser.parse_args(argv)
+
+
+def _print(outputs: dict[str, Path], top: int) -> None:
+    for role, path in outputs.items():
+        print(summary(role, stacks(path), top=top))
+
+
+def _profile_drain(target: measure.Target, args: argparse.Namespace, scratch: Path,
+                   stack: contextlib.ExitStack) -> None:
+    target.backlog("record", "drain", args.tasks)
+    fleets = [Fleet("atf", target.driver.worker_commands(target.env))]
+    if args.remote:
+        api, url, token = measure._api(target)
+        stack.enter_context(api)
+        services.wait_for_port(int(url.rsplit(":", 1)[1]), timeout_s=30)
+        fleets = [Fleet("atf", [target.driver.worker_commands(target.env)[0],
+                                *target.driver.remote_worker_commands(target.env, url,
+                                                                      token)]), api]
+    stack.enter_context(fleets[0])
+    key = target.driver.record_key("drain")
+    while redis.Redis.from_url(target.env.redis_url).llen(key) < args.tasks // 20:
+        fleets[0].check_alive()
+        time.sleep(0.05)
+    pids = {role: popen.pid for fleet in fleets for role, popen in fleet.popens
+            if role in ROLES}
+    _print(record(pids, args.seconds, scratch), args.top)
+    done = redis.Redis.from_url(target.env.redis_url).llen(key)
+    print(f"{done} of {args.tasks} tasks done when the recording ended "
+          f"({'remote' if args.remote else 'direct'} drain)")
+
+
+#: Single POSTs sent per second of recording (more than the API takes: it is never idle).
+REST_POSTS_PER_S = 1_500
+
+
+def _profile_rest(target: measure.Target, args: argparse.Namespace, scratch: Path,
+                  stack: contextlib.ExitStack) -> None:
+    token = run_once(target.driver.token_command(target.env)).strip().splitlines()[-1]
+    port = services.free_port()
+    api = stack.enter_context(Fleet("atf", [target.driver.api_command(target.env, port)]))
+    services.wait_for_port(port, timeout_s=30)
+    body = json.dumps({"lambda": "demo.noop", "payload": {}}).encode()
+    measure._post_many(port, measure.SINGLE, body, token, 40,  # warm every server thread up
+                       measure.REST_CLIENT_THREADS)
+    count = int(REST_POSTS_PER_S * args.seconds)
+    client = threading.Thread(target=measure._post_many, args=(
+        port, measure.SINGLE, body, token, count, measure.REST_CLIENT_THREADS))
+    client.start()
+    _print(record({"api": api.popens[0][1].pid}, args.seconds, scratch), args.top)
+    client.join()
 
 
 def main(argv: list[str]) -> None:
@@ -127,28 +183,8 @@ def main(argv: list[str]) -> None:
         redis_url = stack.enter_context(services.PrivateRedis())
         (target,) = _targets(["atf"], redis_url, args.pg_url, plan, prefix="profile")
         target.reset()
-        target.backlog("record", "drain", args.tasks)
-        fleets = [Fleet("atf", target.driver.worker_commands(target.env))]
-        if args.remote:
-            api, url, token = measure._api(target)
-            stack.enter_context(api)
-            services.wait_for_port(int(url.rsplit(":", 1)[1]), timeout_s=30)
-            fleets = [Fleet("atf", [target.driver.worker_commands(target.env)[0],
-                                    *target.driver.remote_worker_commands(target.env, url,
-                                                                          token)]), api]
-        stack.enter_context(fleets[0])
-        key = target.driver.record_key("drain")
-        while redis.Redis.from_url(target.env.redis_url).llen(key) < args.tasks // 20:
-            fleets[0].check_alive()
-            time.sleep(0.05)
-        pids = {role: popen.pid for fleet in fleets for role, popen in fleet.popens
-                if role in ROLES}
-        outputs = record(pids, args.seconds, Path(scratch))
-        done = redis.Redis.from_url(target.env.redis_url).llen(key)
-        for role, path in outputs.items():
-            print(summary(role, stacks(path), top=args.top))
-        print(f"{done} of {args.tasks} tasks done when the recording ended "
-              f"({'remote' if args.remote else 'direct'} drain)")
+        profile = _profile_rest if args.rest else _profile_drain
+        profile(target, args, Path(scratch), stack)
 
 
 if __name__ == "__main__":
