@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from bench import stats
+
 if TYPE_CHECKING:
     from bench.drivers.base import Command
 
@@ -52,19 +54,6 @@ def tree_cpu(process: psutil.Process) -> float:
             times = member.cpu_times()
             total += times.user + times.system + times.children_user + times.children_system
     return total
-
-
-def value_at(samples: list[tuple[float, float]], moment: float) -> float:
-    """A counter's value at `moment`, linear between the (time, value) samples around it (the
-    first or last sample outside their span)."""
-    earlier = [(t, v) for t, v in samples if t <= moment]
-    later = [(t, v) for t, v in samples if t > moment]
-    if not earlier:
-        return samples[0][1]
-    if not later:
-        return samples[-1][1]
-    (t0, v0), (t1, v1) = earlier[-1], later[0]
-    return v0 + (v1 - v0) * (moment - t0) / (t1 - t0)
 
 
 class Fleet:
@@ -144,7 +133,7 @@ class Fleet:
 
     def cpu_between(self, start: float, end: float) -> dict[str, float]:
         """CPU seconds each role used between two `time.time()` moments."""
-        return {role: value_at(samples, end) - value_at(samples, start)
+        return {role: stats.value_at(samples, end) - stats.value_at(samples, start)
                 for role, samples in self.cpu_samples.items() if samples}
 
     def connections_to(self, port: int) -> dict[str, int]:

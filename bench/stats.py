@@ -1,4 +1,4 @@
-"""Percentiles and the median/min/max summary of repeated runs."""
+"""Percentiles, the median/min/max summary of repeated runs, and sampled counters."""
 
 from __future__ import annotations
 
@@ -53,3 +53,16 @@ def ramp_seconds(rates: Sequence[float], *, window_s: float,
     steady = statistics.median(rates)
     first = next(index for index, rate in enumerate(rates) if rate >= fraction * steady)
     return first * window_s, steady
+
+
+def value_at(samples: Sequence[tuple[float, float]], moment: float) -> float:
+    """A counter's value at `moment`, linear between the (time, value) samples around it (the
+    first or last sample outside their span)."""
+    earlier = [(t, v) for t, v in samples if t <= moment]
+    later = [(t, v) for t, v in samples if t > moment]
+    if not earlier:
+        return samples[0][1]
+    if not later:
+        return samples[-1][1]
+    (t0, v0), (t1, v1) = earlier[-1], later[0]
+    return v0 + (v1 - v0) * (moment - t0) / (t1 - t0)

@@ -24,11 +24,19 @@ def test_enqueue_target_needs_both_the_commit_limit_and_procrastinate():
     met = _metric("enqueue_single").met
     summaries = {"machine": {"pg_insert_commit": _summary(1000)},
                  "procrastinate": {"enqueue_single": _summary(500)}}
-    assert met(800, summaries) is True
-    assert met(790, summaries) is False  # under 0.8x the commit limit
+    assert met(750, summaries) is True
+    assert met(690, summaries) is False  # under 0.7x the commit limit
     summaries["procrastinate"]["enqueue_single"] = _summary(600)
     assert met(800, summaries) is False  # under 1.5x procrastinate
     assert met(800, {}) is None  # nothing to compare with
+
+
+def test_wal_target_is_procrastinates_wal_per_drained_task():
+    met = _metric("cost_drain_wal_bytes").met
+    summaries = {"procrastinate": {"cost_drain_wal_bytes": _summary(2000)}}
+    assert met(2000, summaries) is True
+    assert met(2001, summaries) is False
+    assert met(2000, {}) is None  # procrastinate not in the run
 
 
 def test_drain_target_is_the_faster_redis_peer():
@@ -117,3 +125,24 @@ def test_wal_relations_table_ranks_by_drain_and_sums_the_rest():
     lines = text.strip().splitlines()
     assert lines[2] == "| rel14 | 7 | 14 |"
     assert lines[-1] == "| 3 others | 0 | 3 |"  # rel0 + rel1 + rel2
+
+
+def test_cpu_table_sums_each_drains_processes_and_divides_the_cores_by_it(monkeypatch):
+    monkeypatch.setattr(report.os, "cpu_count", lambda: 2)
+    atf = {"drain": 1500.0, "cpu_drain_worker": 300.0, "cpu_drain_postgres": 150.0,
+           "cpu_drain_redis": 50.0, "drain_remote": 1000.0, "cpu_drain_remote_worker": 250.0,
+           "cpu_drain_remote_api": 500.0, "cpu_drain_remote_postgres": 250.0}
+    peer = {"drain": 4000.0, "cpu_drain_worker": 200.0, "cpu_drain_redis": 50.0}
+    summaries = {"atf": {k: _summary(v) for k, v in atf.items()},
+                 "dramatiq": {k: _summary(v) for k, v in peer.items()}}
+    text = report.cpu_table(summaries, [_driver("atf", "ATF"), _driver("dramatiq", "Dramatiq"),
+                                        _driver("huey", "Huey")])
+    lines = text.splitlines()
+    assert lines[0] == "| per drained task | ATF | Dramatiq | ATF, remote worker |"  # no Huey
+    assert "| worker processes | 300 | 200 | 250 |" in lines
+    assert "| consumer |" not in text  # no drain sampled one
+    assert "| **all of them** | **500** | **250** | **1,000** |" in lines
+    # 2 cores: 2,000,000 µs a second over each total
+    assert "| drain those allow on 2 cores (tasks/s) | 4,000 | 8,000 | 2,000 |" in lines
+    assert lines[-1] == "| drain measured (tasks/s) | 1,500 | 4,000 | 1,000 |"
+    assert report.cpu_table({"huey": {}}, [_driver("huey", "Huey")]) == ""

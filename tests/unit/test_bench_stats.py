@@ -41,3 +41,12 @@ def test_lateness_has_a_p99():
                                                     (1.0, 100), (0.0, 1), (0.001, 1)])
 def test_percentile_is_the_nearest_rank(fraction, expected):
     assert stats.percentile(list(range(100, 0, -1)), fraction) == expected
+
+
+@pytest.mark.parametrize(("moment", "value"), [
+    (10.0, 1.0), (10.5, 1.5), (11.25, 2.5), (12.0, 4.0),  # on a sample, or between two
+    (9.0, 1.0), (13.0, 4.0),  # before the first sample, after the last
+])
+def test_value_at_interpolates_a_sampled_counter(moment, value):
+    samples = [(10.0, 1.0), (11.0, 2.0), (12.0, 4.0)]
+    assert stats.value_at(samples, moment) == pytest.approx(value)
