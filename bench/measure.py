@@ -252,6 +252,12 @@ def _api(target: Target) -> tuple[Fleet, str, str]:
             f"http://127.0.0.1:{port}", token)
 
 
+def remote_drain_fleet(target: Target, url: str, token: str) -> Fleet:
+    """The consumer, and the drain's worker reaching ATF through the API at `url`."""
+    return Fleet(target.name, [target.driver.worker_commands(target.env)[0],  # the consumer
+                               *target.driver.remote_worker_commands(target.env, url, token)])
+
+
 def drain_remote(target: Target, plan: Plan) -> dict[str, float]:
     """The drain again, its worker remote: the same process reaching ATF through the API."""
     if not hasattr(target.driver, "remote_worker_commands"):
@@ -261,9 +267,7 @@ def drain_remote(target: Target, plan: Plan) -> dict[str, float]:
     api, url, token = _api(target)
     with api:
         services.wait_for_port(int(url.rsplit(":", 1)[1]), timeout_s=30)
-        commands = [target.driver.worker_commands(target.env)[0],  # the consumer
-                    *target.driver.remote_worker_commands(target.env, url, token)]
-        with watch_servers(target, Fleet(target.name, commands)) as fleet:
+        with watch_servers(target, remote_drain_fleet(target, url, token)) as fleet:
             rows = target.wait_records("drain", plan.drain_n, timeout_s=plan.drain_timeout_s,
                                        fleet=fleet)
     return {"drain_remote": drain_rate(rows),

@@ -36,24 +36,17 @@ def run_once(command: Command, *, timeout_s: float = 600.0) -> str:
     return done.stdout
 
 
-def tree_rss(process: psutil.Process) -> int:
-    """Resident bytes of a process and all its descendants."""
-    total = 0
+def tree_usage(process: psutil.Process) -> tuple[int, float]:
+    """Resident bytes, and CPU seconds (user + system) used so far, of a process and all its
+    descendants, in one walk of the tree; the CPU includes ended and reaped descendants
+    (through their parents' children's times)."""
+    rss, cpu = 0, 0.0
     for member in [process, *process.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):  # it may end while we look
-            total += member.memory_info().rss
-    return total
-
-
-def tree_cpu(process: psutil.Process) -> float:
-    """CPU seconds (user + system) a process and all its descendants have used, the ended and
-    reaped ones included (through their parents' children's times)."""
-    total = 0.0
-    for member in [process, *process.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):  # it may end while we look
+            rss += member.memory_info().rss
             times = member.cpu_times()
-            total += times.user + times.system + times.children_user + times.children_system
-    return total
+            cpu += times.user + times.system + times.children_user + times.children_system
+    return rss, cpu
 
 
 class Fleet:
@@ -116,14 +109,14 @@ class Fleet:
         for role, popen in self.popens:
             try:
                 process = psutil.Process(popen.pid)
-                rss, seconds = tree_rss(process), tree_cpu(process)
+                rss, seconds = tree_usage(process)
             except psutil.Error:
                 continue
             totals[role] = totals.get(role, 0) + rss
             cpu[role] = cpu.get(role, 0.0) + seconds
         for role, pid in self.watched.items():
             with contextlib.suppress(psutil.Error):
-                cpu[role] = tree_cpu(psutil.Process(pid))
+                cpu[role] = tree_usage(psutil.Process(pid))[1]
         now = time.time()
         for role, seconds in cpu.items():
             self.cpu_samples.setdefault(role, []).append((now, seconds))

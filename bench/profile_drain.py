@@ -139,9 +139,7 @@ def _profile_drain(target: measure.Target, args: argparse.Namespace, scratch: Pa
         api, url, token = measure._api(target)
         stack.enter_context(api)
         services.wait_for_port(int(url.rsplit(":", 1)[1]), timeout_s=30)
-        fleets = [Fleet("atf", [target.driver.worker_commands(target.env)[0],
-                                *target.driver.remote_worker_commands(target.env, url,
-                                                                      token)]), api]
+        fleets = [measure.remote_drain_fleet(target, url, token), api]
     stack.enter_context(fleets[0])
     key = target.driver.record_key("drain")
     while redis.Redis.from_url(target.env.redis_url).llen(key) < args.tasks // 20:
