@@ -17,10 +17,10 @@ from django.utils import timezone
 
 from tasks_core import atf, queues, scheduling, store, wakeup
 from tasks_core.conf import atf_settings
-from tasks_core.models import Collection, Lambda, TaskEntity
+from tasks_core.models import Collection, Lambda, TaskAttempt, TaskEntity
 from tests.conftest import ROOT, subprocess_env, wait_for
 from tests.factories import LambdaFactory, TeamFactory
-from workers import turns
+from workers import testing, turns
 from workers.consumer import SLICE_ROWS, Consumer, PassSummary
 
 pytestmark = [pytest.mark.django_db]
@@ -627,3 +627,20 @@ def _messages(queue: queues.QueueBackend,
     while popped := queue.pop(names, max_count=1000, wait_s=0):
         found += [(item.queue, item.message) for item in popped if item.message is not None]
     return found
+
+
+def test_a_stale_copy_a_worker_pops_does_not_run_the_task_twice(
+        consumer: Consumer, queue: queues.QueueBackend, redis_client: redis.Redis) -> None:
+    # Given a task in its queue, and a second copy of its message behind it (as SQS, or a
+    # consumer of an older version, would push after the enqueue timeout)
+    task = atf.schedule("demo.noop")
+    consumer.run_pass()
+    name = queue.queue_name("demo.noop", "default")
+    (body,) = redis_client.lrange(name, 0, -1)
+    redis_client.lpush(name, body)
+    # When a worker takes everything from the queue and runs what it claimed
+    outcomes = testing.run_due_tasks(lambdas=["demo.noop"])
+    # Then the task ran once: the second copy's lease was stale by then, and it was dropped
+    assert [(o.task_id, o.status) for o in outcomes] == [(task.pk, "success")]
+    assert TaskAttempt.objects.filter(task_id=task.pk).count() == 1
+    assert queue.depth(name) == 0
