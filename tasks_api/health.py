@@ -188,7 +188,6 @@ class StoreCollector(Collector):
                 depth.add_metric([name, priority], n)
         yield depth
 
-
     def _queue_ages(self, now: datetime) -> Iterator[Metric]:
         """Each queue's age (tasks_core.queue_age): from the store, so even with the queue
         service down."""
