@@ -29,7 +29,15 @@ from tasks_api import scopes
 from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.renderers import FirstRenderer, JsonErrorsMixin, PrometheusRenderer
-from tasks_core import access, consumer_liveness, incident_stats, pooling, queues, stats
+from tasks_core import (
+    access,
+    consumer_liveness,
+    incident_stats,
+    pooling,
+    queue_age,
+    queues,
+    stats,
+)
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Lambda
@@ -110,6 +118,7 @@ class StoreCollector(Collector):
                 tasks.add_metric([name, status.value], counts.get(name, {}).get(status, 0))
         yield tasks
         yield from self._queue_depths()
+        yield from self._queue_ages(now)
         histogram = stats.latency_histogram(
             since=now - timedelta(seconds=window_s), lambda_ids=self.lambda_ids)
         buckets = [(str(bound), n) for bound, n in zip(histogram.bounds, histogram.buckets,
@@ -178,6 +187,18 @@ class StoreCollector(Collector):
             for priority, n in by_priority.items():
                 depth.add_metric([name, priority], n)
         yield depth
+
+    def _queue_ages(self, now: datetime) -> Iterator[Metric]:
+        """Each queue's age (tasks_core.queue_age): from the store, so even with the queue
+        service down."""
+        age = GaugeMetricFamily("atf_queue_oldest_age_seconds",
+                                "Seconds the oldest task waiting in the queue (enqueued, not yet "
+                                "claimed) has waited; 0 when none.", labels=["lambda", "priority"])
+        ages = queue_age.oldest_waiting_s(now=now, lambda_ids=self.lambda_ids)
+        for name, by_priority in ages.items():
+            for priority, age_s in by_priority.items():
+                age.add_metric([name, priority], age_s)
+        yield age
 
 
 class MetricsPermission(BasePermission):

@@ -376,7 +376,8 @@ class LambdaSerializer(serializers.ModelSerializer):
     """A lambda with its gate, its options, its collections' gates, queue depths and counts.
 
     The view passes `depths` (name -> priority -> n, or None when the queues are unreachable)
-    and `counts` (name -> status -> n) in the context, computed once for all lambdas shown.
+    `counts` (name -> status -> n) and `ages` (name -> priority -> seconds the oldest task
+    waiting in the queue has waited) in the context, computed once for all lambdas shown.
     Each option is `{"value", "source", "code_value"}`, plus who changed an operator's value
     and when; rows come with their "overrides" prefetched.
     """
@@ -384,12 +385,13 @@ class LambdaSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name", read_only=True)
     collections = LambdaCollectionSerializer(many=True, read_only=True)
     queue_depth = serializers.SerializerMethodField()
+    queue_age_s = serializers.SerializerMethodField()
     counts = serializers.SerializerMethodField()
 
     class Meta:
         model = Lambda
         fields = ["name", "team", "gate", "gate_until", "in_code", "collections", "queue_depth",
-                  "counts"]
+                  "queue_age_s", "counts"]
         read_only_fields = fields
 
     def get_fields(self) -> dict[str, serializers.Field]:
@@ -401,6 +403,10 @@ class LambdaSerializer(serializers.ModelSerializer):
     def get_queue_depth(self, row: Lambda) -> dict[str, int] | None:
         depths = self.context.get("depths")
         return None if depths is None else depths.get(row.name)
+
+    @extend_schema_field(serializers.DictField(child=serializers.FloatField()))
+    def get_queue_age_s(self, row: Lambda) -> dict[str, float]:
+        return self.context.get("ages", {}).get(row.name, {})
 
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
     def get_counts(self, row: Lambda) -> dict[str, int]:

@@ -21,7 +21,7 @@ from tasks_api import renamed_fields, schedule_rate, serializers
 from tasks_api.openapi import extend_schema
 from tasks_api.pagination import TaskCursorPagination
 from tasks_api.policy import ApiPolicy
-from tasks_core import limits, operations, periodic, stats
+from tasks_core import limits, operations, periodic, queue_age, stats
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidTask, QueueUnavailable
 from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
@@ -189,7 +189,7 @@ def _shown(tasks: Sequence[TaskEntity]) -> list[dict[str, Any]]:
 
 
 def _lambda_context(rows: Iterable[Lambda]) -> dict[str, Any]:
-    """Queue depths and task counts of `rows`, computed once for all of them."""
+    """Queue depths and ages and task counts of `rows`, computed once for all of them."""
     rows = list(rows)
     try:
         depths: dict[str, dict[str, int]] | None = stats.queue_depths([r.name for r in rows])
@@ -197,7 +197,8 @@ def _lambda_context(rows: Iterable[Lambda]) -> dict[str, Any]:
         logger.warning("queue depths unavailable: %s", exc)
         depths = None
     counts = stats.status_counts_by_lambda(lambda_ids=[r.pk for r in rows])
-    return {"depths": depths, "counts": counts}
+    ages = queue_age.oldest_waiting_s(now=timezone.now(), lambda_ids=[r.pk for r in rows])
+    return {"depths": depths, "counts": counts, "ages": ages}
 
 
 @extend_schema(tags=["lambdas"])

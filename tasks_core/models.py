@@ -169,6 +169,10 @@ class TaskEntity(models.Model):
             # only claimed and processing rows, so its size is the fleet's tasks in flight.
             models.Index(fields=["worker"], name="task_held",
                          condition=Q(status__in=["claimed", "processing"])),
+            # The queues' age (the oldest task waiting in each <lambda, priority> queue): only
+            # enqueued rows, so one probe per queue reads the backlog's first row, not history.
+            models.Index(fields=["lambda_ref", "priority", "enqueued_at"], name="task_in_queue",
+                         condition=Q(status="enqueued")),
         ]
 
     def __str__(self) -> str:

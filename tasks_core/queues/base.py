@@ -92,6 +92,9 @@ class QueueBackend(abc.ABC):
 
     #: Whether a popped message must be acknowledged (deleted) after it was claimed.
     supports_ack: bool = False
+    #: Whether `push` leaves out a message still waiting in its queue, so that a queue holds
+    #: at most one copy of each (task, lease): its length is at most its backlog.
+    supports_dedupe: bool = False
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
@@ -102,7 +105,7 @@ class QueueBackend(abc.ABC):
 
     @abc.abstractmethod
     def push(self, queue: str, messages: Sequence[Message]) -> None:
-        """Append messages to a queue."""
+        """Append messages to a queue (where `supports_dedupe`, those it does not hold yet)."""
 
     @abc.abstractmethod
     def pop(self, queues: Sequence[str], *, max_count: int, wait_s: float) -> list[Popped]:

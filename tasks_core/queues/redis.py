@@ -1,17 +1,22 @@
 """Redis queues: one list per <lambda, priority>, keys hash-tagged by lambda for Redis Cluster.
 
 Producers LPUSH; consumers pop from the right with BLMPOP over the priority lists in order,
-which gives strict priority and batches in one round trip. On a single server one BLMPOP
-covers every queue of the pop. On Redis Cluster (`cluster=True`) a multi-key command must
-stay in one hash slot, which the `{lambda}` tag guarantees for one lambda's queues only, so a
-pop over several lambdas takes one LMPOP per lambda in order and blocks in short slices.
+which gives strict priority and batches in one round trip. A push leaves out a message that
+still waits in its list (push.lua), so a task re-enqueued after its enqueue timeout, while its
+first message waits in a backlog, adds no second copy: a list holds at most its backlog.
+On a single server one BLMPOP covers every queue of the pop. On Redis Cluster
+(`cluster=True`) a multi-key command must stay in one hash slot, which the `{lambda}` tag
+guarantees for one lambda's queues only, so a pop over several lambdas takes one LMPOP per
+lambda in order and blocks in short slices.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import cached_property
 from itertools import groupby
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -42,6 +47,17 @@ _POOL_WAIT_S = 5.0
 _ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException)
 
 _Client = redis.Redis | RedisCluster
+#: The script that pushes the messages a list does not hold yet (see push.lua).
+_PUSH_LUA = (Path(__file__).parent / "push.lua").read_text()
+
+
+def queued_key(queue: str) -> str:
+    """The sorted set beside a queue's list: each message body it holds -> its push number.
+
+    Same hash tag as the list (one slot on a cluster), so that one script reads and writes both,
+    and a FLUSHDB (or a lost shard) empties both.
+    """
+    return f"{queue}:queued"
 
 
 def _hash_tag(queue: str) -> str:
@@ -79,11 +95,21 @@ class RedisQueue(QueueBackend):
                     )
         return self._client
 
+    supports_dedupe = True
+
+    @cached_property
+    def _push_script(self) -> Any:
+        return self.client.register_script(_PUSH_LUA)
+
     def push(self, queue: str, messages: Sequence[Message]) -> None:
         if not messages:
             return
         with unavailable_on(_ERRORS, f"redis push to {queue}"):
-            self.client.lpush(queue, *(message.encode() for message in messages))
+            pushed = self._push_script(keys=[queue, queued_key(queue)],
+                                       args=[message.encode() for message in messages])
+        if pushed < len(messages):
+            logger.debug("%s: %d of %d messages still waiting there, not pushed again", queue,
+                         len(messages) - pushed, len(messages))
 
     def pop(self, queues: Sequence[str], *, max_count: int, wait_s: float) -> list[Popped]:
         if not queues or max_count < 1:
@@ -126,7 +152,7 @@ class RedisQueue(QueueBackend):
 
     def purge(self, queue: str) -> None:
         with unavailable_on(_ERRORS, f"redis delete {queue}"):
-            self.client.delete(queue)
+            self.client.delete(queue, queued_key(queue))
 
     def ping(self) -> None:
         with unavailable_on(_ERRORS, f"redis ping {redaction.url(self.url)}"):

@@ -29,7 +29,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 RULES = ROOT / "deploy" / "prometheus" / "atf-alerts.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "atf-dashboard.json"
 #: Gauges that are ages: once they grew between the two scrapes, they go on growing.
-AGES = {"atf_oldest_due_task_seconds", "atf_consumer_pass_age_seconds"}
+AGES = {"atf_oldest_due_task_seconds", "atf_consumer_pass_age_seconds",
+        "atf_queue_oldest_age_seconds"}
 #: Minutes of history given to promtool after the two scrapes, one sample a minute.
 MINUTES = 10
 
@@ -57,7 +58,7 @@ def run_promtool(promtool: str, *args: str, cwd: Path) -> str:
 
 
 def test_the_rules_check_and_their_own_unit_tests_pass(promtool: str) -> None:
-    assert "SUCCESS: 6 rules found" in run_promtool(promtool, "check", "rules", str(RULES),
+    assert "SUCCESS: 7 rules found" in run_promtool(promtool, "check", "rules", str(RULES),
                                                     cwd=RULES.parent)
     run_promtool(promtool, "test", "rules", "atf-alerts.test.yml", cwd=RULES.parent)
 
@@ -149,6 +150,7 @@ def test_the_alert_rules_fire_on_series_from_a_real_run(
                 expected("AtfHeartbeatLosses", ["demo.sleep"]),
                 expected("AtfTasksWaitingTooLong", ["demo.noop", "demo.sleep"]),
                 expected("AtfNoWorkerForDueTasks", ["demo.noop", "demo.sleep"]),
+                expected("AtfQueueTooOld", ["demo.noop", "demo.sleep"]),
                 expected("AtfConsumerNotPassing", [None]),
                 expected("AtfQueueDown", []),
             ],

@@ -79,7 +79,7 @@ class StoreBackend(ABC):
     def mark_enqueued(self, *, bump: list[int], keep: list[int], now: datetime,
                       assoc: AssocChange) -> None:
         """Locked rows become `enqueued`: `bump` with a new lease, `keep` (expired `enqueued`
-        rows) with their lease as it is; their assoc rows get `assoc`."""
+        rows) with their lease and enqueued_at as they are; their assoc rows get `assoc`."""
 
     @abstractmethod
     def record_lost(self, attempts: Sequence[LostAttempt], *, now: datetime,

@@ -159,7 +159,7 @@ class OrmBackend(StoreBackend):
         TaskEntity.objects.filter(pk__in=bump).update(
             status=TaskStatus.ENQUEUED, lease=F("lease") + 1, enqueued_at=now
         )
-        TaskEntity.objects.filter(pk__in=keep).update(enqueued_at=now)
+        # A kept row keeps its enqueued_at: the queue's age is counted from it.
         TaskAssoc.objects.filter(task_id__in=bump + keep).update(**_assoc(assoc))
 
     def record_lost(self, attempts: Sequence[LostAttempt], *, now: datetime,

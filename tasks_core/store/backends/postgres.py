@@ -156,9 +156,9 @@ _MARK_ENQUEUED = _sql("""
 WITH bumped AS (
     UPDATE {entity} SET status = %(enqueued)s, lease = lease + 1, enqueued_at = %(now)s
     WHERE id = ANY(%(bump)s::bigint[])
-), kept AS (
-    UPDATE {entity} SET enqueued_at = %(now)s WHERE id = ANY(%(keep)s::bigint[])
 )
+-- A kept row (an `enqueued` task whose timeout fired) keeps its enqueued_at: the queue's age
+-- is counted from it, and its entity row is not written again.
 -- One array (bump || keep), so that the plan is a primary-key probe per row: with OR between
 -- two arrays PostgreSQL may read a whole due index instead.
 UPDATE {assoc} SET status = %(assoc_status)s, next_trigger_at = %(trigger)s

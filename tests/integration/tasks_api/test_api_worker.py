@@ -351,8 +351,9 @@ def test_a_claim_pops_past_stale_messages_to_the_current_one(
     (task_id,) = ready_tasks(team_a, consumer)
     queue_name = queue.queue_name(team_a.lam.name, "default")
     (current,) = queue.pop([queue_name], max_count=1, wait_s=0)
-    stale = Message(task_id=task_id, lease=current.message.lease - 1)
-    queue.push(queue_name, [stale] * 50)
+    # (older leases: a queue holds one copy of each message, so 50 stale ones need 50 leases)
+    queue.push(queue_name, [Message(task_id=task_id, lease=current.message.lease - n)
+                            for n in range(1, 51)])
     queue.push(queue_name, [current.message])
     # When the worker claims one task without waiting
     claimed = claim(team_a, worker, max_count=1, wait_s=0)

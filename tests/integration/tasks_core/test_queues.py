@@ -202,6 +202,59 @@ def test_purge_empties_a_queue(backend: QueueBackend) -> None:
     assert backend.depth(other) == 1
 
 
+def test_a_message_still_waiting_is_not_pushed_again(backend: QueueBackend) -> None:
+    # Given three messages waiting in a queue
+    queue = backend.queue_name("demo.noop", "default")
+    backend.push(queue, messages(1, 2, 3))
+    # When the same three are pushed again, twice (tasks re-enqueued after their timeout)
+    backend.push(queue, messages(1, 2, 3))
+    backend.push(queue, messages(3, 2, 1, 1))
+    # Then Redis holds one copy of each; SQS, which cannot tell, holds every copy
+    assert backend.supports_dedupe is not isinstance(backend, SqsQueue)
+    expected = 3 if backend.supports_dedupe else 10
+    wait_for(lambda: backend.depth(queue) == expected, timeout_s=5,
+             message=f"{expected} messages in {queue}")
+    assert sorted(ids(pop_all(backend, [queue], expected))) == sorted(
+        [1, 2, 3] if backend.supports_dedupe else [1, 2, 3] * 3 + [1])
+
+
+def test_a_popped_or_new_lease_message_is_pushed_again(backend: QueueBackend) -> None:
+    if not backend.supports_dedupe:
+        pytest.skip("SQS pushes every copy")
+    # Given tasks 1 to 3 pushed, and task 1's message popped (the oldest)
+    queue = backend.queue_name("demo.noop", "default")
+    backend.push(queue, messages(1, 2, 3))
+    assert ids(pop_all(backend, [queue], 1)) == [1]
+    # When all three are pushed again, with task 4 and a new lease of task 2
+    backend.push(queue, messages(1, 2, 3, 4) + messages(2, lease=2))
+    # Then the popped one, the new one and the new lease go in; 2 and 3 stay one copy each
+    popped = pop_all(backend, [queue], 5)
+    assert [(p.message.task_id, p.message.lease) for p in popped if p.message] == [
+        (2, 1), (3, 1), (1, 1), (4, 1), (2, 2)]
+    assert backend.depth(queue) == 0
+
+
+@pytest.mark.parametrize("loss", ["flushdb", "list deleted"])
+def test_a_message_lost_from_redis_is_pushed_again(loss: str, backend: QueueBackend) -> None:
+    if not isinstance(backend, RedisQueue):
+        pytest.skip("Redis's own ways of losing a list")
+    if loss == "flushdb" and backend.cluster:
+        pytest.skip("FLUSHDB is one node's; the cluster case is the list deleted")
+    # Given two messages waiting
+    queue = backend.queue_name("demo.noop", "default")
+    backend.push(queue, messages(1, 2))
+    # When Redis loses them: the database flushed, or only the list gone (its markers kept)
+    if loss == "flushdb":
+        backend.client.flushdb()
+    else:
+        backend.client.delete(queue)
+    # Then pushing them again puts both back, once each, and only once
+    backend.push(queue, messages(1, 2))
+    backend.push(queue, messages(1, 2))
+    assert backend.depth(queue) == 2
+    assert ids(pop_all(backend, [queue], 2)) == [1, 2]
+
+
 def test_unreadable_body_comes_back_without_a_message(backend: QueueBackend) -> None:
     # Given a body that is not an ATF message
     queue = backend.queue_name("demo.noop", "default")

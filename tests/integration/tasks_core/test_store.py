@@ -183,6 +183,17 @@ def test_a_task_enqueued_again_is_claimed_by_whichever_copy_comes_first(now: dat
     assert claim(second, now) == []
 
 
+def test_a_task_enqueued_again_keeps_its_lease_and_when_it_was_enqueued(now: datetime) -> None:
+    # Given a task enqueued and never claimed
+    task = atf.schedule("demo.noop")
+    first = messages(enqueue_due("demo.noop", now))
+    # When its enqueue timeout fires and the consumer enqueues it again
+    later = now + timedelta(hours=1)
+    assert enqueue_due("demo.noop", later).reenqueued == {"enqueued": 1}
+    # Then it keeps its lease (the same message) and its enqueued_at (the queue's age)
+    assert (entity(task.pk).lease, entity(task.pk).enqueued_at) == (first[0].lease, now)
+
+
 def test_a_duplicate_claim_gets_nothing(now: datetime) -> None:
     atf.schedule("demo.noop")
     msgs = messages(enqueue_due("demo.noop", now))

@@ -17,11 +17,11 @@ from django.utils import timezone
 
 from tasks_core import atf, queues, scheduling, store, wakeup
 from tasks_core.conf import atf_settings
-from tasks_core.models import Collection, Lambda, TaskEntity
+from tasks_core.models import Collection, Lambda, TaskAttempt, TaskEntity
 from tests.conftest import ROOT, subprocess_env, wait_for
 from tests.factories import LambdaFactory, TeamFactory
-from workers import turns
-from workers.consumer import SLICE_ROWS, Consumer
+from workers import testing, turns
+from workers.consumer import SLICE_ROWS, Consumer, PassSummary
 
 pytestmark = [pytest.mark.django_db]
 
@@ -584,3 +584,63 @@ def test_a_lambda_with_a_few_new_tasks_goes_before_a_backlogged_one(
         assert served == ["demo.record", "demo.noop"]
     assert TaskEntity.objects.filter(status="enqueued", lambda_ref__name="demo.noop").count() \
         == 3 * 250
+
+
+def pass_until_idle(consumer: Consumer) -> PassSummary:
+    """Passes until one handles nothing: everything due at the clock's time, summed."""
+    total = PassSummary()
+    while True:
+        summary = consumer.run_pass()
+        if not summary.total and not summary.reenqueued:
+            return total
+        total.add(summary)
+
+
+def test_a_backlog_nobody_serves_holds_one_message_a_task_and_comes_back_after_a_flush(
+        queue: queues.QueueBackend, clock: Clock, redis_client: redis.Redis,
+        settings: object) -> None:
+    # Given a lambda with no worker, 3,000 due tasks and a 2 s enqueue timeout
+    settings.ATF_ENQUEUE_TIMEOUT_S = 2
+    lam = LambdaFactory(name="tests.unserved")
+    due_tasks(lam, 3000, clock.now)
+    consumer = Consumer(batch_size=3000, poll_interval_s=0.1, queue=queue, clock=clock)
+    names = [queue.queue_name(lam.name, p) for p in atf_settings.priorities]
+    assert pass_until_idle(consumer).enqueued == 3000
+    # When six enqueue timeouts pass, each re-enqueueing every task
+    for _ in range(6):
+        clock.advance(2.1)
+        assert pass_until_idle(consumer).reenqueued == {"enqueued": 3000}
+        # Then its queue holds one message per task, not one more per timeout
+        assert sum(queue.depth(name) for name in names) == 3000
+    # And when Redis is flushed, every task is back in its queue one timeout later
+    redis_client.flushdb()
+    clock.advance(2.1)
+    assert pass_until_idle(consumer).reenqueued == {"enqueued": 3000}
+    assert sum(queue.depth(name) for name in names) == 3000
+    waiting = {message.task_id for _priority, message in _messages(queue, names)}
+    assert waiting == set(TaskEntity.objects.filter(lambda_ref=lam).values_list("pk", flat=True))
+
+
+def _messages(queue: queues.QueueBackend,
+              names: list[str]) -> list[tuple[str, queues.Message]]:
+    found = []
+    while popped := queue.pop(names, max_count=1000, wait_s=0):
+        found += [(item.queue, item.message) for item in popped if item.message is not None]
+    return found
+
+
+def test_a_stale_copy_a_worker_pops_does_not_run_the_task_twice(
+        consumer: Consumer, queue: queues.QueueBackend, redis_client: redis.Redis) -> None:
+    # Given a task in its queue, and a second copy of its message behind it (as SQS, or a
+    # consumer of an older version, would push after the enqueue timeout)
+    task = atf.schedule("demo.noop")
+    consumer.run_pass()
+    name = queue.queue_name("demo.noop", "default")
+    (body,) = redis_client.lrange(name, 0, -1)
+    redis_client.lpush(name, body)
+    # When a worker takes everything from the queue and runs what it claimed
+    outcomes = testing.run_due_tasks(lambdas=["demo.noop"])
+    # Then the task ran once: the second copy's lease was stale by then, and it was dropped
+    assert [(o.task_id, o.status) for o in outcomes] == [(task.pk, "success")]
+    assert TaskAttempt.objects.filter(task_id=task.pk).count() == 1
+    assert queue.depth(name) == 0
