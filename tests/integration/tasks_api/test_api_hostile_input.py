@@ -17,14 +17,12 @@ from tasks_core.exceptions import InvalidShape, InvalidTask
 from tasks_core.models import PeriodicTask, TaskAttempt, TaskEntity
 from tasks_core.queues import QueueBackend
 from tests.factories import TaskFactory
-from tests.integration.tasks_api.test_api_support import Member, schedule
+from tests.integration.tasks_api.test_api_support import BAD_TIMES, Member, schedule
 from tests.integration.tasks_api.test_api_worker import post, worker_member
 
 pytestmark = pytest.mark.django_db
 
-#: Year 10000 and year 0 in UTC, given with the offsets that keep them in range locally.
-OUT_OF_RANGE = ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00",
-                "1999-12-31T23:59:59Z", "9999-06-01T00:00:00Z"]
+OUT_OF_RANGE = BAD_TIMES
 
 
 def raw_post(who: Member, path: str, text: str) -> Any:
