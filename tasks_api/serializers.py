@@ -144,10 +144,11 @@ def show_task(task: TaskEntity) -> dict[str, Any]:
 def validated(form_class: type[serializers.Serializer], data: Any,
               context: dict[str, Any] | None = None) -> Any:
     """`form_class(data=data, context=context)`'s validated data. Invalid data is checked again
-    by an instance of its own, which raises the usual field errors (400)."""
+    by an instance of its own, with `context`, which raises the usual field errors (400): a
+    form whose context changes only what its errors say (ScheduleTaskSerializer's "teams")
+    is built only then."""
     try:
-        form = _shared(form_class) if context is None else form_class(context=context)
-        return form.run_validation(data)
+        return _shared(form_class).run_validation(data)
     except serializers.ValidationError:
         form = form_class(data=data, context=context or {})
         form.is_valid(raise_exception=True)

@@ -229,6 +229,20 @@ def test_a_periodic_task_on_another_teams_lambda_is_answered_as_an_unknown_one(
     assert PeriodicTask.objects.get(name="p").lambda_ref_id == alice.lam.pk
 
 
+@pytest.mark.parametrize("send", [
+    lambda who, name: who.client.post("/api/v1/dead-letters/requeue/", {"lambda": name},
+                                      format="json"),
+    lambda who, name: who.client.get(f"/api/v1/dead-letters/?lambda={name}"),
+    lambda who, name: who.client.get(f"/api/v1/tasks/?lambda={name}"),
+    lambda who, name: who.client.get(f"/api/v1/lambdas/{name}/"),
+])
+def test_other_endpoints_taking_a_lambda_name_answer_as_for_an_unknown_one(
+        alice: Member, bob: Member, send: Any) -> None:
+    TaskFactory(lambda_ref=bob.lam, status="dead")
+    unknown, theirs = _unknown_and_theirs(alice, bob, send)
+    assert theirs == unknown
+
+
 def test_a_taken_worker_id_is_a_409_that_names_no_team(queue: QueueBackend) -> None:
     team_a, team_b = worker_member("wa"), worker_member("wb")
     body = {"worker": "host:1:taken", "host": "h", "pid": 1, "threads": 1}
