@@ -190,9 +190,7 @@ class AttemptSerializer(serializers.ModelSerializer):
         return getattr(self, "hosts", {}).get(attempt.worker, "")
 
 
-#: Attempts a task's answer shows, its latest: an attempt's error may be ~110 KB, and a task
-#: may have thousands. GET /api/v1/tasks/{id}/attempts/ pages through all of them.
-SHOWN_ATTEMPTS = 20
+SHOWN_ATTEMPTS = limits.SHOWN_ATTEMPTS
 #: Where with_latest_attempts() puts a task's latest attempts, newest first.
 _LATEST_ATTEMPTS = "atf_latest_attempts"
 

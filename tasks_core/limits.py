@@ -43,6 +43,10 @@ MAX_ERROR_CHARS = {"type": 200, "message": 10_000, "traceback": 100_000}
 #: Deepest nesting of objects and arrays in a result a remote worker reports (as deep as a
 #: payload may be by default, ATF_MAX_PAYLOAD_DEPTH).
 MAX_RESULT_DEPTH = 100
+#: Attempts a task's answer (the API) or page (the console) shows, its latest: an attempt's error
+#: may be ~110 KB and a task may have thousands; the API's /tasks/{id}/attempts/ and the
+#: console's attempt list have all of them.
+SHOWN_ATTEMPTS = 20
 #: Tasks one transaction of a bulk operator action (requeue, discard, cancel, run now) changes.
 CHUNK = 1000
 #: Earliest and latest time a caller may give (a task's run_at or the time its delay leads
