@@ -53,7 +53,7 @@ class Unauthorized(ApiError):
 
 
 class Forbidden(ApiError):
-    """403: the token's team may not do this (e.g. a lambda of another team)."""
+    """403: the token may not do this (e.g. a worker token outside the worker API)."""
 
 
 class NotFound(ApiError):

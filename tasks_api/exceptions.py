@@ -30,6 +30,7 @@ from tasks_core.exceptions import (
     WorkerExists,
     WorkerNotFound,
 )
+from tasks_core.limits import bad_text
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,24 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's handler, after turning ATF's errors into API exceptions."""
     from rest_framework import views  # not at the top: rest_framework.views imports our parser
 
-    return views.exception_handler(_translate(exc), context)
+    response = views.exception_handler(_translate(exc), context)
+    if response is not None:
+        response.data = _encodable(response.data)
+    return response
+
+
+def _encodable(data: Any) -> Any:
+    """An error answer whose text can be written as UTF-8: errors may echo what a request
+    sent (an unknown field's name, a refused choice), lone surrogates included, which are
+    written escaped ("\\ud800") rather than fail the answer."""
+    if isinstance(data, str):
+        return data.encode("utf-8", "backslashreplace").decode("utf-8") if bad_text(data) \
+            else data
+    if isinstance(data, dict):
+        return {_encodable(key): _encodable(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_encodable(item) for item in data]
+    return data
 
 
 def _is_api(request: HttpRequest) -> bool:

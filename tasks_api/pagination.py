@@ -6,7 +6,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
-from tasks_api.serializers import BODY_PAGE_SIZE
+from tasks_api.serializers import BODY_PAGE_SIZE, SHOWN_ATTEMPTS
 from tasks_core.conf import atf_settings
 
 
@@ -32,3 +32,12 @@ class TaskCursorPagination(CursorPagination):
         if position is not None and not (str(position).isdigit() and len(str(position)) <= 18):
             raise NotFound(self.invalid_cursor_message)
         return cursor
+
+
+class AttemptCursorPagination(TaskCursorPagination):
+    """A task's attempts, oldest first; `?page_size=` up to 100 (an attempt's error may be
+    ~110 KB)."""
+
+    ordering = "number"
+    page_size = SHOWN_ATTEMPTS
+    max_page_size = 100

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Prefetch, Q, QuerySet
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -49,6 +51,19 @@ class PayloadField(serializers.JSONField):
         **serializers.JSONField.default_error_messages,
         "too_deep": "Payload is nested too deeply.",
     }
+
+
+class TimeField(serializers.DateTimeField):
+    """An ISO 8601 time a request gives (UTC without an offset), read in UTC and refused
+    outside tasks_core.limits.EARLIEST_TIME and LATEST_TIME."""
+
+    def enforce_timezone(self, value: datetime) -> datetime:
+        if timezone.is_naive(value):
+            value = super().enforce_timezone(value)
+        try:
+            return limits.in_utc(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
 
 class StrictSerializer(serializers.Serializer):
@@ -126,13 +141,16 @@ def show_task(task: TaskEntity) -> dict[str, Any]:
     return _shared(TaskSerializer).to_representation(task)
 
 
-def validated(form_class: type[serializers.Serializer], data: Any) -> Any:
-    """`form_class(data=data)`'s validated data. Invalid data is checked again by an instance
-    of its own, which raises the usual field errors (400)."""
+def validated(form_class: type[serializers.Serializer], data: Any,
+              context: dict[str, Any] | None = None) -> Any:
+    """`form_class(data=data, context=context)`'s validated data. Invalid data is checked again
+    by an instance of its own, with `context`, which raises the usual field errors (400): a
+    form whose context changes only what its errors say (ScheduleTaskSerializer's "teams")
+    is built only then."""
     try:
         return _shared(form_class).run_validation(data)
     except serializers.ValidationError:
-        form = form_class(data=data)
+        form = form_class(data=data, context=context or {})
         form.is_valid(raise_exception=True)
         return form.validated_data
 
@@ -172,14 +190,49 @@ class AttemptSerializer(serializers.ModelSerializer):
         return getattr(self, "hosts", {}).get(attempt.worker, "")
 
 
-class TaskDetailSerializer(TaskSerializer):
-    """A task with its attempt history, oldest first (`attempts` stays the count)."""
+SHOWN_ATTEMPTS = limits.SHOWN_ATTEMPTS
+#: Where with_latest_attempts() puts a task's latest attempts, newest first.
+_LATEST_ATTEMPTS = "atf_latest_attempts"
 
-    attempt_history = AttemptSerializer(many=True, read_only=True)
+
+def with_latest_attempts(tasks: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
+    """`tasks` with their latest SHOWN_ATTEMPTS attempts read in one query, for
+    TaskDetailSerializer."""
+    latest = TaskAttempt.objects.order_by("-number")[:SHOWN_ATTEMPTS]
+    return tasks.prefetch_related(Prefetch("attempt_history", queryset=latest,
+                                           to_attr=_LATEST_ATTEMPTS))
+
+
+class TaskDetailSerializer(TaskSerializer):
+    """A task with its latest SHOWN_ATTEMPTS attempts, oldest first (`attempts` stays the count
+    of the current run), and the number of all its attempts; rows read by
+    with_latest_attempts() show them without a query more."""
+
+    attempt_history = serializers.SerializerMethodField(
+        help_text=f"The latest {SHOWN_ATTEMPTS} attempts, oldest first; "
+                  "/api/v1/tasks/{id}/attempts/ has all of them.")
+    attempt_history_count = serializers.SerializerMethodField(
+        help_text="How many attempts the task has had in all (a requeue keeps them).")
 
     class Meta(TaskSerializer.Meta):
-        fields = [*TaskSerializer.Meta.fields, "attempt_history"]
+        fields = [*TaskSerializer.Meta.fields, "attempt_history", "attempt_history_count"]
         read_only_fields = fields
+
+    @staticmethod
+    def _latest(task: TaskEntity) -> list[TaskAttempt]:
+        latest = getattr(task, _LATEST_ATTEMPTS, None)
+        if latest is None:
+            latest = list(task.attempt_history.order_by("-number")[:SHOWN_ATTEMPTS])
+            setattr(task, _LATEST_ATTEMPTS, latest)
+        return latest
+
+    @extend_schema_field(AttemptSerializer(many=True))
+    def get_attempt_history(self, task: TaskEntity) -> Any:
+        return AttemptSerializer(self._latest(task)[::-1], many=True).data
+
+    def get_attempt_history_count(self, task: TaskEntity) -> int:
+        latest = self._latest(task)
+        return len(latest) if len(latest) < SHOWN_ATTEMPTS else task.attempt_history.count()
 
 
 #: Most tasks on a page that shows payloads or results: 20 of 256 KiB each is 10 MiB at most
@@ -204,14 +257,15 @@ class TaskSummarySerializer(TaskSerializer):
 class ScheduleTaskSerializer(StrictSerializer):
     """One task to schedule: a scheduling.TaskRequest as JSON. The fields below are its schema;
     TaskRequest.from_json reads a body and tasks_core checks it (one validator, with its
-    messages), so `validated_data` is a TaskRequest."""
+    messages), so `validated_data` is a TaskRequest. Context "teams": the caller's team ids
+    (Scope.team_ids), whose lambdas it may name."""
 
     lambda_name = serializers.CharField(max_length=limits.LAMBDA_NAME_CHARS)
     payload = PayloadField(required=False, allow_null=True)
     collection = serializers.CharField(required=False, max_length=limits.COLLECTION_CHARS)
     priority = serializers.CharField(required=False, max_length=limits.PRIORITY_CHARS,
                                      help_text=f"One of {', '.join(atf_settings.priorities)}.")
-    run_at = serializers.DateTimeField(required=False, help_text="ISO 8601; UTC without offset.")
+    run_at = TimeField(required=False, help_text="ISO 8601; UTC without offset.")
     delay = serializers.FloatField(required=False, min_value=0, max_value=limits.MAX_DELAY_S,
                                    help_text="Seconds from now; not with run_at.")
     idempotency_key = serializers.CharField(required=False,
@@ -233,7 +287,7 @@ class ScheduleTaskSerializer(StrictSerializer):
 
     def to_internal_value(self, data: Any) -> scheduling.TaskRequest:
         try:
-            return scheduling.TaskRequest.from_json(data)
+            return scheduling.TaskRequest.from_json(data, teams=self.context.get("teams"))
         except InvalidTask as exc:
             raise serializers.ValidationError(exc.errors) from exc
 
@@ -252,7 +306,8 @@ class ScheduleBatchSerializer(StrictSerializer):
             # Not an object, an unknown field, no list or an empty one: the usual errors.
             return super().to_internal_value(data)
         try:
-            return {"tasks": scheduling.requests_from_json(tasks)}
+            return {"tasks": scheduling.requests_from_json(tasks,
+                                                           teams=self.context.get("teams"))}
         except InvalidTask as exc:
             raise serializers.ValidationError(exc.errors) from exc
 
@@ -270,6 +325,12 @@ class ListQuerySerializer(StrictSerializer):
 
     def get_fields(self) -> dict[str, serializers.Field]:
         return _renamed(super().get_fields(), lambda_name="lambda", extra_fields="fields")
+
+
+class AttemptsQuerySerializer(ListQuerySerializer):
+    """The query of a task's attempts: its page."""
+
+    extra_fields = None  # type: ignore[assignment]
 
 
 class TaskFilterSerializer(ListQuerySerializer):
@@ -298,8 +359,8 @@ class TaskFilterSerializer(ListQuerySerializer):
 
 class GateSerializer(StrictSerializer):
     state = serializers.ChoiceField(choices=[s.value for s in GateState])
-    until = serializers.DateTimeField(required=False, allow_null=True,
-                                      help_text="ISO 8601; a closed gate reopens by itself then.")
+    until = TimeField(required=False, allow_null=True,
+                      help_text="ISO 8601; a closed gate reopens by itself then.")
 
 
 class CollectionSerializer(serializers.ModelSerializer):

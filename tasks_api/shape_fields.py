@@ -10,7 +10,7 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.fields import empty
 
-from tasks_api.serializers import PayloadField, StrictSerializer
+from tasks_api.serializers import PayloadField, StrictSerializer, TimeField
 from tasks_core import json_fields
 from tasks_core.exceptions import InvalidShape
 
@@ -31,7 +31,7 @@ def _field(kind: json_fields.Kind | json_fields.Optional) -> serializers.Field:
             return serializers.CharField(max_length=most, allow_blank=True, trim_whitespace=trim,
                                          **options)
         case json_fields.Moment():
-            return serializers.DateTimeField(**options)
+            return TimeField(**options)
         case json_fields.Json():
             return PayloadField(**options)
         case json_fields.Record():

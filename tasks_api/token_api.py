@@ -15,7 +15,7 @@ from tasks_api import tokens
 from tasks_api.models import ApiToken, Scope
 from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
-from tasks_api.serializers import StrictSerializer
+from tasks_api.serializers import StrictSerializer, TimeField
 from tasks_api.views import _errors
 from tasks_core import access
 from tasks_core.limits import bad_text
@@ -59,7 +59,7 @@ class CreateTokenSerializer(StrictSerializer):
     team = serializers.CharField(max_length=100, required=False,
                                  help_text="One of the caller's teams; needed when it has several.")
     scope = serializers.ChoiceField(choices=Scope.choices, default=Scope.FULL)
-    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    expires_at = TimeField(required=False, allow_null=True)
 
     def validate_name(self, value: str) -> str:
         if bad_text(value) or not value.isprintable():

@@ -19,9 +19,9 @@ from rest_framework.views import APIView
 
 from tasks_api import renamed_fields, schedule_rate, serializers
 from tasks_api.openapi import extend_schema
-from tasks_api.pagination import TaskCursorPagination
+from tasks_api.pagination import AttemptCursorPagination, TaskCursorPagination
 from tasks_api.policy import ApiPolicy
-from tasks_core import limits, operations, periodic, queue_age, stats
+from tasks_core import limits, operations, periodic, queue_age, scheduling, stats
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidTask, QueueUnavailable
 from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
@@ -95,7 +95,7 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
 
     def get_queryset(self) -> QuerySet[TaskEntity]:
         tasks = Scope.of(self.request.user).tasks().prefetch_related("parents", "children")
-        return tasks.prefetch_related("attempt_history") if self.action == "retrieve" else tasks
+        return serializers.with_latest_attempts(tasks) if self.action == "retrieve" else tasks
 
     def get_serializer_class(self) -> type[serializers.TaskSerializer]:
         if self.action == "retrieve":
@@ -121,7 +121,8 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         **_errors(400, 403, 409, 413, 415, 429)})
     def create(self, request: Request) -> Response:
         schedule_rate.take(request, 1)
-        asked = serializers.validated(serializers.ScheduleTaskSerializer, request.data)
+        asked = serializers.validated(serializers.ScheduleTaskSerializer, request.data,
+                                      _teams(request))
         task, created = operations.schedule(Scope.of(request.user), asked)
         if not created:
             return Response(_shown([task])[0], status=status.HTTP_200_OK)
@@ -135,7 +136,8 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
     @action(detail=False, methods=["post"])
     def batch(self, request: Request) -> Response:
         schedule_rate.take(request, schedule_rate.tasks_in_batch(request.data))
-        asked = serializers.validated(serializers.ScheduleBatchSerializer, request.data)["tasks"]
+        asked = serializers.validated(serializers.ScheduleBatchSerializer, request.data,
+                                      _teams(request))["tasks"]
         tasks = operations.schedule_many(Scope.of(request.user), asked)
         for one, task in zip(asked, tasks, strict=True):
             if one.idempotency_key is None:  # a new task: shown as scheduled, not read back
@@ -154,6 +156,18 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         being_stopped = task.status == TaskStatus.PROCESSING
         return _detail(task, status.HTTP_202_ACCEPTED if being_stopped else status.HTTP_200_OK)
 
+    @extend_schema(parameters=[serializers.AttemptsQuerySerializer], responses={
+        200: serializers.AttemptSerializer(many=True), **_errors(400, 404)})
+    @action(detail=True, methods=["get"], pagination_class=AttemptCursorPagination)
+    def attempts(self, request: Request, pk: str) -> Response:
+        """All the attempts at a task, oldest first, a page at a time (the task's answer shows
+        only its latest)."""
+        _query(serializers.AttemptsQuerySerializer, request)
+        task = operations.task(Scope.of(request.user), int(pk))
+        pages = AttemptCursorPagination()
+        page = pages.paginate_queryset(task.attempt_history.all(), request, view=self)
+        return pages.get_paginated_response(serializers.AttemptSerializer(page, many=True).data)
+
     @extend_schema(request=None,
                    responses={200: serializers.TaskDetailSerializer, **_errors(404, 409)})
     @action(detail=True, methods=["post"])
@@ -170,9 +184,15 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         return _detail(operations.run_now(Scope.of(request.user), int(pk)))
 
 
+def _teams(request: Request) -> dict[str, Any]:
+    """The context of a schedule request's serializer: the caller's teams."""
+    return {"teams": Scope.of(request.user).team_ids}
+
+
 def _detail(task: TaskEntity, code: int = status.HTTP_200_OK) -> Response:
     """A task with its links and attempt history, read back in one round of queries."""
-    shown = TaskEntity.objects.prefetch_related("parents", "children", "attempt_history")
+    shown = serializers.with_latest_attempts(TaskEntity.objects.prefetch_related("parents",
+                                                                                 "children"))
     return Response(serializers.TaskDetailSerializer(shown.get(pk=task.pk)).data, status=code)
 
 
@@ -310,9 +330,10 @@ class PeriodicTaskViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModel
             row.name = name  # taken or not in the lambda's team: periodic.check_row says
         if "lambda" in changes:
             lambda_name = changes.pop("lambda")
-            found = Lambda.objects.filter(name=lambda_name).first()
+            # Another team's lambda is answered as an unknown one: its name is not confirmed.
+            found = Scope.of(request.user).lambdas().filter(name=lambda_name).first()
             if found is None:
-                raise ValidationError({"lambda": [f"Unknown lambda {lambda_name!r}."]})
+                raise ValidationError({"lambda": [scheduling.unknown_lambda(lambda_name)]})
             changes["lambda_ref"] = found
         try:
             saved = operations.save_periodic(Scope.of(request.user), row, changes)

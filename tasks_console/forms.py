@@ -7,9 +7,20 @@ from datetime import datetime
 from django import forms
 from django.utils import timezone
 
-from tasks_core import periodic
+from tasks_core import limits, periodic
 from tasks_core.exceptions import InvalidTask, LimitReached
 from tasks_core.models import PeriodicTask
+
+
+def within_time_bounds(value: datetime | None) -> None:
+    """A form field's validator: a time within tasks_core.limits.EARLIEST_TIME and LATEST_TIME
+    (the bounds the API and the Python calls keep)."""
+    if value is None:
+        return
+    try:
+        limits.in_utc(value)
+    except ValueError as exc:
+        raise forms.ValidationError(str(exc)) from None
 
 
 class GateForm(forms.Form):
@@ -20,6 +31,7 @@ class GateForm(forms.Form):
         label="Until (UTC, optional)",
         help_text="Leave empty to keep the gate closed until someone resumes it.",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        validators=[within_time_bounds],
     )
 
     def clean_until(self) -> datetime | None:

@@ -9,6 +9,7 @@ from django.contrib.admin import DateFieldListFilter
 from django.db.models import Count, Max, Q, QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Substr
+from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -19,7 +20,7 @@ from tasks_console import display, filters
 from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.models import DeadLetter
 from tasks_console.paginator import EstimatedCountPaginator
-from tasks_core import operations, states
+from tasks_core import limits, operations, states
 from tasks_core.access import Scope
 from tasks_core.models import TaskAttempt, TaskDependency, TaskEntity
 
@@ -35,10 +36,30 @@ GROUP_SAMPLE = 1000
 MESSAGE_PREFIX = 120
 
 
+class LatestAttempts(BaseInlineFormSet):
+    """A task's latest limits.SHOWN_ATTEMPTS attempts, oldest first, and where all of them
+    are (the console's attempt list, searched by the task's id) when it has more."""
+
+    def get_queryset(self) -> Any:
+        if not hasattr(self, "_latest"):
+            newest = super().get_queryset().order_by("-number")[:limits.SHOWN_ATTEMPTS]
+            self._latest = list(newest)[::-1]
+        return self._latest
+
+    def count(self) -> int:
+        """How many attempts the task has had in all."""
+        shown = len(self.get_queryset())
+        return shown if shown < limits.SHOWN_ATTEMPTS else self.instance.attempt_history.count()
+
+    def all_attempts_url(self) -> str:
+        return reverse("admin:tasks_core_taskattempt_changelist") + f"?q={self.instance.pk}"
+
+
 class AttemptTimeline(admin.TabularInline):
-    """The attempt history on a task's page, oldest first."""
+    """The attempt history on a task's page, oldest first: its latest attempts."""
 
     model = TaskAttempt
+    formset = LatestAttempts
     template = "tasks_console/attempt_timeline.html"
     extra = 0
     can_delete = False

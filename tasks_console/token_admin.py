@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import ForeignKey, Model, QuerySet
+from django.db.models import Field, ForeignKey, Model, QuerySet
+from django.forms import Field as FormField
 from django.forms import ModelChoiceField
 from django.http import HttpRequest
 from django.utils import timezone
@@ -15,6 +16,7 @@ from tasks_api import tokens
 from tasks_api.models import ApiToken
 from tasks_console import filters
 from tasks_console.base import ConsoleAdmin, report
+from tasks_console.forms import within_time_bounds
 from tasks_core import access
 from tasks_core.access import Scope
 from tasks_core.models import Team
@@ -56,6 +58,13 @@ class ApiTokenAdmin(ConsoleAdmin):
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
         return access.may_use_console(request.user)
+
+    def formfield_for_dbfield(self, db_field: Field, request: HttpRequest,
+                              **kwargs: Any) -> FormField | None:
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "expires_at" and field is not None:
+            field.validators.append(within_time_bounds)
+        return field
 
     def formfield_for_foreignkey(self, db_field: ForeignKey, request: HttpRequest,
                                  **kwargs: Any) -> ModelChoiceField | None:

@@ -20,6 +20,7 @@ from django.db.models import Model, QuerySet
 from tasks_core import directory
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, NotYourTeam
 from tasks_core.models import Lambda, PeriodicTask, TaskEntity, Worker
+from tasks_core.scheduling import unknown_lambda
 
 if TYPE_CHECKING:
     # The checked settings (tests.settings) use auth.User as AUTH_USER_MODEL.
@@ -115,8 +116,9 @@ class Scope:
             raise NotYourTeam("You may act only on your teams' lambdas.")
 
     def check_may_schedule(self, lambda_names: Iterable[str]) -> None:
-        """NotYourTeam for a known lambda of another team. Unknown names pass: scheduling
-        reports them as a field error."""
+        """InvalidTask on `lambda` for a known lambda of another team, with the answer of an
+        unknown one (its name is not confirmed). Unknown names pass: the caller reports
+        them, with that answer."""
         if self.team_ids is None:
             return
         for name in sorted(set(lambda_names)):
@@ -127,7 +129,7 @@ class Scope:
             if not self.has_team(info.team_id):
                 logger.info("refused to schedule %s outside the actor's teams", name,
                             extra={"action": "schedule_refused", "lambda": name})
-                raise NotYourTeam(f"Lambda {name!r} belongs to another team.")
+                raise InvalidTask({"lambda": [unknown_lambda(name)]})
 
     def check_may_follow(self, parent_ids: Iterable[int]) -> None:
         """InvalidTask on `after` unless the scope holds every parent task: another team's

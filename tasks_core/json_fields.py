@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from django.utils import timezone
-
 from tasks_core import limits, scheduling
 from tasks_core.exceptions import InvalidShape
 
@@ -129,13 +127,9 @@ class Text:
             value = value.strip()
         if len(value) <= self.most and not limits.bad_text(value):
             return value
-        problems = []
+        problems = limits.text_errors(value)
         if len(value) > self.most:
-            problems.append(f"Ensure this field has no more than {self.most} characters.")
-        if "\x00" in value:
-            problems.append("Null characters are not allowed.")
-        if surrogate := next((ch for ch in value if 0xD800 <= ord(ch) <= 0xDFFF), None):
-            problems.append(f"Surrogate characters are not allowed: U+{ord(surrogate):X}.")
+            problems.insert(0, f"Ensure this field has no more than {self.most} characters.")
         raise _refuse(*problems)
 
 
@@ -146,16 +140,17 @@ MOMENT_FORMAT = ("Datetime has wrong format. Use one of these formats instead: "
 
 @dataclass(frozen=True)
 class Moment:
-    """An ISO 8601 time, in the current time zone (UTC by default) when it names none."""
+    """An ISO 8601 time (in the current time zone, UTC by default, when it names none), read
+    in UTC; within limits.EARLIEST_TIME and limits.LATEST_TIME."""
 
     def read(self, value: Any) -> datetime:
         parsed = scheduling.parse_datetime(value) if isinstance(value, str) else None
         if parsed is None:
             raise _refuse(MOMENT_FORMAT)
         try:
-            return parsed.astimezone(timezone.get_current_timezone())
-        except OverflowError:
-            raise _refuse("Datetime value out of range.") from None
+            return limits.in_utc(parsed)
+        except ValueError as exc:
+            raise _refuse(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from tasks_core.conf import atf_settings
@@ -42,8 +43,43 @@ MAX_ERROR_CHARS = {"type": 200, "message": 10_000, "traceback": 100_000}
 #: Deepest nesting of objects and arrays in a result a remote worker reports (as deep as a
 #: payload may be by default, ATF_MAX_PAYLOAD_DEPTH).
 MAX_RESULT_DEPTH = 100
+#: Attempts a task's answer (the API) or page (the console) shows, its latest: an attempt's error
+#: may be ~110 KB and a task may have thousands; the API's /tasks/{id}/attempts/ and the
+#: console's attempt list have all of them.
+SHOWN_ATTEMPTS = 20
 #: Tasks one transaction of a bulk operator action (requeue, discard, cancel, run now) changes.
 CHUNK = 1000
+#: Earliest and latest time a caller may give (a task's run_at or the time its delay leads
+#: to, a gate's until, a token's expiry, a worker's started_at). Well inside what Python,
+#: PostgreSQL and the API's answers can show in UTC, whatever the offset it was given with.
+EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST_TIME = datetime(9998, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+#: Why a time outside them is refused.
+TIME_OUT_OF_RANGE = "Times must be from 2000-01-01 to 9998-12-31 (UTC)."
+
+
+def in_utc(moment: datetime) -> datetime:
+    """`moment` (with a time zone) in UTC; ValueError(TIME_OUT_OF_RANGE) unless it falls from
+    EARLIEST_TIME to LATEST_TIME."""
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:  # before year 1 or after 9999 in UTC
+        raise ValueError(TIME_OUT_OF_RANGE) from None
+    if not EARLIEST_TIME <= utc <= LATEST_TIME:
+        raise ValueError(TIME_OUT_OF_RANGE)
+    return utc
+
+
+def text_errors(text: str) -> list[str]:
+    """Why the database cannot store `text` (NUL characters, lone surrogates); [] if it can."""
+    if not bad_text(text):
+        return []
+    problems = []
+    if "\x00" in text:
+        problems.append("Null characters are not allowed.")
+    if surrogate := next((ch for ch in text if 0xD800 <= ord(ch) <= 0xDFFF), None):
+        problems.append(f"Surrogate characters are not allowed: U+{ord(surrogate):X}.")
+    return problems
 
 
 def bad_text(text: str) -> bool:

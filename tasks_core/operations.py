@@ -59,19 +59,17 @@ class Done:
 
 def schedule(scope: Scope, request: scheduling.TaskRequest, *,
              now: datetime | None = None) -> tuple[TaskEntity, bool]:
-    """scheduling.schedule() of a lambda of the scope, after parents the scope holds;
-    NotYourTeam for another team's lambda."""
-    scope.check_may_schedule([request.lambda_name])
+    """scheduling.schedule() of a lambda of the scope (another team's is answered as an
+    unknown one), after parents the scope holds."""
     scope.check_may_follow(request.after)
-    return scheduling.schedule(request, now=now)
+    return scheduling.schedule(request, now=now, teams=scope.team_ids)
 
 
 def schedule_many(scope: Scope, requests: Sequence[scheduling.TaskRequest], *,
                   now: datetime | None = None) -> list[TaskEntity]:
     """scheduling.schedule_many() with the checks of `schedule` for every request."""
-    scope.check_may_schedule(request.lambda_name for request in requests)
     scope.check_may_follow(pk for request in requests for pk in request.after)
-    return scheduling.schedule_many(requests, now=now)
+    return scheduling.schedule_many(requests, now=now, teams=scope.team_ids)
 
 
 def save_periodic(scope: Scope, row: PeriodicTask, changes: Mapping[str, Any], *,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Collection as Many
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime, timedelta
@@ -50,9 +51,10 @@ class TaskRequest:
     after: Sequence[int] = ()  #: parent task ids: it runs once all of them succeeded
 
     @classmethod
-    def from_json(cls, data: Any, *, now: datetime | None = None) -> TaskRequest:
+    def from_json(cls, data: Any, *, now: datetime | None = None,
+                  teams: Many[int] | None = None) -> TaskRequest:
         """The request a JSON object names: "lambda", "payload" and the options by their names
-        here; null is the same as leaving an option out.
+        here; null is the same as leaving an option out. `teams`: as `validate` takes them.
 
         InvalidTask names every problem at once: what cannot be read (not an object, an
         unknown field, no lambda, a run_at that is not ISO 8601, an `after` that is not a list
@@ -91,7 +93,8 @@ class TaskRequest:
         if not errors:
             return cls(**fields)
         try:
-            validate(cls(**{"lambda_name": "", **fields}), now=now or timezone.now())
+            validate(cls(**{"lambda_name": "", **fields}), now=now or timezone.now(),
+                     teams=teams)
         except InvalidTask as exc:
             errors = {**{name: msgs for name, msgs in exc.errors.items()
                          if name not in errors and name != "after"}, **errors}
@@ -182,16 +185,21 @@ def _payload_errors(payload: Any) -> list[str]:
     return []
 
 
-def validate(request: TaskRequest, *, now: datetime) -> store.NewTask:
+def validate(request: TaskRequest, *, now: datetime,
+             teams: Many[int] | None = None) -> store.NewTask:
     """Check a task request, the one place that does; return the task to insert, or raise
-    InvalidTask with every error by field (its name in JSON: "lambda", "payload", ...)."""
+    InvalidTask with every error by field (its name in JSON: "lambda", "payload", ...).
+
+    `teams`: the ids of the caller's teams, whose lambdas it may schedule; another team's
+    lambda gets the answer of an unknown one, so that its name is not confirmed. None: any.
+    """
     errors: dict[str, list[str]] = {}
     info = None
     lambda_name = request.lambda_name
-    try:
-        info = directory.by_name(str(lambda_name))
-    except LambdaNotFound:
-        errors["lambda"] = [f"Unknown lambda {_shown(lambda_name)}."]
+    if isinstance(lambda_name, str) and (problems := limits.text_errors(lambda_name)):
+        errors["lambda"] = problems
+    elif (info := _lambda_info(lambda_name, teams)) is None:
+        errors["lambda"] = [unknown_lambda(lambda_name)]
     payload = {} if request.payload is None else request.payload
     if problems := _payload_errors(payload):
         errors["payload"] = problems
@@ -202,19 +210,8 @@ def validate(request: TaskRequest, *, now: datetime) -> store.NewTask:
     if priority not in atf_settings.priorities:
         errors["priority"] = [f"Unknown priority {_shown(priority)}; use one of "
                               f"{', '.join(atf_settings.priorities)}."]
-    run_at, delay = request.run_at, request.delay
-    if run_at is not None and delay is not None:
-        errors["run_at"] = ["Give run_at or delay, not both."]
-    elif delay is not None:
-        if isinstance(delay, bool) or not isinstance(delay, int | float) \
-                or not 0 <= delay <= limits.MAX_DELAY_S:
-            errors["delay"] = [
-                f"Delay must be a number of seconds from 0 to {limits.MAX_DELAY_S:.0f}."
-            ]
-        else:
-            run_at = now + timedelta(seconds=delay)
-    elif run_at is not None and (not isinstance(run_at, datetime) or timezone.is_naive(run_at)):
-        errors["run_at"] = ["run_at must be a datetime with a time zone."]
+    run_at, time_errors = _due_at(request, now)
+    errors.update(time_errors)
     key_chars = limits.idempotency_key_chars()
     idempotency_key, max_attempts, timeout = (request.idempotency_key, request.max_attempts,
                                               request.timeout)
@@ -225,6 +222,8 @@ def validate(request: TaskRequest, *, now: datetime) -> store.NewTask:
         errors["idempotency_key"] = [
             f"Idempotency key must be a non-empty string of at most {key_chars} characters."
         ]
+    elif idempotency_key is not None and (problems := limits.text_errors(idempotency_key)):
+        errors["idempotency_key"] = problems
     # A task's own max_attempts and timeout have the bounds of the lambda's options.
     attempts_option, timeout_option = BY_NAME["max_attempts"], BY_NAME["timeout"]
     if max_attempts is not None and (
@@ -263,6 +262,53 @@ def validate(request: TaskRequest, *, now: datetime) -> store.NewTask:
     )
 
 
+def _lambda_info(name: Any, teams: Many[int] | None) -> directory.LambdaInfo | None:
+    """The lambda `name` names, if known and (with `teams`) of one of those teams."""
+    try:
+        info = directory.by_name(str(name))
+    except LambdaNotFound:
+        return None
+    if teams is not None and info.team_id not in teams:
+        logger.info("refused to schedule %s outside the actor's teams", name,
+                    extra={"action": "schedule_refused", "lambda": name})
+        return None
+    return info
+
+
+def unknown_lambda(name: Any) -> str:
+    """The error of a lambda name that is unknown, or another team's."""
+    return f"Unknown lambda {_shown(name)}."
+
+
+def _due_at(request: TaskRequest, now: datetime) -> tuple[datetime | None, dict[str, list[str]]]:
+    """When the task is due, in UTC (None: now), and the errors of run_at and delay: either
+    one, within the delay's bound, leading to a time within limits.EARLIEST_TIME and
+    limits.LATEST_TIME."""
+    run_at, delay = request.run_at, request.delay
+    if run_at is not None and delay is not None:
+        return None, {"run_at": ["Give run_at or delay, not both."]}
+    if delay is not None:
+        field = "delay"
+        if isinstance(delay, bool) or not isinstance(delay, int | float) \
+                or not 0 <= delay <= limits.MAX_DELAY_S:
+            return None, {field: [
+                f"Delay must be a number of seconds from 0 to {limits.MAX_DELAY_S:.0f}."]}
+        try:
+            run_at = now + timedelta(seconds=delay)
+        except OverflowError:
+            return None, {field: [limits.TIME_OUT_OF_RANGE]}
+    elif run_at is None:
+        return None, {}
+    else:
+        field = "run_at"
+        if not isinstance(run_at, datetime) or timezone.is_naive(run_at):
+            return None, {field: ["run_at must be a datetime with a time zone."]}
+    try:
+        return limits.in_utc(run_at), {}
+    except ValueError as exc:
+        return None, {field: [str(exc)]}
+
+
 def _shown(value: Any) -> str:
     """A value an error names, cut short: it may be anything a caller sent."""
     text = repr(value)
@@ -296,11 +342,12 @@ def _existing(task: store.NewTask) -> TaskEntity | None:
     ).first()
 
 
-def schedule(request: TaskRequest, *, now: datetime | None = None) -> tuple[TaskEntity, bool]:
+def schedule(request: TaskRequest, *, now: datetime | None = None,
+             teams: Many[int] | None = None) -> tuple[TaskEntity, bool]:
     """Schedule one task; return it and whether it was created (False: its idempotency key
-    named an earlier task, which is returned instead)."""
+    named an earlier task, which is returned instead). `teams`: as `validate` takes them."""
     now = now or timezone.now()
-    task = validate(request, now=now)
+    task = validate(request, now=now, teams=teams)
     if task.idempotency_key is None:
         # store.create() makes its own transaction where it needs one (or joins the caller's).
         entity = _create([task], now)[0]
@@ -322,19 +369,20 @@ def schedule(request: TaskRequest, *, now: datetime | None = None) -> tuple[Task
 
 
 def schedule_many(requests: Sequence[TaskRequest | Mapping[str, Any]], *,
-                  now: datetime | None = None) -> list[TaskEntity]:
+                  now: datetime | None = None,
+                  teams: Many[int] | None = None) -> list[TaskEntity]:
     """Schedule many tasks in one transaction: all or none.
 
     Each is a TaskRequest, or a mapping of "lambda", "payload" and options as JSON names them
     (TaskRequest.from_json). Raises InvalidTask whose errors are keyed "tasks[i].field" (see
-    requests_from_json).
+    requests_from_json). `teams`: as `validate` takes them.
     """
     now = now or timezone.now()
     tasks: list[store.NewTask] = []
     errors: dict[str, list[str]] = {}
-    for index, request in enumerate(requests_from_json(requests, now=now)):
+    for index, request in enumerate(requests_from_json(requests, now=now, teams=teams)):
         try:
-            tasks.append(validate(request, now=now))
+            tasks.append(validate(request, now=now, teams=teams))
         except InvalidTask as exc:
             errors.update(_item_errors(index, exc))
     if errors:
@@ -349,8 +397,8 @@ def schedule_many(requests: Sequence[TaskRequest | Mapping[str, Any]], *,
     return entities
 
 
-def requests_from_json(items: Sequence[Any], *,
-                       now: datetime | None = None) -> list[TaskRequest]:
+def requests_from_json(items: Sequence[Any], *, now: datetime | None = None,
+                       teams: Many[int] | None = None) -> list[TaskRequest]:
     """A batch's requests (TaskRequest.from_json of each item; a TaskRequest stays as it is).
 
     InvalidTask keys its errors "tasks[i].field"; a batch over ATF_MAX_BATCH_SIZE or
@@ -364,7 +412,7 @@ def requests_from_json(items: Sequence[Any], *,
     for index, item in enumerate(items):
         try:
             requests.append(item if isinstance(item, TaskRequest)
-                            else TaskRequest.from_json(item, now=now))
+                            else TaskRequest.from_json(item, now=now, teams=teams))
         except InvalidTask as exc:
             errors.update(_item_errors(index, exc))
     if errors:
@@ -426,14 +474,20 @@ def set_gate(lambda_name: str, state: str, *, collection: str | None = None,
              until: datetime | None = None) -> Lambda | Collection:
     """Open, pause or drop a lambda (or one of its collections); return the gated row.
 
-    `until` (only with a closed gate) reopens it by itself. The consumer sees the change on
-    its next poll.
+    `until` (only with a closed gate, within limits.EARLIEST_TIME and LATEST_TIME) reopens it
+    by itself. The consumer sees the change on its next poll.
     """
     errors: dict[str, list[str]] = {}
     if state not in GateState.__members__.values():
         errors["state"] = [f"Unknown gate state {state!r}; use open, paused or dropped."]
     if until is not None and state == GateState.OPEN:
         errors["until"] = ["until goes with a paused or dropped gate."]
+    elif until is not None:
+        try:
+            until = limits.in_utc(timezone.make_aware(until) if timezone.is_naive(until)
+                                  else until)
+        except ValueError as exc:
+            errors["until"] = [str(exc)]
     if collection is not None and (problem := limits.collection_name_error(collection)):
         errors["collection"] = [problem]
     if errors:

@@ -134,7 +134,7 @@ def test_team_b_cannot_see_gate_or_schedule_on_team_as_lambda(alice: Member,
                            format="json").status_code == 404
     assert bob.client.post(f"/api/v1/lambdas/{name}/collections/default/gate/", paused,
                            format="json").status_code == 404
-    assert schedule(bob, **{"lambda": name}).status_code == 403
+    assert schedule(bob, **{"lambda": name}).json() == {"lambda": [f"Unknown lambda {name!r}."]}
     # Then the lambda is untouched and has no task
     assert Lambda.objects.get(pk=alice.lam.pk).gate == "open"
     assert not alice.lam.collections.exists()

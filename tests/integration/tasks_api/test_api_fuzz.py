@@ -7,9 +7,9 @@ overrides and workers), and that nothing answered 5xx.
 
 The strategies draw the teams' real lambda names, existing task ids, known collections and
 idempotency keys, so most requests are accepted and reach the deep paths; some are wrong on
-purpose (another team's names and ids, bad fields), and a share are schemathesis cases of any
-operation. `make test` runs a short pass; `make fuzz` runs ATF_FUZZ_CASES (10,000) and prints
-the figures.
+purpose (another team's names and ids, bad fields, times out of range, NUL characters and
+lone surrogates), and a share are schemathesis cases of any operation. `make test` runs a
+short pass; `make fuzz` runs ATF_FUZZ_CASES (10,000) and prints the figures.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from datetime import timezone as fixed_offset
 from typing import Any
 
 import pytest
@@ -41,7 +43,7 @@ from tasks_core import periodic, queues
 from tasks_core.models import PeriodicTask
 from tasks_core.states import TaskStatus
 from tests.factories import LambdaFactory, TaskFactory
-from tests.integration.tasks_api.test_api_support import member, new_token
+from tests.integration.tasks_api.test_api_support import BAD_TEXTS, BAD_TIMES, member, new_token
 from workers.consumer import Consumer
 
 pytestmark = pytest.mark.django_db
@@ -51,15 +53,29 @@ CASES = int(os.environ.get("ATF_FUZZ_CASES", "300"))
 #: Steps of one random sequence.
 STEPS = 40
 
+def timezone_at(hours: int) -> fixed_offset:
+    return fixed_offset(timedelta(hours=hours))
+
+
 COLLECTIONS = ["default", "eu", "us.west", "batch:7", "bad name", "\u202e", "x" * 101]
 PRIORITIES = ["high", "default", "low", "urgent", ""]
 #: Idempotency keys are drawn from few characters, so that some repeat.
 KEY_CHARS = "abc"
 GATES = ["open", "paused", "dropped", "shut"]
 TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
+#: Times a request may give, from a year ago to a century ahead, in UTC or at an offset.
+TIMES = st.datetimes(datetime(2025, 1, 1), datetime(2126, 1, 1),
+                     timezones=st.sampled_from([UTC, timezone_at(-14), timezone_at(14)]))
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
                     lambda inner: st.lists(inner, max_size=3)
                     | st.dictionaries(TEXT, inner, max_size=3), max_leaves=8)
+
+
+def time_or_bad(data: st.DataObject, rnd: Any) -> str:
+    """An ISO 8601 time, out of range one time in ten."""
+    if rnd.random() < 0.1:
+        return data.draw(st.sampled_from(BAD_TIMES))
+    return data.draw(TIMES).isoformat()
 
 
 @dataclass(kw_only=True)
@@ -192,7 +208,9 @@ class World:
         other = self.other(team)
         before = fingerprint(other)
         call = getattr(team.worker_client if worker else team.client, method)
-        response = (call(path, body, format="json") if body is not None else call(path))
+        # As JSON text with escapes: a lone surrogate reaches the server as "\ud800".
+        response = (call(path, json.dumps(body), content_type="application/json")
+                    if body is not None else call(path))
         request = f"{method.upper()} {path} {json.dumps(body, default=str)}"
         self.record(team, request, response.status_code, response.content,
                     changed=fingerprint(other) != before)
@@ -290,17 +308,22 @@ def machine(world: World) -> type[RuleBasedStateMachine]:
             # Hypothesis favours the last of several choices; a seeded Random is even.
             rnd = data.draw(st.randoms(use_true_random=True))
             body: dict[str, Any] = {"lambda": self._lambda(data, team)}
+            if rnd.random() < 0.02:
+                body["lambda"] = data.draw(st.sampled_from(BAD_TEXTS))
             options = {
-                "payload": (JSON, st.just({"text": "nul \x00"})),
+                "payload": (JSON, st.sampled_from([{"text": text} for text in BAD_TEXTS])),
                 "collection": (st.sampled_from(COLLECTIONS[:4]), st.sampled_from(COLLECTIONS[4:])),
                 "priority": (st.sampled_from(PRIORITIES[:3]), st.sampled_from(PRIORITIES[3:])),
                 "delay": (st.floats(0, 3600), st.just(-1)),
-                "idempotency_key": (st.text(KEY_CHARS, min_size=1, max_size=3), st.just("")),
+                "idempotency_key": (st.text(KEY_CHARS, min_size=1, max_size=3),
+                                    st.sampled_from(["", *BAD_TEXTS])),
                 "max_attempts": (st.integers(1, 6), st.just(0)),
             }
             for name, (good, bad) in options.items():
                 if rnd.random() < 0.5:
                     body[name] = data.draw(bad if rnd.random() < 0.05 else good)
+            if "delay" not in body and rnd.random() < 0.25:
+                body["run_at"] = time_or_bad(data, rnd)
             if rnd.random() < 0.25:
                 body["after"] = [self._id(data, team) for _ in range(rnd.randint(1, 2))]
             return body
@@ -319,9 +342,10 @@ def machine(world: World) -> type[RuleBasedStateMachine]:
                     assert [t["id"] for t in first["tasks"] if t.get("idempotency_key")] == [
                         t["id"] for t in second["tasks"] if t.get("idempotency_key")]
 
-        @rule(team=teams, data=st.data())
-        def read_task(self, team: FuzzTeam, data: st.DataObject) -> None:
-            world.send(team, "get", f"/api/v1/tasks/{self._id(data, team)}/")
+        @rule(team=teams, data=st.data(), attempts=st.booleans())
+        def read_task(self, team: FuzzTeam, data: st.DataObject, attempts: bool) -> None:
+            suffix = "attempts/" if attempts else ""
+            world.send(team, "get", f"/api/v1/tasks/{self._id(data, team)}/{suffix}")
 
         @rule(team=teams, data=st.data(),
               action=st.sampled_from(["cancel", "requeue", "run-now"]))
@@ -355,7 +379,10 @@ def machine(world: World) -> type[RuleBasedStateMachine]:
             base = f"/api/v1/lambdas/{self._lambda(data, team)}/"
             if collection is not None:
                 base += f"collections/{collection}/"
-            world.send(team, "post", base + "gate/", {"state": state})
+            gate: dict[str, Any] = {"state": state}
+            if data.draw(st.booleans()):
+                gate["until"] = time_or_bad(data, data.draw(st.randoms(use_true_random=True)))
+            world.send(team, "post", base + "gate/", gate)
             if ungate:
                 world.send(team, "post", base + "gate/", {"state": "open"})
 
@@ -366,9 +393,12 @@ def machine(world: World) -> type[RuleBasedStateMachine]:
                      "/api/v1/dead-letters/?fields=payload"]
             world.send(team, "get", data.draw(st.sampled_from(paths)))
 
-        @rule(team=teams, data=st.data(), name=st.text(max_size=12))
+        @rule(team=teams, data=st.data(), name=st.text(max_size=12) | st.sampled_from(BAD_TEXTS))
         def tokens(self, team: FuzzTeam, data: st.DataObject, name: str) -> None:
-            made = world.send(team, "post", "/api/v1/tokens/", {"name": name})
+            body = {"name": name}
+            if data.draw(st.booleans()):
+                body["expires_at"] = time_or_bad(data, data.draw(st.randoms(use_true_random=True)))
+            made = world.send(team, "post", "/api/v1/tokens/", body)
             if isinstance(made, dict) and "id" in made and data.draw(st.booleans()):
                 world.send(team, "post", f"/api/v1/tokens/{made['id']}/revoke/")
 
@@ -459,10 +489,13 @@ def machine(world: World) -> type[RuleBasedStateMachine]:
             elif call == "heartbeat":
                 body = {"worker": self._worker(data, team), "tasks": leases}
             else:  # finish, or a claim that carries the results
+                rnd = data.draw(st.randoms(use_true_random=True))
                 body = {"worker": self._worker(data, team), "results": [
                     {**lease, "outcome": outcome, "result": data.draw(JSON),
+                     "started_at": time_or_bad(data, rnd),
                      "error": None if outcome == "success" else {
-                         "type": "Fuzz", "message": "m", "traceback": ""}}
+                         "type": "Fuzz", "message": data.draw(st.sampled_from(["m", *BAD_TEXTS])),
+                         "traceback": ""}}
                     for lease in leases]}
                 if call == "claim":
                     body.update({"max": 3, "start": True})

@@ -6,12 +6,13 @@ consumer, and team demo's remote worker running `demo.noop`. Team demo schedules
 steady rate through the API and reads its own lists; meanwhile CROWD_THREADS threads of team
 crowd (four full tokens and four worker tokens) send random requests: tasks and batches of its
 own, long-polling claims, starts and results with forged leases, lists and stats, and attacks
-on team demo's objects (its task ids, its lambda's gate, schedules on its lambda). Every answer
-is checked: no 5xx, no answer to team crowd that shows team demo's names or tokens (or team
-demo one of crowd's), no 2xx to a request on the other team's object. Afterwards every task of
-team demo succeeded within FLOWING_BOUND_S, its gate is open, and no periodic task or
-override of its lambda appeared. `make test` runs a short phase; `make fuzz` runs a quarter of
-ATF_FUZZ_CASES and prints the figures.
+on team demo's objects (its task ids, its lambda's gate, schedules on its lambda), and input no
+request may store (times out of range, NUL characters, lone surrogates). Every answer is
+checked: no 5xx, no answer to team crowd that shows team demo's names or tokens (or team demo
+one of crowd's), no 2xx to a request on the other team's object or with such input.
+Afterwards every task of team demo succeeded within FLOWING_BOUND_S, its gate is open, and no
+periodic task or override of its lambda appeared. `make test` runs a short phase; `make fuzz`
+runs a quarter of ATF_FUZZ_CASES and prints the figures.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tasks_api.models import Scope
 from tasks_core.models import Lambda, LambdaOverride, PeriodicTask, TaskEntity
 from tests.conftest import Processes, subprocess_env, wait_for
 from tests.factories import LambdaFactory
-from tests.integration.tasks_api.test_api_support import new_token
+from tests.integration.tasks_api.test_api_support import BAD_TEXTS, BAD_TIMES, new_token
 from tests.remote import start_api, worker_env, worker_token
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -69,9 +70,10 @@ class Observations:
         return sum(self.by_status.values())
 
     def check(self, request: str, answer: requests.Response | None, *, foreign: bool,
-              markers: list[str]) -> None:
-        """Count one answer; `foreign`: the request aimed at the other team's object, so it
-        must not succeed; `markers`: the other team's strings, never in the answer."""
+              hostile: bool, markers: list[str]) -> None:
+        """Count one answer; `foreign`: the request aimed at the other team's object, and
+        `hostile`: it carried input no request may store, so it must not succeed; `markers`:
+        the other team's strings, never in the answer."""
         code = answer.status_code if answer is not None else 0
         text = answer.text if answer is not None else ""
         problems = []
@@ -79,6 +81,8 @@ class Observations:
             problems.append(f"{request} -> {code} {text[:200]}")
         if foreign and 200 <= code < 300:
             problems.append(f"{request} -> {code}: reached the other team's object")
+        if hostile and 200 <= code < 300:
+            problems.append(f"{request} -> {code}: stored input it must refuse")
         problems += [f"{request} -> {code} shows {marker!r}" for marker in markers
                      if marker in text and marker not in request]
         with self.lock:
@@ -102,14 +106,14 @@ class Caller:
         self.session.headers["Authorization"] = f"Token {token}"
 
     def call(self, method: str, path: str, body: Any = None, *, foreign: bool = False,
-             timeout_s: float = 30) -> requests.Response | None:
+             hostile: bool = False, timeout_s: float = 30) -> requests.Response | None:
         try:
             answer = self.session.request(method, f"{self.url}{path}", json=body,
                                           timeout=timeout_s)
         except requests.RequestException:
             answer = None
         self.seen.check(f"{method} {path} {body!r:.200}", answer, foreign=foreign,
-                        markers=self.markers)
+                        hostile=hostile, markers=self.markers)
         return answer
 
 
@@ -191,6 +195,21 @@ class Crowd:
                                 {"max_attempts": 1}, foreign=True),
         ])()
 
+    def _hostile(self, rnd: random.Random, _worker: str) -> None:
+        """A time out of range, a NUL or a lone surrogate where a request gives one."""
+        caller, own = rnd.choice(self.full), self.lambda_name
+        when, text = rnd.choice(BAD_TIMES), rnd.choice(BAD_TEXTS)
+        path, body = rnd.choice([
+            ("/api/v1/tasks/", {"lambda": own, "run_at": when}),
+            ("/api/v1/tasks/", {"lambda": text}),
+            ("/api/v1/tasks/", {"lambda": own, "payload": {text: text}}),
+            ("/api/v1/tasks/batch/", {"tasks": [{"lambda": own, "idempotency_key": text}]}),
+            ("/api/v1/tasks/batch/", {"tasks": [{"lambda": own, "run_at": when}]}),
+            (f"/api/v1/lambdas/{own}/gate/", {"state": "paused", "until": when}),
+            ("/api/v1/tokens/", {"name": "crowd", "expires_at": when}),
+        ])
+        caller.call("POST", path, body, hostile=True)
+
     def _periodic(self, rnd: random.Random, _worker: str) -> None:
         rnd.choice(self.full).call("POST", "/api/v1/periodic-tasks/", {
             "name": f"crowd-{rnd.random():.6f}", "lambda": self.lambda_name,
@@ -217,8 +236,8 @@ class Crowd:
             self.seen.flag(f"team crowd started team demo's task: {leases}")
 
     _requests: list[Callable[[Crowd, random.Random, str], None]] = [
-        _schedule, _batch, _list, _read_shared, _attack_task, _attack_lambda, _periodic,
-        _claim, _claim, _claim, _forged_leases]
+        _schedule, _batch, _list, _read_shared, _attack_task, _attack_lambda, _hostile,
+        _periodic, _claim, _claim, _claim, _forged_leases]
 
 
 def _demo_flow(url: str, token: str, seen: Observations, markers: list[str],

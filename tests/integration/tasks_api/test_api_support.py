@@ -14,6 +14,13 @@ from tasks_api.models import Scope
 from tasks_core.models import Lambda, Team
 from tests.factories import LambdaFactory, TeamFactory
 
+#: Times no request may give: year 10000 or year 0 in UTC (in range at their offsets), before
+#: 2000, after 9998 (tasks_core.limits.EARLIEST_TIME, LATEST_TIME).
+BAD_TIMES = ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00", "1999-12-31T23:59:59Z",
+             "9999-06-01T00:00:00Z"]
+#: Text the database cannot store: NUL characters, lone surrogates.
+BAD_TEXTS = ["nul \x00", "\ud800", "x\udfff"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Member:

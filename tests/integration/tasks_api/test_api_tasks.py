@@ -133,17 +133,6 @@ def test_a_missing_lambda_answers_400(alice: Member) -> None:
     assert "lambda" in response.json()
 
 
-def test_scheduling_on_another_teams_lambda_answers_403(alice: Member) -> None:
-    # Given a lambda of another team
-    bob = member("beta")
-    # When alice schedules on it
-    response = schedule(alice, **{"lambda": bob.lam.name})
-    # Then she is refused, and nothing is created
-    assert response.status_code == 403
-    assert "detail" in response.json()
-    assert TaskEntity.objects.count() == 0
-
-
 def test_batch_creates_all_tasks_in_order(alice: Member) -> None:
     # When a batch of three tasks is posted
     tasks = [{"lambda": alice.lam.name, "payload": {"i": i}} for i in range(3)]
@@ -169,7 +158,8 @@ def test_a_batch_shows_each_task_as_reading_it_back_would(alice: Member) -> None
     shown = response.json()["tasks"]
     # Then each is shown as GET shows it (the earlier one with its new child), history aside
     read = [alice.client.get(f"/api/v1/tasks/{task['id']}/").json() for task in shown]
-    assert shown == [{k: v for k, v in task.items() if k != "attempt_history"} for task in read]
+    history = {"attempt_history", "attempt_history_count"}
+    assert shown == [{k: v for k, v in task.items() if k not in history} for task in read]
     assert shown[1]["id"] == earlier["id"] and shown[1]["children"] == [shown[0]["id"]]
     assert (shown[0]["parents"], shown[2]["parents"]) == ([earlier["id"]], [parent["id"]])
 
@@ -216,14 +206,6 @@ def test_batch_repeating_a_key_answers_400(alice: Member) -> None:
     response = alice.client.post("/api/v1/tasks/batch/", {"tasks": tasks}, format="json")
     assert response.status_code == 400
     assert "tasks[1].idempotency_key" in response.json()
-
-
-def test_batch_on_another_teams_lambda_answers_403(alice: Member) -> None:
-    bob = member("beta")
-    tasks = [{"lambda": alice.lam.name}, {"lambda": bob.lam.name}]
-    response = alice.client.post("/api/v1/tasks/batch/", {"tasks": tasks}, format="json")
-    assert response.status_code == 403
-    assert TaskEntity.objects.count() == 0
 
 
 def test_read_a_task(alice: Member) -> None:

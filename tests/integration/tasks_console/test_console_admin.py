@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -9,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from tasks_core import limits
 from tasks_core.models import Collection, TaskAssoc, TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
 from tests.factories import LambdaFactory, TaskFactory
@@ -214,6 +216,26 @@ def test_task_page_shows_payload_error_timeline_and_chain(admin_client: Client,
     assert "Attempt 1</strong> — retry" in text and "Attempt 2</strong> — dead" in text
     assert f"#{child.pk}</a>" in text
     assert 'name="_save"' not in text
+
+
+def test_task_page_shows_the_latest_attempts_and_links_to_all(admin_client: Client,
+                                                             now: datetime) -> None:
+    # Given a task with more attempts than its page shows
+    task = TaskFactory(status=TaskStatus.DEAD)
+    total = limits.SHOWN_ATTEMPTS + 3
+    TaskAttempt.objects.bulk_create(
+        TaskAttempt(task=task, number=n, worker="w", started_at=now, ended_at=now,
+                    outcome="retry") for n in range(1, total + 1))
+    # When its page is opened
+    text = admin_client.get(reverse("admin:tasks_core_taskentity_change",
+                                    args=[task.pk])).content.decode()
+    # Then it shows the latest ones, oldest first, and links to all of them
+    shown = [int(n) for n in re.findall(r"Attempt (\d+)</strong>", text)]
+    assert shown == list(range(4, total + 1))
+    assert f"The latest {limits.SHOWN_ATTEMPTS} of {total} attempts" in text
+    everything = admin_client.get(reverse("admin:tasks_core_taskattempt_changelist"),
+                                  {"q": str(task.pk)})
+    assert len(everything.context["cl"].result_list) == total
 
 
 @pytest.mark.parametrize("term", ["id", "key", "error"])

@@ -10,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tasks_api.models import ApiToken
+from tasks_core import limits
 from tests.factories import TeamFactory
 from tests.integration.tasks_api.test_api_support import member, new_token
 from tests.integration.tasks_console.test_console_permissions import staff_of
@@ -68,3 +69,19 @@ def test_revoking_in_the_console_stops_the_token(client: Client) -> None:
     # Then it no longer works
     assert ApiToken.objects.get(pk=row.pk).revoked_at is not None
     assert api.get("/api/v1/lambdas/").status_code == 401
+
+
+@pytest.mark.parametrize("day", ["9999-06-01", "1999-12-31"])
+def test_a_token_expiry_out_of_range_is_a_form_error(client: Client, day: str) -> None:
+    # Given a staff member of team "payments"
+    user = staff_of("payments")
+    client.force_login(user)
+    # When they add a token that expires before 2000 or after 9998
+    response = client.post(ADD, {"name": "far", "team": user.atf_teams.get().pk,
+                                 "scope": "full", "expires_at_0": day,
+                                 "expires_at_1": "00:00:00"})
+    # Then the form says why, and no token is made
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["expires_at"] == [
+        limits.TIME_OUT_OF_RANGE]
+    assert not ApiToken.objects.filter(name="far").exists()

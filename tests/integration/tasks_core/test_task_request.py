@@ -10,7 +10,7 @@ from atf_client import Call
 from tasks_api.serializers import ScheduleTaskSerializer
 from tasks_core import atf, operations, scheduling
 from tasks_core.access import Scope
-from tasks_core.exceptions import InvalidTask, NotYourTeam
+from tasks_core.exceptions import InvalidTask
 from tasks_core.models import TaskEntity
 from tasks_core.scheduling import TaskRequest
 from tests.factories import LambdaFactory, TaskFactory
@@ -63,9 +63,10 @@ def test_scheduling_goes_through_the_actors_scope() -> None:
     mine, theirs = LambdaFactory(), LambdaFactory()
     scope = Scope(frozenset({mine.team_id}))
     parent = TaskFactory(lambda_ref=theirs)
-    # Another team's lambda is refused; another team's task is an unknown parent
-    with pytest.raises(NotYourTeam):
+    # Another team's lambda is an unknown one; another team's task is an unknown parent
+    with pytest.raises(InvalidTask) as refused:
         operations.schedule(scope, TaskRequest(theirs.name))
+    assert refused.value.errors == {"lambda": [f"Unknown lambda {theirs.name!r}."]}
     with pytest.raises(InvalidTask) as caught:
         operations.schedule_many(scope, [TaskRequest(mine.name, after=[parent.pk])])
     assert caught.value.errors == {"after": [f"Unknown parent task(s): {parent.pk}."]}
