@@ -1,7 +1,8 @@
 # ATF for Django: the two README commands and a few helpers.
 #
-#   make test    venv + requirements, Redis, PostgreSQL, Chromium; then the whole pytest suite
-#   make demo    venv + requirements, Redis; then the whole system on SQLite (Ctrl-C stops it)
+#   make test    venv + requirements-dev.txt, Redis, PostgreSQL, Chromium; then the whole suite
+#   make demo    venv + requirements.txt (the runtime only), Redis; then the whole system on
+#                SQLite (Ctrl-C stops it, and the services it started)
 #
 # Settings come from the environment (or `make VAR=value`) and reach every command below:
 # REDIS_URL, DATABASE_URL, ATF_TEST_DATABASE_NAME, ATF_QUEUE_PREFIX, ATF_DEMO_PORT, PYTEST_ARGS.
@@ -25,7 +26,7 @@ MATRIX ?=
 # PostgreSQL for the demo only when DATABASE_URL asks for it; the default is SQLite.
 DEMO_SERVICES := redis $(if $(filter postgres%,$(DATABASE_URL)),postgres)
 
-.PHONY: help venv test demo chaos lint clean bench docs fuzz test-matrix
+.PHONY: help venv dev-venv test demo chaos lint clean bench docs fuzz test-matrix
 
 help:
 	@echo "make test    create .venv, start Redis/PostgreSQL if needed, run the whole test suite"
@@ -43,10 +44,14 @@ help:
 	@echo "make docs    build the documentation site into var/site (mkdocs build --strict)"
 	@echo "make clean   remove caches and collected static files (rm atf.sqlite3 resets the demo)"
 
+# The runtime (requirements.txt) for the demo; the runtime, tests and tools for the rest.
 venv:
-	@scripts/ensure_venv.sh
+	@scripts/ensure_venv.sh requirements.txt
 
-test: venv
+dev-venv:
+	@scripts/ensure_venv.sh requirements-dev.txt
+
+test: dev-venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres chromium promtool pgbouncer standby iproute2
 	@echo "==> running the test suite"
 	@$(VENV)/bin/pytest $(PYTEST_ARGS); status=$$?; \
@@ -59,37 +64,38 @@ test: venv
 
 # One virtualenv per supported Python and Django (scripts/test_matrix.py finds the interpreters
 # and says in one line which combinations it could not run).
-test-matrix: venv
+test-matrix: dev-venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres chromium
 	@$(PYTHON) scripts/test_matrix.py $(MATRIX) -- $(PYTEST_ARGS)
 
+# The services it started (never one that was already running) stop with the demo.
 demo: venv
-	@$(PYTHON) scripts/ensure_services.py $(DEMO_SERVICES)
-	@ATF_DEMO=1 $(PYTHON) manage.py atf_demo --port $(ATF_DEMO_PORT) $(DEMO_ARGS)
+	@ATF_DEMO=1 $(PYTHON) scripts/ensure_services.py $(DEMO_SERVICES) -- \
+	  $(PYTHON) manage.py atf_demo --port $(ATF_DEMO_PORT) $(DEMO_ARGS)
 
-chaos: venv
+chaos: dev-venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres iproute2 standby
 	@ATF_DEMO=1 $(PYTHON) -m tests.chaos long $(CHAOS_ARGS)
 
-bench: venv
+bench: dev-venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres
 	@bench/setup_peers.sh
 	@bench/.venv-peers/bin/python -m bench.run $(BENCH_ARGS)
 
 # The site goes to var/site (mkdocs.yml); --strict fails on a broken link or an unlisted page
 # (never add --quiet: it hides the warnings from --strict, which then passes anyway).
-docs: venv
+docs: dev-venv
 	@echo "==> the documentation site (mkdocs build --strict into var/site)"
 	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-fuzz: venv
+fuzz: dev-venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres
 	@ATF_FUZZ_CASES=$${ATF_FUZZ_CASES:-10000} $(VENV)/bin/pytest tests/integration/tasks_api/test_api_fuzz.py \
 	  tests/integration/tasks_api/test_api_fuzz_concurrent.py \
 	  -q -s -p no:logging -o timeout=0 $(PYTEST_ARGS)
 
 # mypy reads mypy.ini: which packages it checks, the Django/DRF plugins and the settings module.
-lint: venv
+lint: dev-venv
 	@echo "==> ruff check ."
 	@$(VENV)/bin/ruff check .
 	@echo "==> mypy (mypy.ini)"

@@ -26,6 +26,12 @@ threads = int(os.environ.get("ATF_WEB_THREADS", "128"))
 #: (ATF_WORKER_CLAIM_WAIT_S, 5 s; at most 20 s), so a drain takes about that long; remote workers
 #: ride through a restart that answers again within their heartbeat budget (3 x 5 s).
 graceful_timeout = int(os.environ.get("ATF_WEB_GRACEFUL_TIMEOUT_S", "25"))
+#: gunicorn's control socket (`gunicornc`) is off: its default path ($XDG_RUNTIME_DIR or
+#: ~/.gunicorn/gunicorn.ctl) is one per user, so a second gunicorn of the same user (another
+#: instance, the demo, a test) would take it over. ATF_WEB_CONTROL_SOCKET=PATH turns it on at a
+#: path of this instance's own.
+control_socket = os.environ.get("ATF_WEB_CONTROL_SOCKET", "")
+control_socket_disable = not control_socket
 
 # The threads of one process share a pool of this many database connections.
 os.environ.setdefault("ATF_DB_POOL_SIZE", "8")

@@ -5,15 +5,21 @@ server; else install it with apt-get (when root); else stop with one line saying
 install. Runs on the standard library (psycopg is imported only to check PostgreSQL logins).
 
     python scripts/ensure_services.py redis postgres chromium promtool pgbouncer standby iproute2
+    python scripts/ensure_services.py redis -- COMMAND ...  # run COMMAND, then stop what it started
     python scripts/ensure_services.py apt PACKAGE ...      # apt-get install, when root
+
+With `-- COMMAND` (make demo), a server this run started (never one that was already running) is
+stopped again when the command ends, however it ends: Ctrl-C, a closed terminal or SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -37,6 +43,10 @@ logger = logging.getLogger("ensure_services")
 
 class ServiceMissing(Exception):
     """A service cannot be had; the message says what to install or set."""
+
+
+#: How to stop each server this run started, in the order they were started.
+STARTED: list[tuple[str, Callable[[], None]]] = []
 
 
 def wait_until(condition: Callable[[], bool], *, timeout_s: float) -> bool:
@@ -121,6 +131,14 @@ def start_redis(host: str, port: int) -> None:
                              f"{workdir / 'redis.log'}")
     logger.info("redis: started redis-server on %s:%s (no persistence; log %s)", host, port,
                 workdir / "redis.log")
+    pid = int((workdir / "redis.pid").read_text())
+    STARTED.append((f"redis-server on {host}:{port}", lambda: stop_redis(pid, host, port)))
+
+
+def stop_redis(pid: int, host: str, port: int) -> None:
+    os.kill(pid, signal.SIGTERM)
+    if not wait_until(lambda: not redis_answers(host, port), timeout_s=15):
+        raise ServiceMissing(f"redis-server (pid {pid}) still answers on {host}:{port}")
 
 
 def ensure_redis(url: str) -> None:
@@ -273,6 +291,8 @@ def ensure_postgres(url: str) -> None:
                                      f"answer on port {port} after start")
             logger.info("postgres: started cluster %s/%s on port %s", managed.version,
                         managed.name, port)
+            STARTED.append((f"postgres cluster {managed.version}/{managed.name}",
+                            functools.partial(managed.ctl, "stop")))
     if (error := connect_error(parts, "postgres")) is not None:
         # Only a server this run installed or started is reconfigured; a running one is the
         # owner's, and we say what is wrong instead.
@@ -367,11 +387,40 @@ def ensure_iproute2() -> None:
                    "(apt-get install iproute2) and root")
 
 
+def run_then_stop_started(command: list[str]) -> int:
+    """Run `command`; when it ends, stop the servers this run started. Its exit status.
+
+    Ctrl-C and a closed terminal signal the command as well (the same process group), so they
+    are only waited out here; a SIGTERM sent to this process alone is passed on.
+    """
+    child = subprocess.Popen(command)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signal.SIGTERM))
+    code = child.wait()
+    stop_started()
+    return code
+
+
+def stop_started() -> None:
+    """Stop the servers this run started, the last one first."""
+    while STARTED:
+        name, stop = STARTED.pop()
+        try:
+            stop()
+            logger.info("%s: stopped (this command started it)", name)
+        except (ServiceMissing, subprocess.CalledProcessError, OSError) as exc:
+            logger.error("error: could not stop the %s this command started: %s", name, exc)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("services", nargs="+",
                         help="redis, postgres, chromium, promtool, pgbouncer, standby, "
                              "iproute2; or `apt PACKAGE ...` to install packages")
+    command: list[str] = []
+    if "--" in argv:
+        argv, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="==> %(message)s", stream=sys.stdout)
     steps: dict[str, Callable[[], None]] = {
@@ -393,13 +442,12 @@ def main(argv: list[str]) -> int:
             if name not in steps:
                 parser.error(f"unknown service {name!r}; use {', '.join(steps)}")
             steps[name]()
-    except ServiceMissing as exc:
+    except (ServiceMissing, subprocess.CalledProcessError, OSError) as exc:
         logger.error("error: %s", exc)
+        if command:
+            stop_started()  # what it started for a command that will not run
         return 2
-    except (subprocess.CalledProcessError, OSError) as exc:
-        logger.error("error: %s", exc)
-        return 2
-    return 0
+    return run_then_stop_started(command) if command else 0
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Create .venv (Python 3.11 or newer) if it is missing, and install requirements.txt into it
-# when the file changed since the last install (a hash kept in .venv/.requirements.sha256).
+# Create .venv (Python 3.11 or newer) if it is missing, and install a requirements file into
+# it when that file (or requirements.txt, which it includes) changed since its last install (a
+# hash kept in .venv/.<file>.sha256).
+#
+#   scripts/ensure_venv.sh                        the runtime: requirements.txt (make demo)
+#   scripts/ensure_venv.sh requirements-dev.txt   the runtime, tests and tools (make test, lint)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
-STAMP="$VENV/.requirements.sha256"
+REQUIREMENTS=${1:-requirements.txt}
 
 say() { echo "==> $*"; }
 die() { echo "==> error: $*" >&2; exit 2; }
@@ -46,13 +50,21 @@ if [ ! -x "$VENV/bin/python" ]; then
     create_venv
 fi
 
-wanted=$(cat requirements.txt "$VENV/pyvenv.cfg" | sha256sum | cut -d' ' -f1)
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$wanted" ]; then
+# The runtime file is part of every set (requirements-dev.txt starts with `-r requirements.txt`).
+digest() { cat requirements.txt "$1" "$VENV/pyvenv.cfg" | sha256sum | cut -d' ' -f1; }
+stamp() { echo "$VENV/.${1%.txt}.sha256"; }
+
+wanted=$(digest "$REQUIREMENTS")
+if [ -f "$(stamp "$REQUIREMENTS")" ] && [ "$(cat "$(stamp "$REQUIREMENTS")")" = "$wanted" ]; then
     exit 0
 fi
-say "installing requirements.txt into $VENV"
+say "installing $REQUIREMENTS into $VENV (pip's progress follows)"
 # This machine's pip configuration may name local indexes that do not exist: pip warns about each
-# of them for every package, which buries what matters.
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-    -r requirements.txt 2>&1 | { grep -v "is neither a file nor a directory" || true; }
-echo "$wanted" >"$STAMP"
+# of them for every package, which buries what matters. Unbuffered, so each line shows at once.
+PYTHONUNBUFFERED=1 "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input \
+    -r "$REQUIREMENTS" 2>&1 | { grep --line-buffered -v "is neither a file nor a directory" || true; }
+echo "$wanted" >"$(stamp "$REQUIREMENTS")"
+# A set that includes the runtime installed it too.
+if [ "$REQUIREMENTS" != requirements.txt ]; then
+    digest requirements.txt >"$(stamp requirements.txt)"
+fi

@@ -4,7 +4,8 @@ Django, one virtualenv per combination.
     python scripts/test_matrix.py [py3.11-dj5.2 py3.12-dj6.0 py3.13-dj6.1 ...] [-- pytest args]
 
 For each combination it finds the interpreter (pyenv's newest X.Y, else `pythonX.Y` on PATH),
-makes `$MATRIX_DIR/<combination>` (default var/matrix) with requirements.txt and that Django
+makes `$MATRIX_DIR/<combination>` (default var/matrix) with requirements-dev.txt (the runtime of
+requirements.txt, the tests and tools) and that Django
 (the django-tasks backport stays installed on Django 6 too: the suite checks it is never
 imported there), and runs pytest in it with the caller's environment (ATF_TEST_DATABASE_NAME,
 REDIS_URL, ...). On Django 6 Django's own deprecation warnings are errors. It prints one line
@@ -71,9 +72,12 @@ def find_python(version: str) -> str | None:
 
 
 def requirements(combination: Combination) -> str:
-    """requirements.txt with the combination's Django in place of the pinned one."""
-    lines = (ROOT / "requirements.txt").read_text().splitlines()
-    kept = [line for line in lines if not re.match(r"(?i)django==", line)]
+    """requirements-dev.txt, the requirements.txt it includes in place of its `-r` line, with
+    the combination's Django in place of the pinned one."""
+    lines = [*(ROOT / "requirements.txt").read_text().splitlines(),
+             *(ROOT / "requirements-dev.txt").read_text().splitlines()]
+    kept = [line for line in lines
+            if not re.match(r"(?i)django==", line) and not line.startswith("-r ")]
     return "\n".join([*kept, combination.django_spec, ""])
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from tasks_core import periodic, registry, scheduling
 from tasks_core.context import Fatal, Retry, TaskCancelled, TaskContext, TimeLimitExceeded
-from tasks_core.exceptions import ConfigurationError
+from tasks_core.exceptions import ConfigurationError, TaskNotFound
 from tasks_core.models import TaskEntity
 from tasks_core.periodic import every
 from tasks_core.registry import LambdaFunction, RegisteredLambda
@@ -29,8 +29,8 @@ call = TaskRequest
 Call = TaskRequest
 
 __all__ = [
-    "Call", "Fatal", "Retry", "TaskCancelled", "TaskContext", "TaskRequest",
-    "TimeLimitExceeded", "call", "cancel", "chain", "every", "register", "schedule",
+    "Call", "Fatal", "Retry", "TaskCancelled", "TaskContext", "TaskNotFound", "TaskRequest",
+    "TimeLimitExceeded", "call", "cancel", "chain", "every", "get", "register", "schedule",
     "schedule_many",
 ]
 
@@ -78,6 +78,16 @@ def schedule_many(requests: Sequence[TaskRequest | Mapping[str, Any]]) -> list[T
     """Schedule many tasks at once, all or none: `atf.call(...)` requests (or mappings of
     "lambda", "payload" and options)."""
     return scheduling.schedule_many(requests)
+
+
+def get(task_id: int) -> TaskEntity:
+    """The task `task_id`, as `schedule()` returns it (`status`, `result`, `is_finished`,
+    `refresh()`), whatever its team: this is the store read in-process, not the API's scoped
+    one. Raises `atf.TaskNotFound` (a LookupError) for an id no task has."""
+    try:
+        return TaskEntity.objects.select_related("lambda_ref").get(pk=task_id)
+    except TaskEntity.DoesNotExist:
+        raise TaskNotFound(f"no task {task_id}") from None
 
 
 def cancel(task_id: int) -> TaskEntity:

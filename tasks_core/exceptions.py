@@ -61,7 +61,7 @@ class StaleLease(AtfError):
     """The task's lease has moved on: another worker owns it now."""
 
 
-class TaskNotFound(AtfError):
+class TaskNotFound(AtfError, LookupError):
     """No task has that id."""
 
 

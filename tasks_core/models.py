@@ -14,7 +14,7 @@ from django.db.models import Q
 
 from tasks_core import lambda_options
 from tasks_core.gating import Gate, GateState
-from tasks_core.states import AssocStatus, TaskStatus
+from tasks_core.states import FINAL, AssocStatus, TaskStatus
 
 
 def _choices(enum_type: type[Enum]) -> list[tuple[str, str]]:
@@ -177,6 +177,24 @@ class TaskEntity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.lambda_ref.name} #{self.pk} ({self.status})"
+
+    # The handle `atf.schedule()` and `atf.get()` return: what a caller reads of its task.
+
+    @property
+    def lambda_name(self) -> str:
+        return self.lambda_ref.name
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether the task reached a final status (success, fatal_failure, dead, cancelled,
+        dropped); a requeue of a dead letter makes it unfinished again."""
+        return TaskStatus(self.status) in FINAL
+
+    def refresh(self) -> TaskEntity:
+        """Read the task's current row again (status, result, attempts, last_error, ...);
+        return the task itself, so that `task.refresh().status` reads."""
+        self.refresh_from_db()
+        return self
 
 
 #: Assoc rows carry shard = task id % SHARDS, for consumers that split the work by shard.

@@ -2,7 +2,8 @@
 
 Prepares the store (migrations, static files, a superuser and an API token), starts gunicorn
 (API and console), the store consumer and a worker as child processes, restarts a child that
-dies, schedules a mix of demo tasks every few seconds, and stops everything on SIGINT/SIGTERM.
+dies, schedules a mix of demo tasks every few seconds, and stops everything on SIGINT, SIGTERM
+or SIGHUP (a closed terminal).
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ class Command(BaseCommand):
         token = self._prepare(options["username"], password)
         children = self._children(host, port, options["threads"], options["tracebacks"])
         previous = {sig: signal.signal(sig, self._on_signal)
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
+                    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
             for child in children:
                 child.start(self._write)

@@ -82,7 +82,7 @@ ATF_REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 ATF_QUEUE_PREFIX = os.environ.get("SHOP_QUEUE_PREFIX", "shop")
 
 # Django's tasks framework: `@task` functions (orders/tasks.py) run as ATF tasks.
-TASKS = {"default": {"BACKEND": "tasks_core.backend.ATFBackend"}}
+TASKS = {"default": {"BACKEND": "tasks_core.backend.ATFBackend", "QUEUES": []}}
 
 # The shop's own API policy is open; ATF's API keeps its own (token or session, team-scoped).
 REST_FRAMEWORK = {

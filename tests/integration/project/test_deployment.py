@@ -115,3 +115,22 @@ def test_a_successful_login_resets_the_count(client: Client, redis_client: redis
         client.logout()
         response = client.post(LOGIN, {"username": "ops", "password": password})
     assert response.status_code == 302
+
+
+def _gunicorn_settings(**env: str) -> dict[str, str]:
+    """The settings gunicorn reads from the API's config, as `--print-config` shows them."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "--print-config",
+         "-c", "python:atf_project.gunicorn_conf", "atf_project.wsgi:application"],
+        cwd=ROOT, env={**subprocess_env(), **env}, capture_output=True, text=True, timeout=60,
+        check=True)
+    pairs = (line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
+    return {name.strip(): value.strip() for name, value in pairs}
+
+
+def test_the_api_gunicorn_opens_no_control_socket_shared_with_other_gunicorns() -> None:
+    # gunicorn's default path is one per user: a second instance would take it over.
+    assert _gunicorn_settings()["control_socket_disable"] == "True"
+    asked = _gunicorn_settings(ATF_WEB_CONTROL_SOCKET="/run/atf-api/gunicorn.ctl")
+    assert (asked["control_socket_disable"], asked["control_socket"]) == (
+        "False", "/run/atf-api/gunicorn.ctl")

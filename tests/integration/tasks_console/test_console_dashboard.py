@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.test import Client
 from django.urls import reverse
 
-from tasks_console import charts
+from tasks_console import charts, dashboard
 from tasks_core import queues
 from tasks_core.models import TaskAssoc, Worker
 from tasks_core.queues.base import Message
@@ -97,3 +99,23 @@ def test_charts_escape_labels() -> None:
     svg = str(charts.bars([bar], title="t"))
     # Then the markup is text
     assert "<script>" not in svg and "&lt;script&gt;" in svg
+
+
+def test_the_finished_per_minute_card_averages_the_minutes_the_chart_draws(
+        admin_user: Any) -> None:
+    # Given tasks that finished in the chart's 31st minute, and others a few seconds more than
+    # an hour ago, before the chart's first minute (the card counted those too: 3.3 beside a
+    # chart of 85 a minute)
+    now = datetime.now().astimezone().replace(second=45, microsecond=0)
+    first_minute = now.replace(second=0) - timedelta(minutes=59)
+    lam = LambdaFactory(name="shop.card")
+    for finished in [now - timedelta(seconds=3595)] * 6 + [first_minute + timedelta(
+            minutes=30, seconds=10)] * 12:
+        TaskFactory(lambda_ref=lam, status=TaskStatus.SUCCESS, attempts=1, finished_at=finished)
+    # When the dashboard is built
+    built = dashboard.build(admin_user, now)
+    # Then the card is the average of the chart's 60 minutes (a bar titled for each busy one)
+    bars = [float(v) for v in re.findall(r"<title>\d\d:\d\d: ([\d.]+)</title>",
+                                         built["charts"]["throughput"])]
+    assert sum(bars) == 12
+    assert dict(built["cards"])["finished / min (1 h)"] == charts.number(sum(bars) / 60)
