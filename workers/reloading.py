@@ -66,17 +66,31 @@ def in_worker_process() -> bool:
     return os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true"
 
 
+#: Set in the command's process once Ctrl-C reached it.
+_ctrl_c = threading.Event()
+
+
 def _leave_ctrl_c_to_the_child(signum: int, frame: FrameType | None) -> None:
     """The command's process waits for its child, which Ctrl-C stops."""
+    _ctrl_c.set()
+
+
+def _command_status(child_status: int) -> int:
+    """The command's exit status for its child's: a child that Ctrl-C ended while it started
+    (Python's KeyboardInterrupt, before the worker could stop gracefully) was stopped as asked;
+    another signal's status is the shell's, 128 + its number."""
+    if child_status == -signal.SIGINT and _ctrl_c.is_set():
+        return 0
+    return 128 - child_status if child_status < 0 else child_status
 
 
 def run(work: Callable[[OnStop], int]) -> None:
     """Run `work` (which builds a worker, registers its stop with the OnStop it is given and
     returns its exit status) in a child process that restarts when the code changes."""
     # Ctrl-C, which a terminal sends to both processes, is the child's to handle (Python's
-    # KeyboardInterrupt, from its first instruction on): the parent catches it and does
-    # nothing. Not SIG_IGN, which the child would inherit: a Ctrl-C while it starts would be
-    # lost, and the command would go on. A handler is not inherited.
+    # KeyboardInterrupt, from its first instruction on): the parent catches it, notes it and
+    # waits for the child. Not SIG_IGN, which the child would inherit: a Ctrl-C while it
+    # starts would be lost, and the command would go on. A handler is not inherited.
     if not in_worker_process():
         signal.signal(signal.SIGINT, _leave_ctrl_c_to_the_child)
     running = _Work(work)
@@ -86,7 +100,7 @@ def run(work: Callable[[OnStop], int]) -> None:
         if exit_.code == RESTART:
             logger.info("the code changed: restarting the worker")
         running.stop()
-        if isinstance(exit_.code, int) and exit_.code < 0:  # the parent: a signal ended the child
-            raise SystemExit(128 - exit_.code) from None
+        if not in_worker_process() and isinstance(exit_.code, int):
+            raise SystemExit(_command_status(exit_.code)) from None
         raise
     running.stop()  # Ctrl-C: Django's reloader returns

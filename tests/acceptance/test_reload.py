@@ -178,5 +178,5 @@ def test_a_ctrl_c_while_the_worker_restarts_stops_the_command_promptly(
         # Given a worker started with --reload, when a change restarts it and Ctrl-C reaches
         # the command's process group while the new worker process starts
         status = _ctrl_c_as_it_restarts(processes, touch)
-        # Then the command exits at once: Ctrl-C's status (0 when the worker had started)
-        assert status in (0, 130)
+        # Then the command exits at once, as after any Ctrl-C
+        assert status == 0
