@@ -263,5 +263,9 @@ LOGGING = {
     "loggers": {
         # tasks_core and workers take ATF_LOG_LEVEL when the apps load (tasks_core.logs).
         "demo": {"level": ATF_LOG_LEVEL},
+        # Django's task lines in ATF's line too (on Django 6 `django.tasks` is under `django`,
+        # whose console handler would also write them bare under DEBUG); the level stays
+        # Django's.
+        logs.DJANGO_TASKS_LOGGER: {"handlers": ["console"], "propagate": False},
     },
 }

@@ -6,7 +6,6 @@ from types import ModuleType
 from django.apps import AppConfig
 from django.conf import settings
 from django.db.models.signals import post_migrate
-from django.utils.module_loading import autodiscover_modules
 
 from tasks_core import conf
 from tasks_core.conf import atf_settings
@@ -39,6 +38,7 @@ class TasksCoreConfig(AppConfig):
             atf,
             checks,  # noqa: F401  (registers the system checks)
             directory,
+            discovery,
             lambda_sync,
             logs,
             registry,
@@ -52,7 +52,7 @@ class TasksCoreConfig(AppConfig):
         registry.use_scheduler(atf.schedule)
         directory.on_unknown(lambda_sync.sync_if_registered)
         # Lambdas live in `lambdas.py` modules of installed apps, found like `admin.py`.
-        autodiscover_modules("lambdas")
+        discovery.discover_lambdas()
         # The Django tasks backend's lambdas, wherever the project uses it as a backend: the
         # shared `django_tasks.run` and those of `@task(lambda_name=...)` functions, found in
         # the apps' `tasks` modules (Django's own checks load the backends, but workers run

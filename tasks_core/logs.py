@@ -13,8 +13,13 @@ import logging
 import sys
 from typing import TextIO
 
+import django
+
 #: The loggers ATF_LOG_LEVEL sets (every module logs on its `__name__`).
 LOGGERS = ("tasks_core", "workers")
+#: The logger of Django's tasks framework (`django.tasks` on Django 6, the django-tasks
+#: backport on 5.2), on which a worker's `@task` functions are said to start, finish and fail.
+DJANGO_TASKS_LOGGER = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
 #: How the long-running commands' own handler writes a record.
 LINE_FORMAT = "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"
 #: `--verbosity` of a long-running command: 0 warnings and errors only, 1 ATF_LOG_LEVEL, more
@@ -43,13 +48,13 @@ def apply_level(name: object) -> None:
 
 def for_command(verbosity: int, stream: TextIO | None = None) -> None:
     """Logging of runconsumer and runworker: `--verbosity` other than 1 sets ATF's levels, and
-    ATF's loggers write to `stream` (stderr) when no handler of the project's takes their
-    records."""
+    ATF's loggers and Django's task logger (at the level the project gives it) write to
+    `stream` (stderr), in ATF's line, when no handler of the project's takes their records."""
     if verbosity in VERBOSITY_LEVELS:
         for logger_name in LOGGERS:
             logging.getLogger(logger_name).setLevel(VERBOSITY_LEVELS[verbosity])
     handler: logging.Handler | None = None
-    for logger_name in LOGGERS:
+    for logger_name in (*LOGGERS, DJANGO_TASKS_LOGGER):
         logger = logging.getLogger(logger_name)
         if not logger.hasHandlers():
             if handler is None:

@@ -46,6 +46,7 @@ from tasks_core.models import Collection, Lambda, TaskAssoc
 from tasks_core.states import AssocStatus
 from workers import compiled_query, db, turns
 from workers.compiled_query import CompiledQuery
+from workers.outages import OutageLog
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +178,8 @@ class Consumer:
         self.batch_size = batch_size
         self.poll_interval_s = poll_interval_s
         self.queue = queue or queues.backend()
+        #: What the consumer says while pushes to the queues fail.
+        self.pushes = OutageLog(logger, "push tasks to the queues")
         self.clock = clock
         self.running = True
         self.wake = threading.Event()
@@ -311,10 +314,12 @@ class Consumer:
             except QueueUnavailable as exc:
                 # The store already says "enqueued"; bring the trigger forward so the tasks
                 # are pushed again as soon as the queue is back, not after the enqueue timeout.
-                logger.warning("push to %s failed, %d tasks will be retried: %s", queue_name,
-                               len(batch), exc)
+                # (The summary every few seconds counts them: "push failures".)
+                self.pushes.failed(exc)
                 store.retrigger(batch, at=now + timedelta(seconds=atf_settings.restart_delay_s))
                 failed += len(batch)
+            else:
+                self.pushes.succeeded()
         return failed
 
     # --- housekeeping ----------------------------------------------------------------------

@@ -19,6 +19,7 @@ from tasks_core.exceptions import QueueUnavailable
 from tasks_core.states import TaskStatus
 from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
+from workers.outages import OutageLog
 from workers.transport import FinishedAttempt, Transport, TransportUnavailable
 
 logger = logging.getLogger(__name__)
@@ -26,13 +27,20 @@ logger = logging.getLogger(__name__)
 Carried = list[tuple[FinishedAttempt, Future[TaskStatus | None]]]
 
 
+def claims_outage() -> OutageLog:
+    """What a worker says while its claims fail: one for all its controllers."""
+    return OutageLog(logger, "claim tasks")
+
+
 class ControllerThread(threading.Thread):
     def __init__(self, *, buffer: WorkBuffer, transport: Transport,
                  results: BatchWriterThread[FinishedAttempt, TaskStatus | None] | None = None,
-                 index: int = 0) -> None:
+                 index: int = 0, outage: OutageLog | None = None) -> None:
         super().__init__(name=f"ControllerThread-{index}", daemon=True)
         self.buffer = buffer
         self.transport = transport
+        #: What the worker says while claims fail (shared by its controllers).
+        self.outage = outage or claims_outage()
         self.results = results  #: the result writer whose waiting results claims carry
         self.running = True
 
@@ -42,7 +50,7 @@ class ControllerThread(threading.Thread):
                 try:
                     self.claim_once()
                 except (QueueUnavailable, TransportUnavailable) as exc:
-                    logger.warning("cannot claim tasks: %s", exc)
+                    self.outage.failed(exc)
                     self.pause()
                 except Exception:
                     logger.exception("controller loop failed",
@@ -81,6 +89,7 @@ class ControllerThread(threading.Thread):
                     [attempt for attempt, _future in carried], free)
             else:
                 claimed = self.transport.claim(free)
+            self.outage.succeeded()
         except BaseException:
             if self.results is not None and carried:
                 self.results.give_back(self, carried)  # the writer retries them

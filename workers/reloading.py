@@ -7,14 +7,20 @@ every imported module, so the worker runs in a thread of its own. A change, SIGT
 reach the watching thread, which stops the worker as a first signal would (buffered tasks
 handed back, running ones given ATF_SHUTDOWN_GRACE_S) before the child exits; a second one
 exits at once. Ctrl-C, which a terminal sends to both processes, is left to the child.
+
+Code that cannot be imported, or a lambda named on the command line that the code no longer
+registers, does not end the command (as in `runserver`): the child says why in one line and
+waits for the next change (`tasks_core.discovery`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
+from types import FrameType
 
 from django.core.management.base import CommandError
 from django.utils import autoreload
@@ -55,18 +61,38 @@ class _Work:
             self.done.wait()
 
 
-def _take_ctrl_c(sender: object, **kwargs: object) -> None:
-    """In the child, when Django's reloader starts watching (in the main thread)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+def in_worker_process() -> bool:
+    """Whether this is the child, which runs the worker (not the command's own process)."""
+    return os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true"
+
+
+#: Set in the command's process once Ctrl-C reached it.
+_ctrl_c = threading.Event()
+
+
+def _leave_ctrl_c_to_the_child(signum: int, frame: FrameType | None) -> None:
+    """The command's process waits for its child, which Ctrl-C stops."""
+    _ctrl_c.set()
+
+
+def _command_status(child_status: int) -> int:
+    """The command's exit status for its child's: a child that Ctrl-C ended while it started
+    (Python's KeyboardInterrupt, before the worker could stop gracefully) was stopped as asked;
+    another signal's status is the shell's, 128 + its number."""
+    if child_status == -signal.SIGINT and _ctrl_c.is_set():
+        return 0
+    return 128 - child_status if child_status < 0 else child_status
 
 
 def run(work: Callable[[OnStop], int]) -> None:
     """Run `work` (which builds a worker, registers its stop with the OnStop it is given and
     returns its exit status) in a child process that restarts when the code changes."""
-    # Ctrl-C, which a terminal sends to both processes, is the child's to handle: the parent
-    # ignores it, and the child, born ignoring it too, takes it back once it watches the files.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    autoreload.autoreload_started.connect(_take_ctrl_c, dispatch_uid="workers.reloading")
+    # Ctrl-C, which a terminal sends to both processes, is the child's to handle (Python's
+    # KeyboardInterrupt, from its first instruction on): the parent catches it, notes it and
+    # waits for the child. Not SIG_IGN, which the child would inherit: a Ctrl-C while it
+    # starts would be lost, and the command would go on. A handler is not inherited.
+    if not in_worker_process():
+        signal.signal(signal.SIGINT, _leave_ctrl_c_to_the_child)
     running = _Work(work)
     try:
         autoreload.run_with_reloader(running.main)
@@ -74,5 +100,7 @@ def run(work: Callable[[OnStop], int]) -> None:
         if exit_.code == RESTART:
             logger.info("the code changed: restarting the worker")
         running.stop()
+        if not in_worker_process() and isinstance(exit_.code, int):
+            raise SystemExit(_command_status(exit_.code)) from None
         raise
     running.stop()  # Ctrl-C: Django's reloader returns

@@ -24,7 +24,7 @@ from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 from tasks_core.store import ClaimedTask
 from workers import replacement
 from workers.buffer import WorkBuffer
-from workers.controller import ControllerThread
+from workers.controller import ControllerThread, claims_outage
 from workers.executor import ExecutorThread, result_writer
 from workers.heartbeat import HeartbeatThread, cut_off
 from workers.results import Tally
@@ -75,8 +75,9 @@ class WorkerProcess:
         self.results = result_writer(transport, self.buffer)
         self.heartbeat = HeartbeatThread(buffer=self.buffer, interval_s=self.interval_s,
                                          transport=transport)
+        claims = claims_outage()
         self.controllers = [ControllerThread(buffer=self.buffer, transport=transport,
-                                             results=self.results, index=i)
+                                             results=self.results, index=i, outage=claims)
                             for i in range(CONTROLLERS)]
         self.executors = [
             ExecutorThread(index=i, buffer=self.buffer, heartbeat=self.heartbeat,

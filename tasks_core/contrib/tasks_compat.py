@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import django
 
+from tasks_core import logs
+
 #: True when the tasks framework is Django's own (`django.tasks`, Django 6.0 and later).
 NATIVE = django.VERSION >= (6, 0)
 
@@ -54,8 +56,6 @@ if NATIVE or TYPE_CHECKING:
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
-    #: The logger Django's task signals log on (a failure at ERROR with its traceback).
-    LOGGER_NAME = "django.tasks"
 else:
     from django_tasks import (  # the backport, on Django 5.2
         DEFAULT_TASK_BACKEND_ALIAS,
@@ -92,8 +92,8 @@ else:
     )
     from django_tasks.utils import normalize_json
 
-    LOGGER_NAME = "django_tasks"
-
+#: The logger Django's task signals log on (a failure at ERROR with its traceback).
+LOGGER_NAME = logs.DJANGO_TASKS_LOGGER
 
 
 def _task_with_options(function: Callable[..., Any] | None = None, *,

@@ -317,7 +317,8 @@ def test_a_message_for_a_task_that_no_longer_exists_is_dropped(pipeline: Pipelin
 
 
 def test_a_worker_for_an_unknown_lambda_refuses_to_start() -> None:
-    with pytest.raises(CommandError, match=r"unknown lambda\(s\): no\.such\.lambda; registered:"):
+    with pytest.raises(CommandError,
+                       match=r"lambda no\.such\.lambda is not registered; registered:"):
         call_command("runworker", "no.such.lambda")
 
 

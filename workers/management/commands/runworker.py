@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from django.core.management.base import CommandError
 
-from tasks_core import lambda_sync, registry
+from tasks_core import discovery, lambda_sync, registry
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from workers import checks, consumer, reloading, replacement, signals
@@ -57,27 +57,41 @@ class Command(checks.LongRunningCommand):
                                  "small deployment (its default poll interval and batch size)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        names = options["lambdas"] or registry.names()
-        unknown = [name for name in names if name not in registry.names()]
-        if unknown:
-            raise CommandError(f"unknown lambda(s): {', '.join(unknown)}; registered: "
-                               f"{', '.join(registry.names())}")
-        if not names:
-            raise CommandError("no lambdas are registered: add a lambdas.py to an installed app")
         if options["with_consumer"] and (options["api"] or options["processes"] > 1):
             raise CommandError("--with-consumer runs the consumer in this one process: it "
                                "needs the store (no --api) and --processes 1")
         if options["reload"]:
             if options["processes"] > 1:
                 raise CommandError("--reload restarts one worker process: leave out --processes")
-            reloading.run(lambda on_stop: self._work(names, options, on_stop=on_stop))
+            if not reloading.in_worker_process() and not discovery.broken_code():
+                self._names(options)  # a mistyped name fails at once, not after a change
+            # In the worker's process, broken code or a lambda renamed away is said in one
+            # line, and the worker starts again at the next change.
+            reloading.run(lambda on_stop: self._work(self._names(options), options,
+                                                     on_stop=on_stop))
             return
+        names = self._names(options)
         if options["processes"] > 1:
             self._transport(options).close()
             self._supervise(names, options)
             return
         if exit_code := self._work(names, options, on_stop=signals.on_stop):
             sys.exit(exit_code)
+
+    @staticmethod
+    def _names(options: dict[str, Any]) -> list[str]:
+        """The lambdas named on the command line, or all registered ones; CommandError when
+        one is not registered, none is, or the project's lambdas cannot be imported."""
+        if broken := discovery.broken_code():
+            raise CommandError(broken)
+        names = options["lambdas"] or registry.names()
+        if unknown := [name for name in names if name not in registry.names()]:
+            raise CommandError(f"lambda {', '.join(unknown)} "
+                               f"{'is' if len(unknown) == 1 else 'are'} not registered; "
+                               f"registered: {', '.join(registry.names())}")
+        if not names:
+            raise CommandError("no lambdas are registered: add a lambdas.py to an installed app")
+        return names
 
     def _work(self, names: list[str], options: dict[str, Any], *,
               on_stop: reloading.OnStop) -> int:
