@@ -23,7 +23,7 @@ from tasks_core import atf, directory, lambda_sync, overrides, queues, store
 from tasks_core.context import TimeLimitExceeded
 from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
-from tests.conftest import wait_for
+from tests.conftest import closing_connections, wait_for
 from tests.remote import worker_token
 from workers import interrupts
 from workers.buffer import WorkBuffer
@@ -70,7 +70,12 @@ def claim_one(transport: Transport, consumer: Consumer) -> store.ClaimedTask:
 def worker_running(transport: Transport, lambdas: list[str]) -> Iterator[threading.Thread]:
     """A one-executor worker over `transport`, in a thread of this process, for the block."""
     worker = WorkerProcess(lambdas, threads=1, transport=transport)
-    thread = threading.Thread(target=worker.run, name="WorkerUnderTest")
+
+    def run() -> None:
+        with closing_connections():
+            worker.run()
+
+    thread = threading.Thread(target=run, name="WorkerUnderTest")
     thread.start()
     try:
         yield thread
