@@ -33,7 +33,8 @@ class Command(checks.LongRunningCommand):
         parser.add_argument("lambdas", nargs="*", metavar="LAMBDA",
                             help="lambdas this worker runs (default: all registered)")
         parser.add_argument("--threads", type=checks.positive_int,
-                            default=atf_settings.worker_threads, metavar="N",
+                            default=checks.setting_default(atf_settings.worker_threads),
+                            metavar="N",
                             help="executor threads per process (default %(default)s)")
         parser.add_argument("--processes", type=checks.positive_int, default=1, metavar="N",
                             help="worker processes, restarted when they die (default 1: this "
