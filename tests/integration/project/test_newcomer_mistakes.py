@@ -105,3 +105,50 @@ def test_a_misspelt_variable_is_warned_of_with_the_closest_name() -> None:
     assert done.returncode == 0, done.stderr
     assert ("(atf.W005) environment variable ATF_WORKER_THREAD is not an ATF setting; it is "
             "ignored\n\tHINT: Did you mean ATF_WORKER_THREADS?") in done.stderr
+
+
+# --- A lambda defined with bad options ----------------------------------------------------
+
+
+def team_app(tmp_path: Path, lambdas_source: str) -> dict[str, str]:
+    """Environment for a child whose project has an app of the team's with this lambdas.py."""
+    app = tmp_path / "team_app"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "lambdas.py").write_text(textwrap.dedent(lambdas_source))
+    return project_settings(tmp_path, 'INSTALLED_APPS = [*INSTALLED_APPS, "team_app"]')
+
+
+REGISTER = "from tasks_core import atf\n"
+TASK = "from tasks_core.contrib.tasks_compat import task\n"
+
+
+@pytest.mark.parametrize(("command", "source", "message"), [
+    ("check", REGISTER + 'atf.register("shop.pay", quota=-1)(lambda ctx, payload: None)',
+     "lambda 'shop.pay': quota must be a number above 0"),
+    ("runworker", REGISTER + 'atf.register("shop.pay", retries=3)(lambda ctx, payload: None)',
+     "lambda 'shop.pay': unknown option(s) retries; the options are quota, max_attempts, "
+     "heartbeat_timeout, backoff_base, backoff_cap, timeout"),
+    ("migrate", TASK + "@task(quota=3)\ndef send(): pass",
+     "team_app.lambdas.send: quota needs the task to run as a lambda of its own: give "
+     "lambda_name too"),
+    ("shell", TASK + "@task(retries=3)\ndef send(): pass",
+     "team_app.lambdas.send: @task got unknown option(s) retries; the ATF backend takes "
+     "max_attempts, timeout, collection, lambda_name, team, quota, heartbeat_timeout, "
+     "backoff_base, backoff_cap (and idempotency_key through using())"),
+    ("check", TASK + '@task(lambda_name="shop.send", backoff_cap=-1)\ndef send(): pass',
+     "team_app.lambdas.send: backoff_cap must be a number above 0"),
+], ids=["register-bad-value", "register-unknown-option", "task-lambda-option-alone",
+        "task-unknown-option", "task-bad-value"])
+def test_a_lambda_with_bad_options_stops_every_command_in_one_line_naming_it(
+        tmp_path: Path, command: str, source: str, message: str) -> None:
+    done = manage(command, env=team_app(tmp_path, source))
+    assert done.returncode == 1
+    assert one_line(done) == f"cannot load the lambdas: {message}"
+
+
+def test_any_other_error_in_a_lambdas_module_keeps_its_traceback(tmp_path: Path) -> None:
+    done = manage("check", env=team_app(tmp_path, "import a_module_nobody_wrote\n"))
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr
+    assert "No module named 'a_module_nobody_wrote'" in done.stderr
