@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tasks_core import lambda_names
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import (
     ConfigurationError,
@@ -87,6 +88,7 @@ def register(
     retried like a failure. An unknown option is an UnknownLambdaOption (a TypeError), a bad
     value an InvalidLambdaOption (a ValueError).
     """
+    lambda_names.check(name)
     try:
         values = code_values(options)
     except InvalidLambdaDefinition as exc:

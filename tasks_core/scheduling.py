@@ -18,7 +18,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import dateparse, timezone
 
-from tasks_core import directory, limits, store, wakeup
+from tasks_core import directory, lambda_names, limits, store, wakeup
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
 from tasks_core.gating import GateState
@@ -188,10 +188,13 @@ def validate(request: TaskRequest, *, now: datetime) -> store.NewTask:
     errors: dict[str, list[str]] = {}
     info = None
     lambda_name = request.lambda_name
-    try:
-        info = directory.by_name(str(lambda_name))
-    except LambdaNotFound:
-        errors["lambda"] = [f"Unknown lambda {_shown(lambda_name)}."]
+    if problem := lambda_names.problem(lambda_name):
+        errors["lambda"] = [problem]
+    else:
+        try:
+            info = directory.by_name(lambda_name)
+        except LambdaNotFound:
+            errors["lambda"] = [f"Unknown lambda {_shown(lambda_name)}."]
     payload = {} if request.payload is None else request.payload
     if problems := _payload_errors(payload):
         errors["payload"] = problems

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, cast
 
+from tasks_core import lambda_names
 from tasks_core.contrib.tasks_compat import InvalidTaskError, Task
 from tasks_core.exceptions import InvalidLambdaDefinition, UnknownLambdaOption
 from tasks_core.lambda_options import BY_NAME, OPTIONS
@@ -94,8 +95,8 @@ class ATFTask(Task):
             if needing:
                 errors.append(f"{', '.join(needing)} {'needs' if len(needing) == 1 else 'need'} "
                               "the task to run as a lambda of its own: give lambda_name too")
-        elif not self.lambda_name.strip():
-            errors.append("lambda_name must not be empty")
+        elif problem := lambda_names.problem(self.lambda_name):
+            errors.append(f"lambda_name: {problem}")
         errors.extend(problem for name, value in self.option_values
                       if value is not None and (problem := BY_NAME[name].code_problem(value)))
         return errors

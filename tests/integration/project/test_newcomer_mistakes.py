@@ -107,7 +107,7 @@ def test_a_misspelt_variable_is_warned_of_with_the_closest_name() -> None:
             "ignored\n\tHINT: Did you mean ATF_WORKER_THREADS?") in done.stderr
 
 
-# --- A lambda defined with bad options ----------------------------------------------------
+# --- A lambda defined with a bad name or options -----------------------------------------
 
 
 def team_app(tmp_path: Path, lambdas_source: str) -> dict[str, str]:
@@ -138,9 +138,15 @@ TASK = "from tasks_core.contrib.tasks_compat import task\n"
      "backoff_base, backoff_cap (and idempotency_key through using())"),
     ("check", TASK + '@task(lambda_name="shop.send", backoff_cap=-1)\ndef send(): pass',
      "team_app.lambdas.send: backoff_cap must be a number above 0"),
+    ("migrate", REGISTER + f'atf.register("shop.{"x" * 200}")(lambda ctx, payload: None)',
+     f"'shop.{'x' * 55}'… is not a lambda name: use 1 to 200 ASCII letters, digits and "
+     "_ - . :."),
+    ("runworker", TASK + '@task(lambda_name="shop/send now!")\ndef send(): pass',
+     "team_app.lambdas.send: lambda_name: 'shop/send now!' is not a lambda name: use 1 to 200 "
+     "ASCII letters, digits and _ - . :."),
 ], ids=["register-bad-value", "register-unknown-option", "task-lambda-option-alone",
-        "task-unknown-option", "task-bad-value"])
-def test_a_lambda_with_bad_options_stops_every_command_in_one_line_naming_it(
+        "task-unknown-option", "task-bad-value", "register-long-name", "task-bad-name"])
+def test_a_lambda_with_a_bad_name_or_options_stops_every_command_in_one_line(
         tmp_path: Path, command: str, source: str, message: str) -> None:
     done = manage(command, env=team_app(tmp_path, source))
     assert done.returncode == 1

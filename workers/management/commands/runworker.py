@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from django.core.management.base import CommandError
 
-from tasks_core import lambda_sync, registry
+from tasks_core import lambda_names, lambda_sync, registry
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from workers import checks, consumer, reloading, replacement, signals
@@ -58,6 +58,9 @@ class Command(checks.LongRunningCommand):
                                  "small deployment (its default poll interval and batch size)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        for name in options["lambdas"]:
+            if problem := lambda_names.problem(name):
+                raise CommandError(problem)
         names = options["lambdas"] or registry.names()
         unknown = [name for name in names if name not in registry.names()]
         if unknown:
