@@ -82,12 +82,17 @@ def test_a_variable_that_cannot_be_read_stops_every_command_in_one_line_naming_i
         " (1, true, yes, on or 0, false, no, off)" if "yes or no" in expected else "")
 
 
-def test_the_standalone_settings_refuse_an_unreadable_variable_on_import_too() -> None:
-    env = {**subprocess_env(), "ATF_WORKER_THREADS": "eight"}
-    done = subprocess.run([sys.executable, "-c", "import atf_project.settings"], cwd=ROOT,
+@pytest.mark.parametrize(("module", "variable"), [
+    ("atf_project.settings", "ATF_WORKER_THREADS"),
+    ("atf_project.gunicorn_conf", "ATF_WEB_THREADS"),
+])
+def test_the_standalone_service_refuses_an_unreadable_variable_on_import_too(
+        module: str, variable: str) -> None:
+    env = {**subprocess_env(), variable: "eight"}
+    done = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert one_line(done) == ("environment variable ATF_WORKER_THREADS is 'eight'; it must be "
+    assert one_line(done) == (f"environment variable {variable} is 'eight'; it must be "
                               "a whole number")
 
 
