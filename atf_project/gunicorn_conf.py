@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import os
 
+from atf_project.environment import env_int
+
 #: Threads, not processes, carry the waiting claims.
 worker_class = "gthread"
 #: Processes: one per core.
-workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+workers = env_int("WEB_CONCURRENCY", 2)
 #: Requests in progress per process, waiting claims included.
-threads = int(os.environ.get("ATF_WEB_THREADS", "128"))
+threads = env_int("ATF_WEB_THREADS", 128)
 #: Seconds a stopping process lets requests finish, at the most. The longest is a waiting claim
 #: (ATF_WORKER_CLAIM_WAIT_S, 5 s; at most 20 s), so a drain takes about that long; remote workers
 #: ride through a restart that answers again within their heartbeat budget (3 x 5 s).
-graceful_timeout = int(os.environ.get("ATF_WEB_GRACEFUL_TIMEOUT_S", "25"))
+graceful_timeout = env_int("ATF_WEB_GRACEFUL_TIMEOUT_S", 25)
 #: gunicorn's control socket (`gunicornc`) is off: its default path ($XDG_RUNTIME_DIR or
 #: ~/.gunicorn/gunicorn.ctl) is one per user, so a second gunicorn of the same user (another
 #: instance, the demo, a test) would take it over. ATF_WEB_CONTROL_SOCKET=PATH turns it on at a

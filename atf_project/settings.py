@@ -15,31 +15,12 @@ from pathlib import Path
 
 import django
 
-from atf_project import database_url
+from atf_project import database_url, environment
+from atf_project.environment import env_bool, env_int, env_list, env_str
 from tasks_api import defaults as api_defaults
 from tasks_core import conf, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_str(name: str, default: str) -> str:
-    return os.environ.get(name, default)
-
-
-def env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
-
-
-def env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
-
-
-def env_bool(name: str, default: bool) -> bool:
-    return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
 # --- Django ---------------------------------------------------------------------------
@@ -204,7 +185,7 @@ ATF_DEMO_TEAM = env_str("ATF_DEMO_TEAM", "demo")
 
 # Each read as its type says (tasks_core.conf.parse): a list comma separated, a time limit's
 # "0", "none" or empty as no limit.
-globals().update({name: value for name, value in conf.from_environment(os.environ).items()
+globals().update({name: value for name, value in environment.atf_settings(os.environ).items()
                   if name not in globals()})
 
 # --- API ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from django.db.models.signals import post_migrate
 
 from tasks_core import conf
 from tasks_core.conf import atf_settings
+from tasks_core.exceptions import InvalidLambdaDefinition
 
 #: The module of the Django tasks backend, which registers the lambdas its tasks run as.
 DJANGO_TASKS_BRIDGE = "tasks_core.contrib.django_tasks"
@@ -21,6 +22,21 @@ def _sync_lambdas(sender: AppConfig, **kwargs: object) -> None:
 
     lambda_sync.sync_to_store()
     periodic.sync_code_schedules()
+
+
+def _discover_lambdas() -> None:
+    """Import the modules that register the project's lambdas."""
+    from tasks_core import discovery
+
+    # Lambdas live in `lambdas.py` modules of installed apps, found like `admin.py`.
+    discovery.discover_lambdas()
+    # The Django tasks backend's lambdas, wherever the project uses it as a backend: the
+    # shared `django_tasks.run` and those of `@task(lambda_name=...)` functions, found in
+    # the apps' `tasks` modules (Django's own checks load the backends, but workers run
+    # only some of the checks). It imports `django.tasks` on Django 6, the backport on 5.2.
+    if any(str(backend.get("BACKEND", "")).startswith(BACKEND_PATHS)
+           for backend in getattr(settings, "TASKS", {}).values()):
+        import_module(DJANGO_TASKS_BRIDGE).discover()
 
 
 class TasksCoreConfig(AppConfig):
@@ -51,13 +67,10 @@ class TasksCoreConfig(AppConfig):
         # schedules or syncs, so both are wired here, above them.
         registry.use_scheduler(atf.schedule)
         directory.on_unknown(lambda_sync.sync_if_registered)
-        # Lambdas live in `lambdas.py` modules of installed apps, found like `admin.py`.
-        discovery.discover_lambdas()
-        # The Django tasks backend's lambdas, wherever the project uses it as a backend: the
-        # shared `django_tasks.run` and those of `@task(lambda_name=...)` functions, found in
-        # the apps' `tasks` modules (Django's own checks load the backends, but workers run
-        # only some of the checks). It imports `django.tasks` on Django 6, the backport on 5.2.
-        if any(str(backend.get("BACKEND", "")).startswith(BACKEND_PATHS)
-               for backend in getattr(settings, "TASKS", {}).values()):
-            import_module(DJANGO_TASKS_BRIDGE).discover()
+        try:
+            _discover_lambdas()
+        except InvalidLambdaDefinition as exc:
+            # A mistake in a lambda's name or options: one line naming it ends whatever command
+            # or server loads the apps (a traceback through Django's app loading said no more).
+            raise SystemExit(f"cannot load the lambdas: {exc}") from None
         post_migrate.connect(_sync_lambdas, sender=self)

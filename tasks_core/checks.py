@@ -14,6 +14,8 @@
 | atf.W001 | tasks_api installed without drf_spectacular (the docs page cannot render) |
 | atf.W002 | tasks_api installed without drf_spectacular_sidecar (the docs page has no Swagger UI) |
 | atf.W003 | REST_FRAMEWORK sets what DRF applies to all views, ATF's too (`tasks_api.checks`) |
+| atf.W004 | an `ATF_*` setting that ATF does not know (most likely misspelt) |
+| atf.W005 | an `ATF_*` environment variable nothing reads (`atf_project.environment`) |
 """
 
 from __future__ import annotations

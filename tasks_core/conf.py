@@ -33,6 +33,23 @@ PREFIX = "ATF_"
 #: read: known here so that the unknown-name check leaves them alone.
 SERVICE_SETTINGS = frozenset({"ATF_DB_CONN_MAX_AGE", "ATF_DB_POOL_SIZE", "ATF_DEMO",
                               "ATF_DEMO_TEAM", "ATF_TEST_DATABASE_NAME"})
+#: `ATF_*` environment variables that are no Django setting: read by the standalone service
+#: (its settings and gunicorn config), the demo, the scripts, the benchmarks and the tests.
+#: The unknown-variable check (atf.W005) leaves them alone.
+ENVIRONMENT_ONLY = frozenset({
+    "ATF_MAX_REQUEST_BYTES", "ATF_DJANGO_TASKS_MODULES", "ATF_WEB_THREADS",
+    "ATF_WEB_GRACEFUL_TIMEOUT_S", "ATF_DEMO_PORT", "ATF_PYTHON", "ATF_FUZZ_CASES",
+    "ATF_CONSOLE_BIG_ROWS", "ATF_REFRESH_DOCS_SCREENSHOTS", "ATF_SCREENSHOT_DIR",
+    "ATF_TEST_SIGNALS_KEY",
+})
+#: The words a yes/no setting may be given as in text (any case); any other is refused.
+YES = frozenset({"1", "true", "yes", "on"})
+NO = frozenset({"0", "false", "no", "off", ""})
+
+
+class UnreadableSetting(ValueError):
+    """A setting given as text (an environment variable) that its type cannot read; the
+    message names the setting and says what it must be."""
 
 
 class AtfSettings:
@@ -247,8 +264,9 @@ def install_defaults(target: LazySettings = settings) -> None:
 
 def parse(name: str, text: str) -> Any:
     """The value of setting `name` (its Django name) given as text, read as its type: a list is
-    comma separated; a bool is 1/true/yes/on; where None is allowed, an empty text (and, for a
-    number, "0" or "none" too) means None."""
+    comma separated; a bool is 1/true/yes/on or 0/false/no/off (or empty); where None is
+    allowed, an empty text (and, for a number, "0" or "none" too) means None. Raises
+    UnreadableSetting for a text the type cannot read."""
     kind = _TYPES[name[len(PREFIX):].lower()]
     args = typing.get_args(kind)
     nullable = type(None) in args
@@ -256,13 +274,32 @@ def parse(name: str, text: str) -> Any:
     text = text.strip()
     if nullable and (text == "" or (base in (int, float) and text.lower() in {"0", "none"})):
         return None
-    if base is bool:
-        return text.lower() in {"1", "true", "yes", "on"}
-    if base in (int, float, str):
-        return base(text)
+    if base in (bool, int, float):
+        return parse_text(name, text, base)
+    if base is str:
+        return text
     if typing.get_origin(base) is list:
         return [item.strip() for item in text.split(",") if item.strip()]
     raise TypeError(f"{name}: no way to read a {kind} from text")
+
+
+#: What a text must be to be read as each type, for UnreadableSetting's message.
+_EXPECTED = {bool: "yes or no (1, true, yes, on or 0, false, no, off)",
+             int: "a whole number", float: "a number"}
+
+
+def parse_text(name: str, text: str, kind: type[bool] | type[int] | type[float]) -> Any:
+    """`text`, the value of the variable or setting `name`, read as a bool, an int or a float;
+    UnreadableSetting naming `name` if it is none."""
+    word = text.strip().lower()
+    if kind is bool and word in YES | NO:
+        return word in YES
+    if kind is not bool:
+        try:
+            return kind(word)
+        except ValueError:
+            pass
+    raise UnreadableSetting(f"{name} is {text!r}; it must be {_EXPECTED[kind]}")
 
 
 def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -273,6 +310,15 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
 def unknown_names(names: typing.Iterable[str]) -> dict[str, str | None]:
     """The `ATF_*` names among `names` that are no ATF setting, each with the closest known
     name (None when none is close)."""
-    known = [*defaults(), *SERVICE_SETTINGS]
+    return _closest_known(names, [*defaults(), *SERVICE_SETTINGS])
+
+
+def unknown_variables(names: typing.Iterable[str]) -> dict[str, str | None]:
+    """The `ATF_*` environment variables among `names` that nothing of ATF reads, each with the
+    closest known name (None when none is close)."""
+    return _closest_known(names, [*defaults(), *SERVICE_SETTINGS, *ENVIRONMENT_ONLY])
+
+
+def _closest_known(names: typing.Iterable[str], known: list[str]) -> dict[str, str | None]:
     return {name: next(iter(difflib.get_close_matches(name, known, n=1)), None)
             for name in names if name.startswith(PREFIX) and name not in known}

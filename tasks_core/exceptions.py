@@ -22,6 +22,21 @@ class DuplicateLambda(AtfError):
     """A lambda with that name is registered already."""
 
 
+class InvalidLambdaDefinition(AtfError):
+    """A lambda's definition (its name or options, in atf.register or @task) is not valid.
+
+    Raised as the code that defines the lambda is imported: while the apps load, it ends a
+    process in one line (tasks_core.apps)."""
+
+
+class UnknownLambdaOption(InvalidLambdaDefinition, TypeError):
+    """An option that no lambda takes."""
+
+
+class InvalidLambdaOption(InvalidLambdaDefinition, ValueError):
+    """A lambda option's value is not valid."""
+
+
 class InvalidTask(AtfError):
     """The task is not valid.
 

@@ -29,6 +29,7 @@ from django.utils.deconstruct import deconstructible
 
 from tasks_core import limits
 from tasks_core.conf import atf_settings
+from tasks_core.exceptions import InvalidLambdaOption, UnknownLambdaOption
 from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 
 #: Largest number of seconds an option accepts (about 30 years).
@@ -164,15 +165,16 @@ OVERRIDABLE: tuple[Option, ...] = tuple(option for option in OPTIONS if option.o
 
 def code_values(given: Mapping[str, Any]) -> dict[str, Any]:
     """Column -> value of every option, for a lambda registered with `given` (name -> value,
-    None for the default): TypeError for a name that is no option, ValueError for bad values."""
+    None for the default): UnknownLambdaOption (a TypeError) for a name that is no option,
+    InvalidLambdaOption (a ValueError) for bad values."""
     unknown = sorted(set(given) - set(BY_NAME))
     if unknown:
-        raise TypeError(f"unknown option(s) {', '.join(unknown)}; the options are "
+        raise UnknownLambdaOption(f"unknown option(s) {', '.join(unknown)}; the options are "
                         f"{', '.join(BY_NAME)}")
     problems = [problem for name, value in given.items() if value is not None
                 if (problem := BY_NAME[name].code_problem(value))]
     if problems:
-        raise ValueError("; ".join(problems))
+        raise InvalidLambdaOption("; ".join(problems))
     values = {}
     for option in OPTIONS:
         value = given.get(option.name)

@@ -12,8 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tasks_core import lambda_names
 from tasks_core.conf import atf_settings
-from tasks_core.exceptions import ConfigurationError, DuplicateLambda, LambdaNotFound
+from tasks_core.exceptions import (
+    ConfigurationError,
+    DuplicateLambda,
+    InvalidLambdaDefinition,
+    LambdaNotFound,
+)
 from tasks_core.lambda_options import OptionValues, code_values
 
 if TYPE_CHECKING:
@@ -79,11 +85,13 @@ def register(
     `heartbeat_timeout`, `backoff_base`, `backoff_cap`, `quota`, `timeout`); one not given
     takes its default. `timeout` is the seconds one attempt may run (default
     ATF_TASK_TIMEOUT_S; 0: no limit); an attempt past it ends with outcome `timeout` and is
-    retried like a failure. An unknown option is a TypeError, a bad value a ValueError.
+    retried like a failure. An unknown option is an UnknownLambdaOption (a TypeError), a bad
+    value an InvalidLambdaOption (a ValueError).
     """
+    lambda_names.check(name)
     try:
         values = code_values(options)
-    except (TypeError, ValueError) as exc:
+    except InvalidLambdaDefinition as exc:
         raise type(exc)(f"lambda {name!r}: {exc}") from None
     settled = LambdaOptions(team=team or atf_settings.default_team, **values)
 

@@ -19,7 +19,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import dateparse, timezone
 
-from tasks_core import directory, limits, store, wakeup
+from tasks_core import directory, lambda_names, limits, store, wakeup
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
 from tasks_core.gating import GateState
@@ -198,6 +198,8 @@ def validate(request: TaskRequest, *, now: datetime,
     lambda_name = request.lambda_name
     if isinstance(lambda_name, str) and (problems := limits.text_errors(lambda_name)):
         errors["lambda"] = problems
+    elif problem := lambda_names.problem(lambda_name):
+        errors["lambda"] = [problem]
     elif (info := _lambda_info(lambda_name, teams)) is None:
         errors["lambda"] = [unknown_lambda(lambda_name)]
     payload = {} if request.payload is None else request.payload

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 
 from atf_project import database_url
@@ -154,6 +154,18 @@ def routed_database(*, prepared_statements: bool | None = None, **fields: Any) -
         backends.use(None)
 
 
+@contextlib.contextmanager
+def closing_connections() -> Iterator[None]:
+    """Around the body of a thread a test starts: the thread's database connections (Django's
+    and a consumer's turns connection) are closed when it ends, so none is left to keep the
+    test database from being dropped."""
+    try:
+        yield
+    finally:
+        turns.reset()
+        connections.close_all()
+
+
 def race(*steps: Callable[[], None]) -> None:
     """Run each step in its own thread and connection, all let go at once; re-raise errors."""
     barrier = threading.Barrier(len(steps))
@@ -161,12 +173,11 @@ def race(*steps: Callable[[], None]) -> None:
 
     def run(step: Callable[[], None]) -> None:
         try:
-            barrier.wait()
-            step()
+            with closing_connections():
+                barrier.wait()
+                step()
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             errors.append(exc)
-        finally:
-            connection.close()
 
     threads = [threading.Thread(target=run, args=(step,)) for step in steps]
     for thread in threads:

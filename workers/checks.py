@@ -42,8 +42,13 @@ def check_heartbeats(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
 
 
 def require_settings() -> None:
-    """Raise CommandError naming the first ATF setting that cannot work (ids as in `check`)."""
-    errors = core_checks.settings_errors() + heartbeat_errors()
+    """Raise CommandError naming the first ATF setting that cannot work (ids as in `check`).
+
+    Only errors stop a process, and not those the project silences (SILENCED_SYSTEM_CHECKS):
+    a warning (atf.W004, a misspelt setting) is printed once, by Django's system checks that
+    run next, and a silenced one not at all."""
+    errors = [message for message in core_checks.settings_errors() + heartbeat_errors()
+              if message.is_serious() and not message.is_silenced()]
     if errors:
         first = errors[0]
         raise CommandError(f"{first.id}: {first.msg}" + (f" ({first.hint})" if first.hint else "")
@@ -94,6 +99,13 @@ def require_store_and_queue() -> queues.QueueBackend:
     except AtfError as exc:
         raise CommandError(str(exc)) from exc
     return queue
+
+
+def setting_default(value: Any) -> Any:
+    """A setting's value as an option's default. argparse reads a default given as text with the
+    option's type, and would blame the option (`--threads`) for a bad setting nobody passed on
+    the command line: a text default is left out, and check atf.E006 names the setting."""
+    return None if isinstance(value, str) else value
 
 
 def positive_float(text: str) -> float:

@@ -174,13 +174,16 @@ class Consumer:
 
     def __init__(self, *, batch_size: int, poll_interval_s: float,
                  queue: queues.QueueBackend | None = None,
-                 clock: Callable[[], datetime] = timezone.now) -> None:
+                 clock: Callable[[], datetime] = timezone.now,
+                 lambda_turn: Callable[[int], contextlib.AbstractContextManager[bool]]
+                 = turns.lambda_turn) -> None:
         self.batch_size = batch_size
         self.poll_interval_s = poll_interval_s
         self.queue = queue or queues.backend()
         #: What the consumer says while pushes to the queues fail.
         self.pushes = OutageLog(logger, "push tasks to the queues")
         self.clock = clock
+        self.lambda_turn = lambda_turn  #: how a pass takes its turn on a lambda (workers.turns)
         self.running = True
         self.wake = threading.Event()
         self._buckets: dict[int, TokenBucket] = {}
@@ -252,7 +255,7 @@ class Consumer:
             limit = self._limit(lam, shares[lam.team_id], now_s)
             if limit <= 0:
                 continue
-            with turns.lambda_turn(lam.lambda_id) as mine:
+            with self.lambda_turn(lam.lambda_id) as mine:
                 if not mine:  # another consumer is enqueueing this lambda right now
                     continue
                 done, handled, cut = self._enqueue(lam, limit, now, slice_rows)
@@ -407,6 +410,7 @@ class Consumer:
                 time.sleep(atf_settings.restart_delay_s)
         listener.stop()
         turns.reset()
+        db.reset_connection()  # a thread that ends lets go of its connection
         self.queue.close()
 
     @staticmethod

@@ -17,6 +17,7 @@ from tasks_core import store
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.states import TaskStatus
+from workers import db
 from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.outages import OutageLog
@@ -58,6 +59,7 @@ class ControllerThread(threading.Thread):
                     self.pause()
         finally:
             self._carry_no_more()
+            db.reset_connection()  # a thread that ends lets go of its connection
 
     def pause(self) -> None:
         """After a failure: a fresh connection, a moment's rest, and meanwhile the result

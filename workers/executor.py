@@ -90,6 +90,12 @@ class ExecutorThread(threading.Thread):
 
     def run(self) -> None:
         """Run tasks until the worker closes the buffer; nothing else ends the thread."""
+        try:
+            self._run_tasks()
+        finally:
+            db.reset_connection()  # a thread that ends lets go of its connection
+
+    def _run_tasks(self) -> None:
         while True:
             if self._last_result is not None:
                 # The previous result is durable before this executor takes another task: a

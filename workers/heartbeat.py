@@ -8,6 +8,7 @@ exceed three intervals, so no task is enqueued again while this process could st
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -16,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from tasks_core import store
 from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS
-from workers import replacement
+from workers import db, replacement
 from workers.buffer import WorkBuffer
 from workers.transport import Beat, Transport
 
@@ -55,6 +56,12 @@ class HeartbeatThread(threading.Thread):
         self._lambda_beats = ThreadPoolExecutor(max_workers=1, thread_name_prefix="LambdaBeat")
 
     def run(self) -> None:
+        try:
+            self._beat_until_stopped()
+        finally:
+            db.reset_connection()  # a thread that ends lets go of its connection
+
+    def _beat_until_stopped(self) -> None:
         wait_s = self.interval_s
         while not self._stopped.wait(wait_s):
             tried_s = time.monotonic()
@@ -121,4 +128,7 @@ class HeartbeatThread(threading.Thread):
 
     def stop(self) -> None:
         self._stopped.set()
+        with contextlib.suppress(RuntimeError):  # already shut down
+            # Its last job: the pool's thread lets go of its connection before it ends.
+            self._lambda_beats.submit(db.reset_connection)
         self._lambda_beats.shutdown(wait=False)

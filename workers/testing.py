@@ -8,7 +8,9 @@ A round's successes may make more tasks due (a chain's next step, a task a lambd
 the next round runs those, until a round finds nothing to run. Every query goes through the
 test's database connection, so tasks scheduled inside a Django `TestCase` (whose transaction
 never commits) or a pytest-django `db` test are found, and what the lambdas write is rolled
-back with the rest of the test.
+back with the rest of the test. The consumer's turn on a lambda (workers.turns) is taken on
+that connection too: no other is opened, none outlives the test to keep its database from
+being dropped.
 
 What differs from a worker process: the lambdas run one at a time in the calling thread, with
 no heartbeat thread and no time limit. Queues are real: the test settings need a reachable
@@ -29,6 +31,7 @@ from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.context import TaskContext
 from tasks_core.states import TaskStatus
+from workers import turns
 from workers.consumer import Consumer
 from workers.executor import run_lambda
 from workers.results import Tally, log_outcome
@@ -68,7 +71,7 @@ def run_due_tasks(*, lambdas: Sequence[str] | None = None, now: datetime | None 
     try:
         consumer = Consumer(batch_size=atf_settings.consumer_batch_size,
                             poll_interval_s=atf_settings.poll_interval_s, queue=queue,
-                            clock=clock)
+                            clock=clock, lambda_turn=turns.lambda_turn_in_caller)
         claimer = Claimer(queue=queue, worker_id=WORKER_ID,
                           lambda_ids={name: directory.by_name(name).id for name in names},
                           priorities=atf_settings.priorities)

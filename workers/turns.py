@@ -12,6 +12,10 @@ transaction: the tasks are pushed after it commits. A lock scoped to the session
 behind a transaction-mode pooler (PgBouncer's `pool_mode = transaction`): the unlock runs on
 whichever server connection the pooler hands out next, and the server that holds the lock
 goes back to the pool still holding it, so no consumer is granted that lambda again.
+
+A test's consumer passes (workers.testing) take their turns on the test's own connection
+(`lambda_turn_in_caller`): a connection of their own would outlive the test and keep its
+database from being dropped.
 """
 
 from __future__ import annotations
@@ -65,3 +69,18 @@ def lambda_turn(lambda_id: int) -> Iterator[bool]:
         if raw is None or raw.broken or raw.closed:  # not when only the turn's work failed
             reset()
         raise
+
+
+@contextlib.contextmanager
+def lambda_turn_in_caller(lambda_id: int) -> Iterator[bool]:
+    """`lambda_turn` on this thread's own connection, in whatever transaction it is in: the lock
+    lasts until that transaction ends (a test's, rolled back at its end), or for the statement
+    alone in autocommit. For a single consumer in a test, where no separate connection may
+    outlive the test."""
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [LOCK_NAMESPACE, lambda_id])
+        (granted,) = cursor.fetchone()
+    yield granted

@@ -20,7 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, cast
 
+from tasks_core import lambda_names
 from tasks_core.contrib.tasks_compat import InvalidTaskError, Task
+from tasks_core.exceptions import InvalidLambdaDefinition, UnknownLambdaOption
 from tasks_core.lambda_options import BY_NAME, OPTIONS
 
 #: Options of a task in any lambda (schedule() options).
@@ -29,6 +31,12 @@ TASK_OPTIONS = (*(option.name for option in OPTIONS if option.per_task), "collec
 LAMBDA_OPTIONS = ("team", *(option.name for option in OPTIONS if not option.per_task))
 #: Options given per enqueue, through `using()`.
 ENQUEUE_OPTIONS = ("idempotency_key",)
+
+
+class InvalidTaskOptions(InvalidTaskError, InvalidLambdaDefinition):
+    """A `@task` function's ATF options are not valid: Django's InvalidTask (the backport's
+    InvalidTaskError), and ATF's InvalidLambdaDefinition, which ends a process that imports it
+    while the apps load in one line."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, init=False)
@@ -45,8 +53,10 @@ class ATFTask(Task):
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - {f.name for f in fields(ATFTask)} - set(BY_NAME))
         if unknown:
-            raise TypeError(
-                f"@task got unknown option(s) {', '.join(unknown)}; the ATF backend takes "
+            func = options.get("func")
+            where = f"{func.__module__}.{func.__qualname__}: " if func is not None else ""
+            raise UnknownLambdaOption(
+                f"{where}@task got unknown option(s) {', '.join(unknown)}; the ATF backend takes "
                 f"{', '.join((*TASK_OPTIONS, 'lambda_name', *LAMBDA_OPTIONS))} (and "
                 "idempotency_key through using())")
         # `option_values` is given by dataclasses.replace (Task.using), the options by @task.
@@ -83,16 +93,16 @@ class ATFTask(Task):
             needing = [name for name in LAMBDA_OPTIONS
                        if (self.team if name == "team" else self.option(name)) is not None]
             if needing:
-                errors.append(f"{', '.join(needing)} need the task to run as a lambda of its "
-                              "own: give lambda_name too")
-        elif not self.lambda_name.strip():
-            errors.append("lambda_name must not be empty")
+                errors.append(f"{', '.join(needing)} {'needs' if len(needing) == 1 else 'need'} "
+                              "the task to run as a lambda of its own: give lambda_name too")
+        elif problem := lambda_names.problem(self.lambda_name):
+            errors.append(f"lambda_name: {problem}")
         errors.extend(problem for name, value in self.option_values
                       if value is not None and (problem := BY_NAME[name].code_problem(value)))
         return errors
 
 
 def check(task: ATFTask) -> None:
-    """Raise Django's InvalidTask (the backport's InvalidTaskError) for bad ATF options."""
+    """Raise InvalidTaskOptions (Django's InvalidTask) for bad ATF options."""
     if errors := task.atf_errors():
-        raise InvalidTaskError(f"{task.module_path}: {'; '.join(errors)}")
+        raise InvalidTaskOptions(f"{task.module_path}: {'; '.join(errors)}")

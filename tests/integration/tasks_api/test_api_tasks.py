@@ -179,6 +179,23 @@ def test_batch_with_one_bad_item_creates_nothing(alice: Member) -> None:
     assert TaskEntity.objects.count() == 0
 
 
+@pytest.mark.parametrize("name", ["send invoice", "billing/send", "alert!", "x" * 200 + "y"])
+def test_a_malformed_lambda_name_answers_400_with_the_rule_as_an_unknown_one_does(
+        alice: Member, name: str) -> None:
+    rule = "is not a lambda name: use 1 to 200 ASCII letters, digits and _ - . :."
+    # When a task, or a batch's second item, names a lambda no lambda could be called
+    single = schedule(alice, **{"lambda": name})
+    batch = alice.client.post("/api/v1/tasks/batch/",
+                              {"tasks": [{"lambda": alice.lam.name}, {"lambda": name}]},
+                              format="json")
+    # Then the answer is the field's error, as for an unknown lambda, saying what a name may be
+    assert (single.status_code, list(single.json())) == (400, ["lambda"])
+    assert single.json()["lambda"][0].endswith(rule)
+    assert (batch.status_code, list(batch.json())) == (400, ["tasks[1].lambda"])
+    assert batch.json()["tasks[1].lambda"][0].endswith(rule)
+    assert TaskEntity.objects.count() == 0
+
+
 @override_settings(ATF_MAX_BATCH_SIZE=5)
 def test_a_batch_over_the_limit_answers_400(alice: Member) -> None:
     tasks = [{"lambda": alice.lam.name}] * 6

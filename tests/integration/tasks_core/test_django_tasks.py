@@ -288,7 +288,8 @@ def test_an_unknown_task_option_is_refused_with_the_known_ones() -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"backoff_cap": 60}, "backoff_cap need the task to run as a lambda of its own"),
+    ({"backoff_cap": 60}, "backoff_cap needs the task to run as a lambda of its own"),
+    ({"team": "a", "quota": 3}, "team, quota need the task to run as a lambda of its own"),
     ({"max_attempts": 0}, "max_attempts must be a whole number of at least 1"),
     ({"timeout": -1}, "timeout must be a number of seconds, 0 or more"),
 ])

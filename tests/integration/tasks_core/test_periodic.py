@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 import redis
-from django.db import connections
 from django.utils import timezone
 
 from tasks_core import lambda_sync, periodic, registry
 from tasks_core.exceptions import ConfigurationError
 from tasks_core.models import Lambda, PeriodicTask, TaskEntity
-from tests.conftest import Processes, race, subprocess_env, wait_for
+from tests.conftest import Processes, closing_connections, race, subprocess_env, wait_for
 from tests.factories import LambdaFactory, TeamFactory
 
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
@@ -121,14 +120,13 @@ def test_three_concurrent_materialisers_make_one_task_per_occurrence(
 
     def consumer() -> None:
         try:
-            for now in steps:
-                barrier.wait(timeout=30)
-                periodic.materialise_due(now=now)
+            with closing_connections():
+                for now in steps:
+                    barrier.wait(timeout=30)
+                    periodic.materialise_due(now=now)
         except BaseException as exc:  # noqa: BLE001 - reported by the test below
             errors.append(exc)
             barrier.abort()
-        finally:
-            connections.close_all()
 
     threads = [threading.Thread(target=consumer) for _ in range(3)]
     # When they run for 10 s of controlled time

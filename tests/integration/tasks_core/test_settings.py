@@ -88,7 +88,8 @@ def test_the_settings_reference_lists_every_setting_and_check() -> None:
     reference = (ROOT / "docs" / "settings.md").read_text()
     missing = [name for name in conf.defaults() if f"| `{name}` |" not in reference]
     assert missing == []
-    for path in ("tasks_core/checks.py", "workers/checks.py", "tasks_api/checks.py"):
+    for path in ("tasks_core/checks.py", "workers/checks.py", "tasks_api/checks.py",
+                 "atf_project/environment.py"):
         for check_id in set(re.findall(r'id="(atf\.[EW]\d{3})"', (ROOT / path).read_text())):
             assert f"| `{check_id}` |" in reference, check_id
 
@@ -114,6 +115,29 @@ def test_the_apps_never_read_the_environment() -> None:
 def test_the_environment_sets_each_atf_setting_as_its_type(name: str, text: str,
                                                            value: object) -> None:
     assert conf.from_environment({name: text, "OTHER": "x"}) == {name: value}
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("ATF_METRICS_PUBLIC", "maybe"), ("ATF_METRICS_PUBLIC", "2"), ("ATF_MAX_BATCH_SIZE", "7.5"),
+    ("ATF_HEARTBEAT_INTERVAL_S", "soon"), ("ATF_TASK_TIMEOUT_S", "an hour"),
+])
+def test_the_environment_refuses_a_text_its_setting_cannot_read_naming_it(name: str,
+                                                                          text: str) -> None:
+    with pytest.raises(conf.UnreadableSetting, match=rf"^{name} is '{text}'; it must be "):
+        conf.from_environment({name: text})
+
+
+def test_every_atf_variable_the_repository_reads_is_known_to_the_unknown_variable_check(
+        ) -> None:
+    # Misspelt on purpose, in the tests of the checks
+    misspelt = {"ATF_HEARTBEAT_INTERVAL", "ATF_NOTHING_LIKE_IT", "ATF_WORKR_THREADS",
+                "ATF_WORKER_THREAD"}
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    names = {name for file in files if file.endswith((".py", ".md", ".sh", ".yml", ".toml"))
+             or Path(file).name in ("Makefile", "Dockerfile")
+             for name in re.findall(r"\bATF_[A-Z0-9_]*[A-Z0-9]\b", (ROOT / file).read_text())}
+    assert conf.unknown_variables(names - misspelt) == {}
 
 
 def test_a_lambda_host_with_an_empty_database_url_starts() -> None:

@@ -394,3 +394,9 @@ def test_the_api_refuses_a_batch_body_over_the_upload_limit(demo_member: Member)
     assert response.status_code in (400, 413)
     assert "detail" in response.json()
     assert not TaskEntity.objects.exists()
+
+
+def test_a_worker_for_a_malformed_lambda_name_says_so_in_one_line() -> None:
+    with pytest.raises(CommandError, match=r"^'billing/send invoice' is not a lambda name: use "
+                                           r"1 to 200 ASCII letters, digits and _ - \. :\.$"):
+        call_command("runworker", "billing/send invoice")

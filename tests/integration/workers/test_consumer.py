@@ -18,7 +18,7 @@ from django.utils import timezone
 from tasks_core import atf, queues, scheduling, store, wakeup
 from tasks_core.conf import atf_settings
 from tasks_core.models import Collection, Lambda, TaskAttempt, TaskEntity
-from tests.conftest import ROOT, subprocess_env, wait_for
+from tests.conftest import ROOT, closing_connections, subprocess_env, wait_for
 from tests.factories import LambdaFactory, TeamFactory
 from workers import testing, turns
 from workers.consumer import SLICE_ROWS, Consumer, PassSummary
@@ -125,11 +125,10 @@ def test_several_consumers_enqueue_each_task_exactly_once(
         consumer = Consumer(batch_size=500, poll_interval_s=0.1, queue=queue,
                             clock=lambda: later)
         try:
-            while consumer.run_pass().total:
-                pass
+            with closing_connections():
+                while consumer.run_pass().total:
+                    pass
         finally:
-            turns.reset()
-            connection.close()
             queue.close()
 
     threads = [threading.Thread(target=run) for _ in range(consumers)]
@@ -538,12 +537,10 @@ def test_a_consumer_leaves_a_lambda_alone_while_another_consumer_enqueues_it(
     holding, release = threading.Event(), threading.Event()
 
     def other_consumer() -> None:
-        with turns.lambda_turn(lambda_id) as granted:
+        with closing_connections(), turns.lambda_turn(lambda_id) as granted:
             assert granted
             holding.set()
             release.wait(10)
-        turns.reset()
-        connection.close()
 
     other = threading.Thread(target=other_consumer)
     other.start()

@@ -4,13 +4,16 @@ start, run, result), from pytest and from Django's TestCase."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import TestCase
 from django.utils import timezone
 
@@ -18,6 +21,7 @@ from tasks_core import atf, registry, scheduling
 from tasks_core.contrib.tasks_compat import TaskResultStatus, task
 from tasks_core.models import TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
+from tests.conftest import ROOT, subprocess_env
 from workers.testing import TaskOutcome, run_due_tasks
 
 # Also in the SQLite run (`make test`): many projects test on SQLite.
@@ -125,3 +129,50 @@ class RunDueTasksInATestCase(TestCase):
         self.assertEqual([(o.task_id, o.status, o.value) for o in outcomes],
                          [(task.pk, TaskStatus.SUCCESS, {"greeting": "hello cy"})])
         self.assertEqual(TaskEntity.objects.get(pk=task.pk).status, TaskStatus.SUCCESS)
+
+
+#: A team's own test module: a fixture-based test and a Django TestCase, both running tasks.
+USER_TESTS = '''
+import pytest
+from django.test import TestCase
+
+from tasks_core import atf, registry
+from workers.testing import run_due_tasks as run_in_test_case
+
+registry.register("user.echo", team="user")(lambda ctx, payload: payload)
+
+
+@pytest.mark.django_db
+def test_with_the_fixture(run_due_tasks):
+    atf.schedule("user.echo", {"n": 1})
+    assert [o.value for o in run_due_tasks(lambdas=["user.echo"])] == [{"n": 1}]
+
+
+class EchoTestCase(TestCase):
+    def test_in_a_test_case(self):
+        atf.schedule("user.echo", {"n": 2})
+        self.assertEqual([o.value for o in run_in_test_case(lambdas=["user.echo"])], [{"n": 2}])
+'''
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL test database")
+def test_a_user_test_run_leaves_no_connection_and_drops_its_database(
+        tmp_path: Path, db: None) -> None:
+    # Given a team's test module that runs tasks, on a test database of its own
+    (tmp_path / "test_user.py").write_text(USER_TESTS)
+    database = f"{connection.settings_dict['NAME']}_user_run"
+    env = {**subprocess_env(), "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT),
+           "ATF_TEST_DATABASE_NAME": database}
+    # When pytest runs it (the checkout's plugin, as a team's pytest.ini names it)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "workers.pytest_plugin", "-p",
+         "no:cacheprovider", "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    # Then both tests pass, the teardown has no complaint, and the database is gone
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    assert "2 passed" in output
+    assert "being accessed by other users" not in output, output
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [database])
+        assert cursor.fetchone() == (0,)

@@ -8,6 +8,7 @@ call that one side carries out differently, fails here.
 from __future__ import annotations
 
 import copy
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -23,9 +24,9 @@ from tasks_core import atf, directory, lambda_sync, overrides, queues, store
 from tasks_core.context import TimeLimitExceeded
 from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
-from tests.conftest import wait_for
+from tests.conftest import closing_connections, wait_for
 from tests.remote import worker_token
-from workers import interrupts
+from workers import interrupts, turns
 from workers.buffer import WorkBuffer
 from workers.consumer import Consumer
 from workers.heartbeat import HeartbeatThread
@@ -70,7 +71,12 @@ def claim_one(transport: Transport, consumer: Consumer) -> store.ClaimedTask:
 def worker_running(transport: Transport, lambdas: list[str]) -> Iterator[threading.Thread]:
     """A one-executor worker over `transport`, in a thread of this process, for the block."""
     worker = WorkerProcess(lambdas, threads=1, transport=transport)
-    thread = threading.Thread(target=worker.run, name="WorkerUnderTest")
+
+    def run() -> None:
+        with closing_connections():
+            worker.run()
+
+    thread = threading.Thread(target=run, name="WorkerUnderTest")
     thread.start()
     try:
         yield thread
@@ -378,3 +384,34 @@ def test_a_remote_worker_facing_an_api_without_claimed_results_writes_them_throu
         assert transport.finish_many([(task, result)]) == [TaskStatus.SUCCESS]
     finally:
         transport.close()
+
+
+def _sessions_on_the_database() -> set[int]:
+    """Backend pids of the other sessions on the test database."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity"
+                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        return {pid for (pid,) in cursor.fetchall()}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_stat_activity")
+def test_a_stopped_worker_leaves_no_database_connection_behind(queue: queues.QueueBackend,
+                                                               consumer: Consumer) -> None:
+    # Given a worker's threads that each used the database (a heartbeating lambda's own beat too)
+    transport = DirectTransport(queue)
+    lambda_sync.sync_to_store()
+    task = atf.schedule("demo.sleep", {"seconds": 1.1})  # it heartbeats once
+    consumer.run_pass()
+    turns.reset()  # the consumer pass's own turns connection
+    before = _sessions_on_the_database()
+    # ...with no garbage collection to close what a thread leaves when it ends
+    gc.disable()
+    try:
+        with worker_running(transport, ["demo.sleep"]):
+            wait_for(lambda: TaskEntity.objects.get(pk=task.pk).status == TaskStatus.SUCCESS,
+                     message="the task succeeded")
+        # When it has stopped, Then every connection its threads opened is closed
+        wait_for(lambda: _sessions_on_the_database() <= before, timeout_s=10,
+                 message="the worker's connections closed")
+    finally:
+        gc.enable()

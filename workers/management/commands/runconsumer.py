@@ -19,10 +19,12 @@ class Command(checks.LongRunningCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--poll-interval", type=checks.positive_float,
-                            default=atf_settings.poll_interval_s, metavar="SECONDS",
+                            default=checks.setting_default(atf_settings.poll_interval_s),
+                            metavar="SECONDS",
                             help="longest sleep between two polls (default %(default)s)")
         parser.add_argument("--batch-size", type=checks.positive_int,
-                            default=atf_settings.consumer_batch_size, metavar="N",
+                            default=checks.setting_default(atf_settings.consumer_batch_size),
+                            metavar="N",
                             help="due rows taken in one pass, across lambdas "
                                  "(default %(default)s)")
 

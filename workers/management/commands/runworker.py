@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from django.core.management.base import CommandError
 
-from tasks_core import discovery, lambda_sync, registry
+from tasks_core import discovery, lambda_names, lambda_sync, registry
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from workers import checks, consumer, reloading, replacement, signals
@@ -33,7 +33,8 @@ class Command(checks.LongRunningCommand):
         parser.add_argument("lambdas", nargs="*", metavar="LAMBDA",
                             help="lambdas this worker runs (default: all registered)")
         parser.add_argument("--threads", type=checks.positive_int,
-                            default=atf_settings.worker_threads, metavar="N",
+                            default=checks.setting_default(atf_settings.worker_threads),
+                            metavar="N",
                             help="executor threads per process (default %(default)s)")
         parser.add_argument("--processes", type=checks.positive_int, default=1, metavar="N",
                             help="worker processes, restarted when they die (default 1: this "
@@ -84,6 +85,9 @@ class Command(checks.LongRunningCommand):
         one is not registered, none is, or the project's lambdas cannot be imported."""
         if broken := discovery.broken_code():
             raise CommandError(broken)
+        for name in options["lambdas"]:
+            if problem := lambda_names.problem(name):
+                raise CommandError(problem)
         names = options["lambdas"] or registry.names()
         if unknown := [name for name in names if name not in registry.names()]:
             raise CommandError(f"lambda {', '.join(unknown)} "
