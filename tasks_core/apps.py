@@ -54,7 +54,6 @@ class TasksCoreConfig(AppConfig):
             atf,
             checks,  # noqa: F401  (registers the system checks)
             directory,
-            discovery,
             lambda_sync,
             logs,
             registry,
