@@ -179,6 +179,13 @@ class AtfSettings:
     #: written); a claim gets no more than that leaves, and 429 naming this setting when it leaves
     #: none (0: no limit). Counted across every server process, in the store.
     api_held_tasks_per_thread: int = 2
+    #: Worker API: tasks the workers of one worker token may hold claimed or processing at once,
+    #: all of them together (one token may register any number of workers); a claim gets no more
+    #: than that leaves, and 429 naming this setting when it leaves none (0: no limit).
+    api_held_tasks_per_token: int = 1000
+    #: Worker API: most executor threads a worker may register (`threads` of register/; over it
+    #: is a 400 field error), which bounds what ATF_API_HELD_TASKS_PER_THREAD lets it hold.
+    api_max_worker_threads: int = 256
     #: Tasks a second one team (a token filed under none, or a session: its user) may schedule
     #: through the API, all server processes together; each task of a batch counts (429 naming
     #: the setting above it; 0: no limit).

@@ -30,6 +30,12 @@ def _one_step(backend: backends.StoreBackend) -> contextlib.AbstractContextManag
         else transaction.atomic()
 
 
+def exclusive(key: str) -> contextlib.AbstractContextManager[None]:
+    """A transaction that no other `exclusive(key)` runs beside, every process together (a
+    worker's count of what it holds, and the claim that the count bounds)."""
+    return backends.current().exclusive(key)
+
+
 def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int],
           now: datetime, start: bool = False) -> list[ClaimedTask]:
     """Claim the tasks of `messages` whose lease is current; stale messages are left out.
@@ -57,8 +63,9 @@ def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Seque
     backend = backends.current()
     claimed: list[ClaimedTask] = []
     starts = None
-    # A claim alone takes no transaction where the backend claims in one statement.
-    with transaction.atomic() if endings else _one_step(backend):
+    # A claim alone takes no transaction where the backend claims in one statement; within a
+    # caller's transaction (`exclusive`) no savepoint either: an error ends that one too.
+    with transaction.atomic(savepoint=False) if endings else _one_step(backend):
         statuses = _write_endings(backend, endings, now)
         if claiming and start:
             states.check_transition(TaskStatus.ENQUEUED, TaskStatus.PROCESSING)
