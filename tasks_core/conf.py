@@ -186,9 +186,10 @@ class AtfSettings:
     #: Worker API: most executor threads a worker may register (`threads` of register/; over it
     #: is a 400 field error), which bounds what ATF_API_HELD_TASKS_PER_THREAD lets it hold.
     api_max_worker_threads: int = 256
-    #: Tasks a second one team (a token filed under none, or a session: its user) may schedule
-    #: through the API, all server processes together; each task of a batch counts (429 naming
-    #: the setting above it; 0: no limit).
+    #: Tasks a second one team's tokens may schedule through the API, all server processes
+    #: together; each task of a batch counts, and a session or a token filed under no team
+    #: counts against every team of its user (a user in none: the user's own) (429 naming the
+    #: setting above it; 0: no limit).
     api_schedule_rate_per_team: int = 1000
     #: Tasks per page of a list, unless the caller asks for another `page_size` (at most 1000).
     api_page_size: int = 100
