@@ -211,6 +211,10 @@ class AtfSettings:
     login_max_failures: int = 5
     #: Seconds a locked-out user name and address wait (counted from their first failure).
     login_lockout_s: int = 300
+    #: Milliseconds a console list page's queries may run, each (PostgreSQL's statement_timeout,
+    #: set for the page's transaction alone); past it the page answers 503 with a message
+    #: rather than keep a database connection busy (0: no limit; SQLite: none).
+    console_statement_timeout_ms: int = 5000
 
     def __getattribute__(self, name: str) -> Any:
         if name in _DEFAULTS:
