@@ -10,18 +10,23 @@ they count and claim beside each other as a server's threads and processes do.
 from __future__ import annotations
 
 import functools
+import threading
 from collections import Counter
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tasks_api import held_tasks
 from tasks_api.models import Scope
-from tasks_core import atf
+from tasks_core import atf, store
 from tasks_core.models import TaskEntity
 from tasks_core.queues import QueueBackend
-from tests.conftest import race
+from tests.conftest import race, wait_for
+from tests.factories import LambdaFactory
 from tests.integration.tasks_api.test_api_support import member, new_token
 from workers.consumer import Consumer
 
@@ -108,3 +113,42 @@ def test_a_worker_may_register_no_more_threads_than_the_setting_allows() -> None
     assert refused.status_code == 400
     assert "ATF_API_MAX_WORKER_THREADS" in refused.json()["threads"][0], refused.json()
     assert fleet.post("register/", {**body, "threads": 256}).status_code == 201
+
+
+@override_settings(ATF_API_HELD_TASKS_PER_THREAD=2)
+def test_a_claim_whose_room_went_while_it_waited_puts_the_task_back(
+        queue: QueueBackend) -> None:
+    # Given a one-thread worker (a bound of 2) whose claim waits for work
+    fleet = Fleet("wait")
+    worker = fleet.register("host-w:1", threads=1)
+    answers: list[Any] = []
+
+    def waiting_claim() -> None:
+        try:
+            answers.append(fleet.post("claim/", {"worker": worker, "max": 2, "wait_s": 10}))
+        finally:
+            connection.close()
+
+    waiter = threading.Thread(target=waiting_claim)
+    waiter.start()
+    try:
+        wait_for(lambda: held_tasks._waiting.asked.get(worker))
+        # When, meanwhile, another server process claims two tasks for it (the store's claim,
+        # past this process's count of waiting claims: tasks of a lambda it does not wait on)
+        side = LambdaFactory(name="wait.side", team=fleet.who.team)
+        for n in range(2):
+            atf.schedule(side.name, {"n": n})
+        Consumer(batch_size=500, poll_interval_s=0.1, queue=queue).run_pass()
+        popped = queue.pop([queue.queue_name(side.name, "default")], max_count=2, wait_s=0)
+        assert len(store.claim([p.message for p in popped if p.message], worker=worker,
+                               lambda_ids=[side.pk], now=timezone.now())) == 2
+        # and then a task of its lambda is ready
+        fleet.ready(queue, 1)
+    finally:
+        waiter.join(timeout=15)
+    # Then the waiting claim takes nothing: its bound is full once it counts again
+    assert answers[0].status_code == 200 and answers[0].json()["tasks"] == []
+    assert _held() == 2
+    # And the task it popped is back on the queue, for another worker to claim
+    other = fleet.register("host-w:2", threads=1)
+    assert len(fleet.post("claim/", {"worker": other, "max": 2}).json()["tasks"]) == 1
