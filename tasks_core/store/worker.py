@@ -63,9 +63,8 @@ def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Seque
     backend = backends.current()
     claimed: list[ClaimedTask] = []
     starts = None
-    # A claim alone takes no transaction where the backend claims in one statement; within a
-    # caller's transaction (`exclusive`) no savepoint either: an error ends that one too.
-    with transaction.atomic(savepoint=False) if endings else _one_step(backend):
+    # A claim alone takes no transaction where the backend claims in one statement.
+    with transaction.atomic() if endings else _one_step(backend):
         statuses = _write_endings(backend, endings, now)
         if claiming and start:
             states.check_transition(TaskStatus.ENQUEUED, TaskStatus.PROCESSING)
