@@ -10,6 +10,10 @@ never refused for being a batch. A request counts before it is validated (refusi
 costs little), and a request over the rate is refused whole, counts nothing, and is answered
 `429` naming the setting with `Retry-After: <seconds until it would fit>`. An
 unreachable cache lets requests through, as the request throttle does.
+
+A token counts against its own team. A session, or a full token filed under no team, counts
+against every team its user is a member of (`budgets`): otherwise one member could schedule at
+the team's rate with a token and at as much again signed in.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from django.core.cache import cache
 from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 
-from tasks_api.fair_share import caller_keys
+from tasks_api.models import ApiToken
 from tasks_api.throttling import count_in_window
+from tasks_core import access
 from tasks_core.conf import atf_settings
 
 logger = logging.getLogger(__name__)
@@ -90,28 +95,59 @@ class _EndedWindows:
 _ended_windows = _EndedWindows()
 
 
+def budgets(request: Request) -> list[str]:
+    """The keys whose rates the caller's tasks count against: a token's own team; for a
+    session or a token filed under no team, every team its user is a member of (so that one
+    member's token and session share their team's budget), or the user when in none."""
+    auth = request.auth
+    if isinstance(auth, ApiToken) and auth.team_id is not None:
+        return [f"team-{auth.team_id}"]
+    user = request.user
+    team_ids = access.Scope.of(user).team_ids
+    if team_ids is None:  # sees every team: its memberships, read here
+        team_ids = frozenset(user.atf_teams.values_list("pk", flat=True))  # type: ignore[union-attr]
+    return [f"team-{pk}" for pk in sorted(team_ids)] or [f"user-{user.pk}"]
+
+
+def _over(key: str, tasks: int, limit: int, window: int, elapsed: float,
+          timeout_s: int) -> tuple[str, int, int] | None:
+    """Count `tasks` in `key`'s current window; (its window key, its count, the previous
+    window's) when that puts it over `limit`, else None (the cache could not count: let it
+    through)."""
+    current_key = key + str(window)
+    current = count_in_window(current_key, tasks, timeout_s=timeout_s)
+    if current is None:
+        return None
+    previous = _ended_windows.count(key + str(window - 1), window)
+    if previous * (1 - elapsed) + current <= limit:
+        return None
+    return current_key, current, previous
+
+
 def take(request: Request, tasks: int, *, now: float | None = None) -> None:
-    """Count `tasks` against the caller's team's rate, or raise ScheduleRateExceeded (and count
-    nothing). `now` (a Unix time) is the clock's, unless a test gives one."""
+    """Count `tasks` against the rate of each of the caller's budgets (`budgets`), or raise
+    ScheduleRateExceeded (and count nothing). `now` (a Unix time) is the clock's, unless a test
+    gives one."""
     rate = atf_settings.api_schedule_rate_per_team
     if not rate:
         return
-    team, _token = caller_keys(request)
     limit = window_limit(rate)
     span_s = limit / rate
     window, elapsed = divmod((time.time() if now is None else now) / span_s, 1)
-    key = f"{atf_settings.queue_prefix}:schedule-rate:{team}:{span_s:g}:"
-    current_key = key + str(int(window))
-    current = count_in_window(current_key, tasks, timeout_s=math.ceil(2 * span_s) + 1)
-    if current is None:  # the cache could not count: let it through
+    timeout_s = math.ceil(2 * span_s) + 1
+    keys = [f"{atf_settings.queue_prefix}:schedule-rate:{budget}:{span_s:g}:"
+            for budget in budgets(request)]
+    counted = [(key + str(int(window)), _over(key, tasks, limit, int(window), elapsed,
+                                              timeout_s)) for key in keys]
+    refusals = [over for _key, over in counted if over is not None]
+    if not refusals:
         return
-    previous = _ended_windows.count(key + str(int(window) - 1), int(window))
-    if previous * (1 - elapsed) + current <= limit:
-        return
-    with contextlib.suppress(ValueError):  # the key vanished: nothing to give back
-        cache.decr(current_key, tasks)
-    wait = windows_until_fits(tasks=tasks, limit=limit, previous=previous,
-                               current=current - tasks, elapsed=elapsed) * span_s
-    logger.info("refused: %d tasks for %s over its scheduling rate", tasks, team,
+    for current_key, _over_it in counted:
+        with contextlib.suppress(ValueError):  # the key vanished: nothing to give back
+            cache.decr(current_key, tasks)
+    wait = max(windows_until_fits(tasks=tasks, limit=limit, previous=previous,
+                                  current=current - tasks, elapsed=elapsed)
+               for _key, current, previous in refusals) * span_s
+    logger.info("refused: %d tasks for %s over its scheduling rate", tasks, request.user,
                 extra={"action": "schedule_rate_exceeded", "setting": SETTING})
     raise ScheduleRateExceeded(rate, max(1.0, math.ceil(wait)))

@@ -40,7 +40,16 @@ class LambdaTimeoutsSerializer(serializers.Serializer):
 class RegisterSerializer(WorkerIdSerializer, LambdaNamesSerializer):
     host = serializers.CharField(max_length=200)
     pid = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
-    threads = serializers.IntegerField(min_value=1, max_value=10_000)
+    threads = serializers.IntegerField(
+        min_value=1, max_value=10_000,
+        help_text="Executor threads; at most ATF_API_MAX_WORKER_THREADS (256 by default).")
+
+    def validate_threads(self, value: int) -> int:
+        if value > (most := atf_settings.api_max_worker_threads):
+            raise serializers.ValidationError(
+                f"Ensure this value is less than or equal to {most} "
+                f"(ATF_API_MAX_WORKER_THREADS).")
+        return value
 
 
 class LeasesSerializer(StrictSerializer):

@@ -131,8 +131,9 @@ class ClaimView(WorkerView):
     long poll). Each comes with the lease that every later call about it presents. A claim
     may carry `results` as finish/ takes them: they are recorded in the claim's commit, with
     the same checks, answered in `results` as finish/ answers them, and the claim answers at
-    once. A worker gets no more tasks than its bound leaves (ATF_API_HELD_TASKS_PER_THREAD):
-    none, and no results carried, is a 429 naming the setting."""
+    once. A worker gets no more tasks than its bound (ATF_API_HELD_TASKS_PER_THREAD) and its
+    token's ceiling (ATF_API_HELD_TASKS_PER_TOKEN) leave: none, and no results carried, is a
+    429 naming the setting."""
 
     @extend_schema(request=shapes.ClaimSerializer,
                    responses={200: shapes.ClaimedSerializer, **_errors(400, 404, 413, 415)})
@@ -140,18 +141,22 @@ class ClaimView(WorkerView):
         form = _form(shapes.ClaimSerializer, request)
         worker, wanted = self.worker(form), form.validated_data["max"]
         start, ends = form.validated_data["start"], form.reported_ends()
-        held = held_tasks.holding(worker, ends)
-        claimed, statuses = remote_workers.claim(
-            worker, queue=_shared_queue(), teams=self.teams(), start=start, wait_s=0,
-            max_count=held_tasks.claimable(worker, wanted, held=held, carries_results=bool(ends)),
-            reported_ends=ends)
+        with held_tasks.counted(worker, wanted, ends, refuse=not ends) as room:
+            claimed, statuses = remote_workers.claim(
+                worker, queue=_shared_queue(), teams=self.teams(), start=start,
+                max_count=room.count, reported_ends=ends)
         if not claimed and not ends and form.validated_data["wait_s"] > 0:
             # Only a claim that must wait takes a waiting share: a ready task is always served.
             with (self.waiting(fair_share.waiting_claim_shares(request)),
-                  held_tasks.waiting(worker, wanted, held=held) as max_count):
-                claimed, _none = remote_workers.claim(
+                  held_tasks.waiting(worker, wanted, held=room.held) as max_count):
+                popped = remote_workers.wait_for_work(
                     worker, queue=_shared_queue("waits"), max_count=max_count,
-                    wait_s=form.validated_data["wait_s"], teams=self.teams(), start=start)
+                    wait_s=form.validated_data["wait_s"])
+            if popped:
+                with held_tasks.counted(worker, len(popped), refuse=False) as room:
+                    claimed = remote_workers.claim_popped(
+                        worker, popped, queue=_shared_queue("waits"), max_count=room.count,
+                        start=start)
         return Response({"tasks": [task.as_json() for task in claimed],
                          "results": _finished(statuses)})
 

@@ -13,12 +13,16 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from tasks_console import statement_timeout
 from tasks_core import access
 from tasks_core.access import Scope
 from tasks_core.limits import bad_text
 
 #: Per-task messages shown after an action; the rest are summed up in one line.
 MAX_MESSAGES = 20
+#: The lookups of Django's own list filters on a field (choices, booleans, dates, relations,
+#: empty values): `<field>__<lookup>`.
+FIELD_FILTER_LOOKUPS = ("exact", "isnull", "gte", "lt", "isempty", "id__exact")
 
 
 class ConsoleAdmin(admin.ModelAdmin):
@@ -36,8 +40,46 @@ class ConsoleAdmin(admin.ModelAdmin):
     def has_module_permission(self, request: HttpRequest) -> bool:
         return access.may_use_console(request.user)
 
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None,
+                       ) -> bool:
+        """Only the filters the list offers (`list_filter`, `date_hierarchy`): the admin would
+        let any lookup on a field of the model through (`?payload__icontains=`), a scan of the
+        table that no index answers. Any other is refused (Django's 400 page)."""
+        return lookup in self.offered_lookups(request)
+
+    def offered_lookups(self, request: HttpRequest | None) -> set[str]:
+        """The query parameters of the list's own filters."""
+        offered = set()
+        items = self.get_list_filter(request) if request is not None else self.list_filter
+        for item in items:
+            if isinstance(item, type) and issubclass(item, admin.SimpleListFilter):
+                offered.add(str(item.parameter_name))
+            else:
+                path = item[0] if isinstance(item, (list, tuple)) else item
+                offered.update(f"{path}__{lookup}" for lookup in FIELD_FILTER_LOOKUPS)
+        if self.date_hierarchy:
+            offered.update(f"{self.date_hierarchy}__{part}" for part in ("year", "month", "day"))
+        return offered
+
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """A list page, its queries under the console's statement timeout (a page that runs
+        past it answers 503 with a message); actions (POSTs) are not limited."""
+        if request.method not in ("GET", "HEAD"):
+            return self.list_page(request, extra_context)
+        try:
+            with statement_timeout.limited():
+                response = self.list_page(request, extra_context)
+                if isinstance(response, TemplateResponse):
+                    response.render()  # its rows are read here, within the limit
+        except statement_timeout.TimedOut as exc:
+            return TemplateResponse(request, "tasks_console/timed_out.html", {
+                **self.admin_site.each_context(request), "title": "The list took too long",
+                "opts": self.model._meta, "message": str(exc)}, status=503)
+        return response
+
+    def list_page(self, request: HttpRequest,
+                  extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """A list whose filters hold text no row can (NUL, lone surrogates) drops those
         filters; one whose values do not parse is shown unfiltered. Both say so."""
         if dropped := sorted({key for key, values in request.GET.lists()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import forms
 from django.utils import timezone
 
+from tasks_api.models import ApiToken
+from tasks_api.token_api import CreateTokenSerializer
 from tasks_core import limits, periodic
 from tasks_core.exceptions import InvalidTask, LimitReached
 from tasks_core.models import PeriodicTask
@@ -73,3 +76,27 @@ class PeriodicTaskForm(forms.ModelForm):
                     self.add_error(None, [f"{name}: {message}" for message in messages])
                 elif field not in self.errors:  # the form's own error on it says it first
                     self.add_error(field, messages)
+
+
+class ApiTokenForm(forms.ModelForm):
+    """A new token as the console makes it, refused for exactly what `POST /api/v1/tokens/`
+    refuses: its name, scope and expiry go through the API's own serializer
+    (CreateTokenSerializer); the team is the admin's scoped choice."""
+
+    #: The serializer's fields that this form has too.
+    CHECKED = ("name", "scope", "expires_at")
+
+    class Meta:
+        model = ApiToken
+        fields = ["name", "team", "scope", "expires_at"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        values = {name: cleaned[name] for name in self.CHECKED if cleaned.get(name) is not None}
+        check = CreateTokenSerializer(data=values)
+        if not check.is_valid():
+            for name, messages in check.errors.items():
+                field = name if name in self.fields else None
+                if field is None or field not in self.errors:
+                    self.add_error(field, [str(message) for message in messages])
+        return cleaned

@@ -221,12 +221,12 @@ class DeadLetterAdmin(BigTaskListAdmin):
     actions = ["requeue_dead", "discard_dead"]
     object_buttons = [("requeue_dead", "Requeue"), ("discard_dead", "Discard…")]
 
-    def changelist_view(self, request: HttpRequest,
-                        extra_context: dict | None = None) -> HttpResponse:
+    def list_page(self, request: HttpRequest,
+                  extra_context: dict | None = None) -> HttpResponse:
         dead = self.get_queryset(request)
         extra = {**(extra_context or {}), "dead_groups": self.groups(dead),
                  "group_sample": GROUP_SAMPLE if self.sampled(dead) else None}
-        return super().changelist_view(request, extra)
+        return super().list_page(request, extra)
 
     @staticmethod
     def sampled(dead: QuerySet) -> bool:

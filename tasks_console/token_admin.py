@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, cast
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Field, ForeignKey, Model, QuerySet
-from django.forms import Field as FormField
+from django.db.models import ForeignKey, Model, QuerySet
 from django.forms import ModelChoiceField
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 
 from tasks_api import tokens
 from tasks_api.models import ApiToken
 from tasks_console import filters
 from tasks_console.base import ConsoleAdmin, report
-from tasks_console.forms import within_time_bounds
+from tasks_console.forms import ApiTokenForm
 from tasks_core import access
 from tasks_core.access import Scope
 from tasks_core.models import Team
@@ -25,11 +27,20 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
+#: The token a request just made, until its response shows it (gone with the request).
+_issued: weakref.WeakKeyDictionary[HttpRequest, str] = weakref.WeakKeyDictionary()
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(ConsoleAdmin):
     """A console user may make tokens for their teams, and see and revoke every token that can
-    act on them (tokens.acting_on)."""
+    act on them (tokens.acting_on).
 
+    A new token is shown once, on the page that answers the add's POST (never cached), and
+    nowhere else: not in a message (the messages framework keeps those in a cookie or the
+    session), not in a redirect."""
+
+    form = ApiTokenForm
     team_path = None  # get_queryset scopes the rows
     list_display = ("name", "prefix_shown", "team", "user", "scope", "created_at", "expires_at",
                     "last_used_at", "active")
@@ -59,13 +70,6 @@ class ApiTokenAdmin(ConsoleAdmin):
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
         return access.may_use_console(request.user)
 
-    def formfield_for_dbfield(self, db_field: Field, request: HttpRequest,
-                              **kwargs: Any) -> FormField | None:
-        field = super().formfield_for_dbfield(db_field, request, **kwargs)
-        if db_field.name == "expires_at" and field is not None:
-            field.validators.append(within_time_bounds)
-        return field
-
     def formfield_for_foreignkey(self, db_field: ForeignKey, request: HttpRequest,
                                  **kwargs: Any) -> ModelChoiceField | None:
         if db_field.name == "team":
@@ -81,9 +85,17 @@ class ApiTokenAdmin(ConsoleAdmin):
             raise PermissionDenied("You may make tokens only for your teams.")
         # The admin site lets only signed-in staff in.
         obj.user = cast("User", request.user)
-        token = tokens.save_new(obj)
-        messages.warning(request, f"Token {obj.name!r}: {token} — copy it now, it is not "
-                                  "shown again.")
+        _issued[request] = tokens.save_new(obj)
+
+    def response_add(self, request: HttpRequest, obj: Model,
+                     post_url_continue: str | None = None) -> HttpResponse:
+        """The page that shows the new token, once: the answer to the POST itself."""
+        token = _issued.pop(request)
+        response = TemplateResponse(request, "tasks_console/token_created.html", {
+            **self.admin_site.each_context(request), "title": "Copy the new token now",
+            "opts": self.model._meta, "row": obj, "token": token})
+        add_never_cache_headers(response)  # Cache-Control: no-store, among others
+        return response
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:

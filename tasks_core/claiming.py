@@ -55,6 +55,18 @@ class Claimer:
         """Claim the popped messages whose lease is current; stale ones are dropped."""
         return self.finish_and_claim((), popped)[1]
 
+    def put_back(self, popped: Sequence[queues.Popped]) -> None:
+        """Push popped messages that will not be claimed back onto their queues (and ack the
+        ones taken, where the backend acks)."""
+        for queue_name in {item.queue for item in popped}:
+            messages = [i.message for i in popped
+                        if i.queue == queue_name and i.message is not None]
+            if not messages:
+                continue
+            self.queue.push(queue_name, messages)
+            if self.queue.supports_ack:
+                self.queue.ack(queue_name, messages)
+
     def finish_and_claim(self, done: Sequence[tuple[store.ClaimedTask, store.Result]],
                          popped: Sequence[queues.Popped],
                          ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:

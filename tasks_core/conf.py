@@ -196,9 +196,17 @@ class AtfSettings:
     #: written); a claim gets no more than that leaves, and 429 naming this setting when it leaves
     #: none (0: no limit). Counted across every server process, in the store.
     api_held_tasks_per_thread: int = 2
-    #: Tasks a second one team (a token filed under none, or a session: its user) may schedule
-    #: through the API, all server processes together; each task of a batch counts (429 naming
-    #: the setting above it; 0: no limit).
+    #: Worker API: tasks the workers of one worker token may hold claimed or processing at once,
+    #: all of them together (one token may register any number of workers); a claim gets no more
+    #: than that leaves, and 429 naming this setting when it leaves none (0: no limit).
+    api_held_tasks_per_token: int = 1000
+    #: Worker API: most executor threads a worker may register (`threads` of register/; over it
+    #: is a 400 field error), which bounds what ATF_API_HELD_TASKS_PER_THREAD lets it hold.
+    api_max_worker_threads: int = 256
+    #: Tasks a second one team's tokens may schedule through the API, all server processes
+    #: together; each task of a batch counts, and a session or a token filed under no team
+    #: counts against every team of its user (a user in none: the user's own) (429 naming the
+    #: setting above it; 0: no limit).
     api_schedule_rate_per_team: int = 1000
     #: Tasks per page of a list, unless the caller asks for another `page_size` (at most 1000).
     api_page_size: int = 100
@@ -220,6 +228,10 @@ class AtfSettings:
     login_max_failures: int = 5
     #: Seconds a locked-out user name and address wait (counted from their first failure).
     login_lockout_s: int = 300
+    #: Milliseconds a console list page's queries may run, each (PostgreSQL's statement_timeout,
+    #: set for the page's transaction alone); past it the page answers 503 with a message
+    #: rather than keep a database connection busy (0: no limit; SQLite: none).
+    console_statement_timeout_ms: int = 5000
 
     def __getattribute__(self, name: str) -> Any:
         if name in _DEFAULTS:

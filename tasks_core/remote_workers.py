@@ -8,7 +8,9 @@ treated as unknown: not started, lost, refused, not released.
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +18,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from tasks_core import directory, json_fields, limits, queues, store, worker_registry
@@ -148,43 +150,85 @@ def worker(worker_id: str, teams: Teams, credential: str) -> Worker:
 MAX_POPPED = 2000
 
 
-def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int, wait_s: float,
-          teams: Teams, start: bool = False, reported_ends: Sequence[ReportedEnd] = (),
+def _claimer(row: Worker, queue: queues.QueueBackend, *, start: bool) -> Claimer:
+    return Claimer(queue=queue, worker_id=row.worker_id,
+                   lambda_ids={name: directory.by_name(name).id for name in row.lambdas},
+                   priorities=atf_settings.priorities, start=start)
+
+
+def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int, teams: Teams,
+          start: bool = False, reported_ends: Sequence[ReportedEnd] = (),
           ) -> tuple[list[store.ClaimedTask], dict[int, TaskStatus | None]]:
-    """Up to `max_count` claimed tasks of the worker's lambdas, waiting up to `wait_s`; with
+    """Up to `max_count` claimed tasks of the worker's lambdas, of those ready now; with
     `start`, started too (enqueued -> processing: no start call follows).
 
     `reported_ends`, finished attempts checked as `finish` checks them, are recorded in the
     commit of the claim (on their own if no task is ready), and answered as `finish` answers
-    them; a claim that carries any does not wait, so their statuses are not held back. With
-    `max_count` 0 (its bound leaves the worker no room), the results alone are recorded."""
+    them. With `max_count` 0 (its bound leaves the worker no room), the results alone are
+    recorded."""
     if max_count <= 0:
         return [], finish(row, reported_ends, teams)
-    claimer = Claimer(queue=queue, worker_id=row.worker_id,
-                      lambda_ids={name: directory.by_name(name).id for name in row.lambdas},
-                      priorities=atf_settings.priorities, start=start)
+    claimer = _claimer(row, queue, start=start)
     done = _reported(row, reported_ends, teams)
     statuses, claimed = _claim_ready(claimer, max_count, done)
-    answered = _answered(reported_ends, done, statuses)
-    if claimed or wait_s <= 0 or reported_ends:
-        return claimed, answered
-    # A waiting claim holds no database connection: hundreds of idle workers then cost the
-    # store nothing. The claim that follows opens (or takes from the pool) a fresh one.
+    return claimed, _answered(reported_ends, done, statuses)
+
+
+def wait_for_work(row: Worker, *, queue: queues.QueueBackend, max_count: int,
+                  wait_s: float) -> list[queues.Popped]:
+    """Up to `max_count` messages of the worker's lambdas' queues, waiting up to `wait_s` for
+    one; `claim_popped` claims them.
+
+    A waiting claim holds no database connection: hundreds of idle workers then cost the
+    store nothing. The claim that follows opens (or takes from the pool) a fresh one."""
     if not connection.in_atomic_block:
         connection.close()
-    return claimer.take(max_count, wait_s=wait_s), answered
+    claimer = _claimer(row, queue, start=False)
+    return claimer.queue.pop(claimer.queue_names(), max_count=max_count, wait_s=wait_s)
 
 
-def held(row: Worker, reported_ends: Sequence[ReportedEnd] = ()) -> int:
-    """Tasks `row` holds, claimed or processing, once `reported_ends` (with their current
-    leases) are recorded. One read by the index of held tasks (task_held), which visits this
-    worker's rows only."""
-    ending = {end.task_id: end.lease for end in reported_ends}
-    rows = TaskEntity.objects.filter(
-        worker=row.worker_id, status__in=(TaskStatus.CLAIMED, TaskStatus.PROCESSING),
-    ).values_list("pk", "lease", "status")
-    return sum(1 for pk, lease, status in rows
-               if status != TaskStatus.PROCESSING or ending.get(pk) != lease)
+def claim_popped(row: Worker, popped: Sequence[queues.Popped], *, queue: queues.QueueBackend,
+                 max_count: int, start: bool = False) -> list[store.ClaimedTask]:
+    """Claim the first `max_count` of the `popped` messages (stale ones are dropped) and put
+    the others back on their queues: what the worker's bound leaves it once its wait ends."""
+    claimer = _claimer(row, queue, start=start)
+    taken, left = popped[:max(0, max_count)], popped[max(0, max_count):]
+    if left:
+        claimer.put_back(left)
+    return claimer.claim(taken) if taken else []
+
+
+#: The statuses of the tasks a worker holds (those the partial index task_held covers).
+HELD = (TaskStatus.CLAIMED, TaskStatus.PROCESSING)
+
+
+@dataclass(frozen=True)
+class Holding:
+    """Tasks held, claimed or processing: by one worker, and by every worker of its token."""
+
+    worker: int
+    token: int
+
+
+def held(row: Worker, reported_ends: Sequence[ReportedEnd] = (), *,
+         whole_token: bool = False) -> Holding:
+    """Tasks `row` holds, and with `whole_token` those every worker of its token holds (0
+    without), once `reported_ends` (with their current leases) are recorded. One read by the
+    index of held tasks (task_held), which visits these workers' rows only."""
+    mine = Q(worker=row.worker_id)
+    counts = {"by_worker": Count("pk", filter=mine)}
+    if whole_token:
+        counts["by_token"] = Count("pk")
+    if reported_ends:
+        ending = functools.reduce(operator.or_, (Q(pk=end.task_id, lease=end.lease)
+                                                 for end in reported_ends))
+        counts["freed"] = Count("pk", filter=mine & Q(status=TaskStatus.PROCESSING) & ending)
+    found = TaskEntity.objects.filter(
+        Q(worker__in=_workers_of(row.credential)) if whole_token else mine,
+        status__in=HELD).aggregate(**counts)
+    freed = found.get("freed", 0)
+    return Holding(worker=found["by_worker"] - freed,
+                   token=max(0, found.get("by_token", 0) - freed))
 
 
 def _claim_ready(claimer: Claimer, max_count: int,

@@ -33,6 +33,7 @@ from tasks_core.store.values import (
 )
 from tasks_core.store.worker import (
     claim,
+    exclusive,
     finish,
     finish_and_claim,
     finish_many,
@@ -44,7 +45,7 @@ from tasks_core.store.worker import (
 
 __all__ = [
     "CLAIMED_COLUMNS", "ClaimedTask", "DueBatch", "Lease", "NewTask", "Outcome", "Result",
-    "cancel", "claim", "create", "discard", "enqueue_due", "error_info", "finish",
+    "cancel", "claim", "create", "discard", "enqueue_due", "error_info", "exclusive", "finish",
     "finish_and_claim", "finish_many", "heartbeat", "release", "requeue", "retrigger",
     "run_now", "start", "start_many", "stop_requested", "transition",
 ]

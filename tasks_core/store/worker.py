@@ -30,6 +30,12 @@ def _one_step(backend: backends.StoreBackend) -> contextlib.AbstractContextManag
         else transaction.atomic()
 
 
+def exclusive(key: str) -> contextlib.AbstractContextManager[None]:
+    """A transaction that no other `exclusive(key)` runs beside, every process together (a
+    worker's count of what it holds, and the claim that the count bounds)."""
+    return backends.current().exclusive(key)
+
+
 def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int],
           now: datetime, start: bool = False) -> list[ClaimedTask]:
     """Claim the tasks of `messages` whose lease is current; stale messages are left out.

@@ -8,10 +8,15 @@ of what the method returns. Rows are locked in id order (the lock order of tasks
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
+
+from django.db import transaction
 
 from tasks_core import directory
 from tasks_core.models import TaskEntity
@@ -25,6 +30,10 @@ from tasks_core.store.values import (
     LostAttempt,
     Starts,
 )
+
+#: Locks of `StoreBackend.exclusive` in this process, a key taking one by its hash (two keys
+#: that share one wait for each other, which is only slower).
+_EXCLUSIVE_LOCKS = [threading.Lock() for _ in range(64)]
 
 
 class StoreBackend(ABC):
@@ -96,6 +105,16 @@ class StoreBackend(ABC):
         """Bring the trigger of `enqueued` tasks with a current lease forward to `at`."""
 
     # --- the workers ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def exclusive(self, key: str) -> Iterator[None]:
+        """A transaction that no other `exclusive(key)` runs beside: what it reads stays true
+        until it commits, for every writer that takes the same key first (a count, then a write
+        that the count bounds). Here a lock of this server process, taken before the
+        transaction opens: SQLite has one writer, and one process serves it."""
+        with _EXCLUSIVE_LOCKS[zlib.crc32(key.encode()) % len(_EXCLUSIVE_LOCKS)], \
+                transaction.atomic():
+            yield
 
     #: claim() and start() are one statement each: outside a transaction they need none of
     #: their own (the statement is atomic, and saves the BEGIN and COMMIT round trips).

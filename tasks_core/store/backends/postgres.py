@@ -10,12 +10,13 @@ else (heartbeat, release, operators' actions, chains) is the ORM backend's, whic
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from tasks_core.gating import GateState
 from tasks_core.models import (
@@ -373,6 +374,11 @@ def _batch(entities: Sequence[TaskEntity], assocs: Sequence[AssocChange],
     }
 
 
+#: The first key of ATF's advisory locks ("ATF" in ASCII), the second the hash of the key.
+EXCLUSIVE_SPACE = 0x415446
+EXCLUSIVE = "SELECT pg_advisory_xact_lock(%(space)s, hashtext(%(key)s))"
+
+
 class PostgresBackend(OrmBackend):
     """The ORM backend with its hot batch steps replaced by the statements above; `prepare`:
     each statement is prepared once per connection (off behind a transaction-mode pooler)."""
@@ -386,6 +392,15 @@ class PostgresBackend(OrmBackend):
 
     def _run(self, sql: str, params: Mapping[str, Any]) -> list[tuple]:
         return _execute(sql, params, prepare=self.prepare)
+
+    @contextlib.contextmanager
+    def exclusive(self, key: str) -> Iterator[None]:
+        """The transaction takes an advisory lock on `key` (every server process sees it),
+        held until it ends: one statement, and none left behind on the connection, so a
+        transaction-mode pooler (PgBouncer) may hand the connection on after the commit."""
+        with transaction.atomic():
+            self._run(EXCLUSIVE, {"space": EXCLUSIVE_SPACE, "key": key})
+            yield
 
     def insert(self, entities: Sequence[TaskEntity], assocs: Sequence[AssocChange], *,
                collections: Sequence[tuple[int, str]] = ()) -> None:

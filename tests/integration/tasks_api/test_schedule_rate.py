@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import redis
 from django.test import override_settings
+from rest_framework.test import APIClient
 
 from tasks_core.models import TaskEntity
 from tests.integration.tasks_api.test_api_support import Member, member, schedule, token_client
@@ -95,3 +96,19 @@ def test_the_last_window_weighs_as_much_as_it_still_overlaps(alice: Member) -> N
     schedule_rate.take(caller, 25, now=start + span_s / 2)
     with pytest.raises(schedule_rate.ScheduleRateExceeded):
         schedule_rate.take(caller, 1, now=start + span_s / 2)
+
+
+@override_settings(**SLOW)
+def test_a_members_session_and_team_less_token_count_against_their_team(alice: Member) -> None:
+    # Given alice's team at its rate through her team's token
+    assert batch(alice.client, alice.lam.name, 50).status_code == 201
+    assert batch(alice.client, alice.lam.name, 50).status_code == 201
+    # When she schedules signed in (a session), and with a full token filed under no team
+    session = APIClient()
+    session.force_login(alice.user)
+    teamless = token_client(alice.user)
+    answers = [session.post("/api/v1/tasks/", {"lambda": alice.lam.name}, format="json"),
+               teamless.post("/api/v1/tasks/", {"lambda": alice.lam.name}, format="json")]
+    # Then both are refused: one member's token and session share the team's budget
+    assert [answer.status_code for answer in answers] == [429, 429], answers[0].content
+    assert TaskEntity.objects.filter(lambda_ref=alice.lam).count() == 100

@@ -32,7 +32,7 @@ PAGES = {
     DEAD: ["lambda", "team", "collection", "error_type", "error_message", "q",
            "finished_at__gte"],
     ATTEMPTS: ["outcome__exact", "q"],
-    LAMBDAS: ["gate__exact", "team__id__exact", "in_code__exact", "q"],
+    LAMBDAS: ["gate__exact", "team", "in_code__exact", "q"],
     PERIODIC: ["lambda", "enabled__exact", "q"],
     WORKERS: ["q"],
 }

@@ -85,3 +85,51 @@ def test_a_token_expiry_out_of_range_is_a_form_error(client: Client, day: str) -
     assert response.context["adminform"].form.errors["expires_at"] == [
         limits.TIME_OUT_OF_RANGE]
     assert not ApiToken.objects.filter(name="far").exists()
+
+
+def test_a_new_token_is_shown_in_the_posts_own_answer_never_in_a_cookie_or_the_session(
+        client: Client) -> None:
+    # Given a staff member of team "payments"
+    user = staff_of("payments")
+    client.force_login(user)
+    # When they add a token (the answer not followed anywhere)
+    response = client.post(ADD, {"name": "host-2", "team": user.atf_teams.get().pk,
+                                 "scope": "worker"})
+    # Then that answer is the page that shows it, and is not to be stored
+    assert response.status_code == 200
+    shown = re.search(r"atf_[A-Za-z0-9_-]{40}", response.content.decode())
+    assert shown, response.content.decode()[:2000]
+    assert "no-store" in response["Cache-Control"]
+    # And it is in no cookie (the messages cookie included) and not in the session
+    token = shown.group(0)
+    assert all(token not in morsel.value for morsel in response.cookies.values())
+    assert all(token not in morsel.value for morsel in client.cookies.values())
+    assert token not in str(dict(client.session.items()))
+    assert token not in client.get(TOKENS).content.decode()
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"name": "tab\there"}, "name"),
+    ({"name": "nul\x00here"}, "name"),
+    ({"expires_at_0": "2001-01-01", "expires_at_1": "00:00:00"}, "expires_at"),
+])
+def test_the_console_refuses_the_names_and_expiries_the_api_refuses(
+        client: Client, body: dict[str, str], field: str) -> None:
+    # Given a staff member of team "payments"
+    user = staff_of("payments")
+    client.force_login(user)
+    team = user.atf_teams.get()
+    # The API refuses it
+    api = Client(HTTP_AUTHORIZATION=f"Token {new_token(user, team)}")
+    api_body = {"name": "fine", "expires_at": "2001-01-01T00:00:00Z"} if field == "expires_at" \
+        else body
+    refused = api.post("/api/v1/tokens/", api_body, content_type="application/json")
+    assert refused.status_code == 400 and field in refused.json(), refused.json()
+    # When the console's form is sent the same
+    made = ApiToken.objects.count()
+    response = client.post(ADD, {"name": "fine", "team": team.pk, "scope": "full", **body})
+    # Then it is refused on that field, and no token is made
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors.get(field), response.context[
+        "adminform"].form.errors
+    assert ApiToken.objects.count() == made
