@@ -14,7 +14,7 @@ from django.db.models import Q
 
 from tasks_core import lambda_options
 from tasks_core.gating import Gate, GateState
-from tasks_core.states import AssocStatus, TaskStatus
+from tasks_core.states import COUNTED_FROM_ROWS, FINAL, AssocStatus, TaskStatus
 
 
 def _choices(enum_type: type[Enum]) -> list[tuple[str, str]]:
@@ -169,6 +169,10 @@ class TaskEntity(models.Model):
             # only claimed and processing rows, so its size is the fleet's tasks in flight.
             models.Index(fields=["worker"], name="task_held",
                          condition=Q(status__in=["claimed", "processing"])),
+            # The counts of /metrics, the lambdas list and the dashboard: live tasks and dead
+            # letters only, so counting them never reads the history (tasks_core.stats).
+            models.Index(fields=["lambda_ref", "status"], name="task_live_or_dead",
+                         condition=Q(status__in=sorted(s.value for s in COUNTED_FROM_ROWS))),
         ]
 
     def __str__(self) -> str:
@@ -208,6 +212,42 @@ class TaskAssoc(models.Model):
                 name="assoc_lambda_priority_due",
             ),
         ]
+
+
+class OutcomeMinute(models.Model):
+    """How many of a lambda's tasks reached a final status in one minute: the rollup that the
+    counts and the throughput read instead of the task history (tasks_core.outcomes)."""
+
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="+",
+                                   db_index=False)
+    status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in sorted(FINAL)])
+    minute = models.DateTimeField()
+    finished = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["lambda_ref", "status", "minute"],
+                                               name="outcome_minute_unique")]
+        indexes = [models.Index(fields=["minute"], name="outcome_minute")]
+
+
+class OutcomeTotal(models.Model):
+    """How many of a lambda's tasks ever reached a final status: never less after a prune."""
+
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="+",
+                                   db_index=False)
+    status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in sorted(FINAL)])
+    finished = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["lambda_ref", "status"],
+                                               name="outcome_total_unique")]
+
+
+class OutcomeFold(models.Model):
+    """The one row that says how far the rollup reaches: tasks that finished before
+    `folded_until` are in OutcomeMinute and OutcomeTotal, later ones only in the task table."""
+
+    folded_until = models.DateTimeField()
 
 
 class TaskDependency(models.Model):
