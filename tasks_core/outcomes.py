@@ -109,6 +109,7 @@ def fold(*, now: datetime, budget_s: float = FOLD_BUDGET_S) -> int:
     """Fold finished tasks into the rollup, step after step until it reaches SETTLE_S before
     `now` or `budget_s` is spent; return how many tasks were folded."""
     deadline_s = time.monotonic() + budget_s
+    _ensure_mark(now - timedelta(seconds=SETTLE_S))
     folded = 0
     while (step := fold_step(now=now)) is not None:
         folded += step
@@ -122,7 +123,6 @@ def fold_step(*, now: datetime) -> int | None:
     """One step of `fold`: the tasks it added, or None when there was nothing to fold (caught
     up, or another consumer is folding)."""
     upto = now - timedelta(seconds=SETTLE_S)
-    _ensure_mark(upto)
     with transaction.atomic():
         start = (OutcomeFold.objects.select_for_update(skip_locked=True).filter(pk=_MARK)
                  .values_list("folded_until", flat=True).first())
