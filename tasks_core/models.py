@@ -14,7 +14,7 @@ from django.db.models import Q
 
 from tasks_core import lambda_options
 from tasks_core.gating import Gate, GateState
-from tasks_core.states import COUNTED_FROM_ROWS, FINAL, AssocStatus, TaskStatus
+from tasks_core.states import FINAL, AssocStatus, TaskStatus
 
 
 def _choices(enum_type: type[Enum]) -> list[tuple[str, str]]:
@@ -169,10 +169,6 @@ class TaskEntity(models.Model):
             # only claimed and processing rows, so its size is the fleet's tasks in flight.
             models.Index(fields=["worker"], name="task_held",
                          condition=Q(status__in=["claimed", "processing"])),
-            # The counts of /metrics, the lambdas list and the dashboard: live tasks and dead
-            # letters only, so counting them never reads the history (tasks_core.stats).
-            models.Index(fields=["lambda_ref", "status"], name="task_live_or_dead",
-                         condition=Q(status__in=sorted(s.value for s in COUNTED_FROM_ROWS))),
         ]
 
     def __str__(self) -> str:

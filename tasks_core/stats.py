@@ -100,9 +100,10 @@ def started_since(since: datetime, lambda_ids: Collection[int] | None = None,
 
 
 def _counts(lambda_ids: Collection[int] | None) -> Counter[tuple[int, str]]:
-    """(lambda id, status) -> tasks: live tasks and dead letters counted from their rows (the
-    partial index task_live_or_dead holds only those), the other final statuses from the rollup
-    of outcomes (every task that ever reached them, however many were pruned since)."""
+    """(lambda id, status) -> tasks: live tasks and dead letters counted from their rows (one
+    range of the task_status index per status: the history is not read), the other final
+    statuses from the rollup of outcomes (every task that ever reached them, however many
+    were pruned since)."""
     rows = (_tasks(lambda_ids).filter(status__in=[s.value for s in COUNTED_FROM_ROWS])
             .order_by().values_list("lambda_ref_id", "status").annotate(n=Count("pk")))
     counts: Counter[tuple[int, str]] = Counter(
