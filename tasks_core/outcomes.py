@@ -116,6 +116,9 @@ def fold(*, now: datetime, budget_s: float = FOLD_BUDGET_S) -> int:
         if time.monotonic() >= deadline_s:
             break
     OutcomeMinute.objects.filter(minute__lt=now - timedelta(seconds=MINUTES_KEPT_S)).delete()
+    if folded:
+        logger.debug("folded %d finished task(s) into the rollup", folded,
+                     extra={"action": "outcomes_folded"})
     return folded
 
 
