@@ -56,9 +56,10 @@ test: dev-venv
 	@echo "==> running the test suite"
 	@$(VENV)/bin/pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "==> pytest collected no tests"; exit 0; fi; exit $$status
-	@echo "==> the store's contract suite, chains and the testing helpers again on SQLite"
+	@echo "==> the store's contract suite, chains, the rollup of outcomes and the testing helpers again on SQLite"
 	@mkdir -p var && DATABASE_URL=sqlite:///$(CURDIR)/var/test-smoke.sqlite3 \
 	  $(VENV)/bin/pytest -m sqlite -q tests/integration/tasks_core/test_store.py tests/integration/tasks_core/test_chains.py \
+	  tests/integration/tasks_core/test_outcomes.py \
 	  tests/integration/workers/test_testing_helpers.py
 	@$(MAKE) --no-print-directory docs
 

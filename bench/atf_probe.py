@@ -1,6 +1,6 @@
-"""In-process probes of ATF's store: `python -m bench.atf_probe pass ROUNDS DUE` or
-`python -m bench.atf_probe explain`. They run in the project's venv with the bench's ATF
-settings and print one JSON line.
+"""In-process probes of ATF's store: `python -m bench.atf_probe pass ROUNDS DUE`,
+`… explain`, `… reads ROUNDS` or `… prune ROUNDS AGE_S`. They run in the project's venv with
+the bench's ATF settings (or any DATABASE_URL) and print one JSON line.
 
 - `pass`: {"idle_ms", "busy_ms"}: the median time of a consumer pass with nothing due, and of
   one that enqueues DUE no-op tasks (scheduled due now before it, not timed). A pass reads the
@@ -9,6 +9,16 @@ settings and print one JSON line.
   `EXPLAIN (ANALYZE, BUFFERS)` of each prepared statement of the hot path as ten tasks go
   through one consumer pass, a claim, a start and a finish: each statement is explained (and
   rolled back) just before it runs for real, with the same parameters.
+- `reads`: {"metrics_p50_ms", "metrics_p95_ms", "lambdas_…", "dashboard_…"}: GET /metrics,
+  GET /api/v1/lambdas/ and the console dashboard's data (what its page polls), in-process
+  through Django's test client as a superuser (every team), ROUNDS rounds of the three in turn
+  after one of each to warm up. Only the request is timed, not the tasks in the store.
+- `prune`: the consumer's retention rounds on finished tasks older than AGE_S (generate them
+  with `python -m bench.store_rows`): {"per_round", "round_s", "per_s_pruning",
+  "per_s_consumer", "wal_bytes_per_task"}, medians over ROUNDS rounds. A consumer
+  housekeeps once a HOUSEKEEPING_INTERVAL_S, so its rate is a round's tasks over the longer of
+  that interval and the round. WAL is the records of this database's tables and indexes
+  (pg_walinspect, PostgreSQL 15+), commit records left out.
 """
 
 from __future__ import annotations
@@ -126,10 +136,87 @@ def explain() -> dict[str, str]:
     return plans
 
 
+def reads(rounds: int) -> dict[str, float]:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.urls import reverse
+
+    from bench.stats import percentile
+
+    user, _ = get_user_model().objects.get_or_create(
+        username="bench-reads", defaults={"is_staff": True, "is_superuser": True})
+    client = Client()
+    client.force_login(user)
+    urls = {"metrics": "/metrics", "lambdas": "/api/v1/lambdas/",
+            "dashboard": reverse("tasks_console:dashboard-data")}
+    times: dict[str, list[float]] = {name: [] for name in urls}
+    for round_ in range(rounds + 1):
+        for name, url in urls.items():
+            started = time.perf_counter()
+            response = client.get(url)
+            if response.status_code != 200:
+                raise SystemExit(f"GET {url} answered {response.status_code}")
+            if round_:  # the first round warms up
+                times[name].append(time.perf_counter() - started)
+    answer = {}
+    for name, seconds in times.items():
+        answer[f"{name}_p50_ms"] = percentile(seconds, 0.5) * 1000
+        answer[f"{name}_p95_ms"] = percentile(seconds, 0.95) * 1000
+    return answer
+
+
+#: WAL bytes since an LSN of the records for this database's tables and indexes
+#: (pg_walinspect): other databases' writes on the same server are left out, and so are the
+#: commit records (a few dozen bytes a batch).
+_OWN_WAL = r"""
+SELECT sum(record_length) FROM pg_get_wal_records_info(%s, pg_current_wal_lsn())
+WHERE (regexp_match(block_ref, 'rel \d+/(\d+)/'))[1]::oid =
+      (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+
+def prune(rounds: int, age_s: float) -> dict[str, float]:
+    from django.db import connection
+    from django.utils import timezone
+
+    from tasks_core import outcomes, retention
+    from workers.consumer import HOUSEKEEPING_INTERVAL_S, PRUNE_BATCH_SIZE
+
+    def wal_lsn() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_current_wal_lsn()")
+            return cursor.fetchone()[0]
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    outcomes.fold(now=timezone.now(), budget_s=float("inf"))  # as the consumer keeps it
+    pruned, seconds, wal = [], [], []
+    for _ in range(rounds):
+        before = wal_lsn()
+        started = time.perf_counter()
+        pruned.append(retention.prune(now=timezone.now(), budget_s=retention.PRUNE_BUDGET_S,
+                                      batch_size=PRUNE_BATCH_SIZE, older_than_s=age_s))
+        seconds.append(time.perf_counter() - started)
+        with connection.cursor() as cursor:
+            cursor.execute(_OWN_WAL, [before])
+            wal.append(float(cursor.fetchone()[0] or 0))
+    if not all(pruned):
+        raise SystemExit(f"a round found nothing to prune ({pruned}): generate more tasks")
+    per_round, round_s = statistics.median(pruned), statistics.median(seconds)
+    return {"per_round": per_round, "round_s": round_s, "per_s_pruning": per_round / round_s,
+            "per_s_consumer": per_round / max(HOUSEKEEPING_INTERVAL_S, round_s),
+            "wal_bytes_per_task": sum(wal) / sum(pruned)}
+
+
 def main(argv: list[str]) -> None:
     _setup()
+    answer: dict[str, Any]
     if argv[1] == "pass":
-        answer: dict[str, Any] = passes(int(argv[2]), int(argv[3]))
+        answer = passes(int(argv[2]), int(argv[3]))
+    elif argv[1] == "reads":
+        answer = reads(int(argv[2]))
+    elif argv[1] == "prune":
+        answer = prune(int(argv[2]), float(argv[3]))
     else:
         answer = explain()
     sys.stdout.write(json.dumps(answer) + "\n")

@@ -12,6 +12,8 @@ assoc and attempt row's task costs more than writing it.
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 
 import psycopg
@@ -61,15 +63,17 @@ def forget_above(dsn: str, last_generated: int) -> None:
                      (ENTITY, max(last_generated, 1), last_generated > 0))
 
 
-def generate(dsn: str, *, lambda_name: str, first: int, last: int) -> dict[str, float]:
+def generate(dsn: str, *, lambda_name: str, first: int, last: int,
+             ended_ago_s: float = 0.0) -> dict[str, float]:
     """Finished tasks with ids first..last; the seconds the inserts and the VACUUM ANALYZE
     (and a checkpoint, so that neither is paid during the next measurement) took."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         lambda_id = conn.execute("SELECT id FROM tasks_core_lambda WHERE name = %s",
                                  (lambda_name,)).fetchone()[0]
-        # The newest generated task finished now; the oldest `last` milliseconds ago.
+        # The newest generated task finished `ended_ago_s` ago; the oldest `last` milliseconds
+        # before that.
         origin = conn.execute("SELECT now() - %s * interval '1 millisecond'",
-                              (last,)).fetchone()[0]
+                              (last + ended_ago_s * 1000,)).fetchone()[0]
         conn.execute("SET session_replication_role = replica")
         started = time.perf_counter()
         for low in range(first, last + 1, CHUNK):
@@ -92,3 +96,17 @@ def explain(dsn: str, statement: str, params: dict[str, object]) -> str:
         rows = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {statement}", params).fetchall()
         conn.rollback()
     return "\n".join(row[0] for row in rows)
+
+
+def main(argv: list[str]) -> None:
+    """`python -m bench.store_rows DSN N [ENDED_AGO_S]`: N finished demo.noop tasks (ids 1..N,
+    in a store that has none yet), the newest finished ENDED_AGO_S seconds ago (default 0)."""
+    if len(argv) not in (3, 4):
+        raise SystemExit("usage: python -m bench.store_rows DSN N [ENDED_AGO_S]")
+    made = generate(argv[1], lambda_name="demo.noop", first=1, last=int(argv[2]),
+                    ended_ago_s=float(argv[3]) if len(argv) == 4 else 0.0)
+    print(json.dumps(made))  # noqa: T201 -- the command's answer
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -232,6 +232,42 @@ class TaskAssoc(models.Model):
         ]
 
 
+class OutcomeMinute(models.Model):
+    """How many of a lambda's tasks reached a final status in one minute: the rollup that the
+    counts and the throughput read instead of the task history (tasks_core.outcomes)."""
+
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="+",
+                                   db_index=False)
+    status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in sorted(FINAL)])
+    minute = models.DateTimeField()
+    finished = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["lambda_ref", "status", "minute"],
+                                               name="outcome_minute_unique")]
+        indexes = [models.Index(fields=["minute"], name="outcome_minute")]
+
+
+class OutcomeTotal(models.Model):
+    """How many of a lambda's tasks ever reached a final status: never less after a prune."""
+
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="+",
+                                   db_index=False)
+    status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in sorted(FINAL)])
+    finished = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["lambda_ref", "status"],
+                                               name="outcome_total_unique")]
+
+
+class OutcomeFold(models.Model):
+    """The one row that says how far the rollup reaches: tasks that finished before
+    `folded_until` are in OutcomeMinute and OutcomeTotal, later ones only in the task table."""
+
+    folded_until = models.DateTimeField()
+
+
 class TaskDependency(models.Model):
     """`child` waits until `parent` succeeded (chains)."""
 

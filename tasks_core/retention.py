@@ -1,30 +1,56 @@
-"""Retention: finished tasks older than ATF_RETENTION_S are deleted, a small batch at a time.
+"""Retention: finished tasks older than ATF_RETENTION_S are deleted, batch after batch.
 
-The consumer calls `prune_batch()` from its housekeeping; `manage.py atf_prune` loops over it.
-Each batch is one short transaction that locks only the rows it deletes (SKIP LOCKED, so it
-never waits for a requeue or a worker), and deletes their assoc rows, attempts and chain links
-with them.
+The consumer calls `prune()` from its housekeeping: batches until none is left or its time
+budget is spent, so that retention keeps up with any drain rate without starving the
+consumer's other work; `manage.py atf_prune` runs it without a budget. Each batch is one short
+transaction that locks only the rows it deletes (SKIP LOCKED: it never waits for a requeue or
+a worker, and consumers pruning at once take different rows), and deletes their assoc rows,
+attempts and chain links with them. Only tasks the rollup of outcomes already counts are
+deleted (tasks_core.outcomes), so a prune never lowers a finished count.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
-from tasks_core import states
+from tasks_core import outcomes, states
 from tasks_core.conf import atf_settings
 from tasks_core.models import TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
 
 logger = logging.getLogger(__name__)
 
 
+#: Seconds of pruning per consumer housekeeping round at most.
+PRUNE_BUDGET_S = 0.3
+
+
 def prunable(*, now: datetime, older_than_s: float) -> QuerySet[TaskEntity]:
-    """Finished tasks whose finished_at is more than `older_than_s` seconds before `now`."""
-    cutoff = now - timedelta(seconds=older_than_s)
+    """Finished tasks whose finished_at is more than `older_than_s` seconds before `now`, and
+    that the rollup of outcomes counts already (none before its first fold)."""
+    folded_until = outcomes.folded_until()
+    if folded_until is None:
+        return TaskEntity.objects.none()
+    cutoff = min(now - timedelta(seconds=older_than_s), folded_until)
     return TaskEntity.objects.filter(status__in=list(states.FINAL), finished_at__lt=cutoff)
+
+
+def prune(*, now: datetime, budget_s: float | None, batch_size: int = 1000,
+          older_than_s: float | None = None) -> int:
+    """Delete finished tasks past the retention batch after batch, until none is left or
+    `budget_s` seconds are spent (None: no limit); return how many were deleted. (Fold first:
+    tasks the rollup does not count yet stay.)"""
+    deadline_s = None if budget_s is None else time.monotonic() + budget_s
+    deleted = 0
+    while batch := prune_batch(now=now, batch_size=batch_size, older_than_s=older_than_s):
+        deleted += batch
+        if batch < batch_size or (deadline_s is not None and time.monotonic() >= deadline_s):
+            break
+    return deleted
 
 
 def prune_batch(*, now: datetime, batch_size: int = 1000,

@@ -125,6 +125,13 @@ ENQUEUEABLE = frozenset(
 )
 #: Final statuses.
 FINAL = frozenset(s for s, row in LIFECYCLE.items() if row.assoc is AssocStatus.COMPLETED)
+#: Statuses of tasks not finished yet.
+LIVE = frozenset(TaskStatus) - FINAL
+#: Statuses counted from the task rows (one range of the task_status index each, so only those
+#: rows are read): the live ones and the dead letters, which a requeue or a clear takes away.
+#: The other final statuses are counted from the rollup of outcomes (tasks_core.outcomes),
+#: which a prune never lowers.
+COUNTED_FROM_ROWS = LIVE | {TaskStatus.DEAD}
 #: Statuses a requeue (dead-letter queue, console) puts back to `new`.
 REQUEUEABLE = frozenset(s for s in FINAL if TaskStatus.NEW in TRANSITIONS[s])
 

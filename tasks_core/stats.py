@@ -1,6 +1,8 @@
 """Read-only statistics of the task store and the queues, shared by the API, console and metrics.
 
-Everything is counted in the database where it can be. "Delivery latency" is
+Everything is counted in the database where it can be, and nothing reads the whole history:
+live tasks and dead letters are counted from their rows, the other finished tasks and the
+throughput from the rollup of outcomes (tasks_core.outcomes). "Delivery latency" is
 `started_at - run_at` of the first attempt of tasks that started within the window: how late
 a task began after it was due (retries, whose start includes a backoff, are left out).
 Recent-window queries go through the (status, finished_at) index: a task that started is either
@@ -10,20 +12,19 @@ still processing or finished.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
-from django.db.models.functions import TruncMinute
 
-from tasks_core import liveness, queues
+from tasks_core import liveness, outcomes, queues
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Lambda, TaskEntity
-from tasks_core.states import FINAL, TaskStatus
+from tasks_core.states import COUNTED_FROM_ROWS, FINAL, TaskStatus
 from tasks_core.store import backends
 
 logger = logging.getLogger(__name__)
@@ -35,6 +36,8 @@ LATENCY_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 FAILED = frozenset({TaskStatus.FATAL_FAILURE, TaskStatus.DEAD})
 #: Statuses that count as finished work in the throughput.
 DONE = frozenset({TaskStatus.SUCCESS, TaskStatus.FATAL_FAILURE, TaskStatus.DEAD})
+#: Final statuses counted from the rollup of outcomes rather than from the task rows.
+ROLLED_UP = FINAL - COUNTED_FROM_ROWS
 
 #: The delivery latency of a task row, for annotate(): started_at - run_at.
 LATENCY = ExpressionWrapper(F("started_at") - F("run_at"), output_field=DurationField())
@@ -96,24 +99,37 @@ def started_since(since: datetime, lambda_ids: Collection[int] | None = None,
     return _tasks(lambda_ids).filter(recent, started_at__gte=since, attempts=1)
 
 
+def _counts(lambda_ids: Collection[int] | None) -> Counter[tuple[int, str]]:
+    """(lambda id, status) -> tasks: live tasks and dead letters counted from their rows (one
+    range of the task_status index per status: the history is not read), the other final
+    statuses from the rollup of outcomes (every task that ever reached them, however many
+    were pruned since)."""
+    rows = (_tasks(lambda_ids).filter(status__in=[s.value for s in COUNTED_FROM_ROWS])
+            .order_by().values_list("lambda_ref_id", "status").annotate(n=Count("pk")))
+    counts: Counter[tuple[int, str]] = Counter(
+        {(lambda_id, status): n for lambda_id, status, n in rows})
+    counts.update(outcomes.finished_by_lambda(statuses=ROLLED_UP, lambda_ids=lambda_ids))
+    return counts
+
+
 def status_counts(*, lambda_ids: Collection[int] | None = None) -> dict[str, int]:
-    """Tasks per status (every status present, zero when none)."""
+    """Tasks per status (every status present, zero when none); see `_counts`."""
     counts = {status.value: 0 for status in TaskStatus}
-    rows = _tasks(lambda_ids).order_by().values_list("status").annotate(n=Count("pk"))
-    counts.update({status: n for status, n in rows})
+    for (_lambda_id, status), n in _counts(lambda_ids).items():
+        counts[status] += n
     return counts
 
 
 def status_counts_by_lambda(*, lambda_ids: Collection[int] | None = None,
                             ) -> dict[str, dict[str, int]]:
-    """lambda name -> status -> tasks, for the lambdas that have any task."""
-    rows = (
-        _tasks(lambda_ids).order_by().values_list("lambda_ref__name", "status")
-        .annotate(n=Count("pk"))
-    )
+    """lambda name -> status -> tasks, for the lambdas that have any (see `_counts`)."""
+    counted = _counts(lambda_ids)
+    names = dict(Lambda.objects.filter(pk__in={lambda_id for lambda_id, _status in counted})
+                 .values_list("pk", "name"))
     counts: dict[str, dict[str, int]] = defaultdict(dict)
-    for name, status, n in rows:
-        counts[name][status] = n
+    for (lambda_id, status), n in counted.items():
+        if n:
+            counts[names[lambda_id]][status] = n
     return dict(counts)
 
 
@@ -135,13 +151,10 @@ def queue_depths(lambda_names: Sequence[str], *,
 
 def throughput(*, since: datetime, lambda_ids: Collection[int] | None = None,
                ) -> list[tuple[datetime, int]]:
-    """(minute, tasks that finished success/fatal/dead in it) since `since`, oldest first."""
-    rows = (
-        _tasks(lambda_ids).filter(status__in=list(DONE), finished_at__gte=since)
-        .annotate(minute=TruncMinute("finished_at")).order_by("minute")
-        .values_list("minute").annotate(n=Count("pk"))
-    )
-    return [(minute, n) for minute, n in rows]
+    """(minute, tasks that finished success/fatal/dead in it) from the minute of `since` on,
+    oldest first, read from the rollup of outcomes."""
+    per_minute = outcomes.finished_per_minute(since=since, statuses=DONE, lambda_ids=lambda_ids)
+    return [(minute, n) for minute, n in per_minute.items() if n]
 
 
 def delivery_latency(*, since: datetime, lambda_ids: Collection[int] | None = None) -> Latency:

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from tasks_core import store
 from tasks_core.models import Lambda, TaskEntity, Team
+from tasks_core.states import FINAL, TaskStatus
 
 
 class TeamFactory(factory.django.DjangoModelFactory):
@@ -59,6 +60,8 @@ class TaskFactory(factory.Factory):
                  {"lambda_ref", "collection", "priority", "payload", "max_attempts", "run_at",
                   "idempotency_key"}}
         now = timezone.now()
+        if status is not None and TaskStatus(status) in FINAL:
+            extra.setdefault("finished_at", now)  # as the store sets it on every final status
         entity = store.create([store.NewTask(
             lambda_id=kwargs["lambda_ref"].pk, collection=kwargs["collection"],
             priority=kwargs["priority"], payload=kwargs["payload"],

@@ -32,6 +32,7 @@ from django.utils import timezone
 from tasks_core import (
     consumer_liveness,
     gating,
+    outcomes,
     overrides,
     periodic,
     queues,
@@ -67,7 +68,8 @@ PERIODIC_SHARE = 0.2
 #: backlog first, so another team's new task waits for one slice of a backlog, not a share.
 SLICE_ROWS = 50
 SHARED_S = 1.0
-#: Finished tasks pruned per housekeeping round (small, so no lock is held long).
+#: Finished tasks pruned per transaction (small, so no lock is held long); a housekeeping
+#: round prunes batch after batch for up to retention.PRUNE_BUDGET_S seconds.
 PRUNE_BATCH_SIZE = 500
 #: Seconds between two summary lines at INFO.
 SUMMARY_INTERVAL_S = 10.0
@@ -328,8 +330,9 @@ class Consumer:
     # --- housekeeping ----------------------------------------------------------------------
 
     def housekeep(self, now: datetime) -> None:
-        """Reopen gates whose `until` passed; mark workers that stopped being seen; prune
-        finished tasks past their retention, a small batch at a time."""
+        """Reopen gates whose `until` passed; mark workers that stopped being seen; fold the
+        tasks that finished into the rollup of outcomes; prune finished tasks past their
+        retention, batch after batch within a time budget."""
         for model in (Lambda, Collection):
             reopened = model.objects.exclude(gate=gating.GateState.OPEN).filter(
                 gate_until__lte=now
@@ -341,7 +344,9 @@ class Consumer:
         if gone:
             logger.info("marked %d worker(s) gone (not seen for %ss)", gone,
                         atf_settings.worker_stale_s)
-        if pruned := retention.prune_batch(now=now, batch_size=PRUNE_BATCH_SIZE):
+        outcomes.fold(now=now)
+        if pruned := retention.prune(now=now, budget_s=retention.PRUNE_BUDGET_S,
+                                     batch_size=PRUNE_BATCH_SIZE):
             logger.info("pruned %d finished task(s) past their retention", pruned)
 
     # --- the loop --------------------------------------------------------------------------

@@ -35,7 +35,7 @@ class Migration(migrations.Migration):
     atomic = False  # CREATE INDEX CONCURRENTLY cannot run in a transaction
 
     dependencies = [
-        ('tasks_core', '0017_task_held_index'),
+        ('tasks_core', '0018_outcome_rollup'),
     ]
 
     operations = [

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from tasks_core import retention
+from tasks_core import outcomes, retention
 from tasks_core.conf import atf_settings
 from tasks_core.contrib import cli
 
@@ -39,6 +39,8 @@ class Command(BaseCommand):
         if not 1 <= batch_size <= 100_000:
             raise CommandError("--batch-size must be between 1 and 100000")
         now = timezone.now()
+        # Tasks the rollup of outcomes does not count yet are not deleted: fold them first.
+        outcomes.fold(now=now, budget_s=float("inf"))
         total = retention.prunable(now=now, older_than_s=older_than_s).count()
         age = f"{older_than_s / 86400:g} days" if older_than_s >= 86400 else f"{older_than_s:g}s"
         if dry_run:

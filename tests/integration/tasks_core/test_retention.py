@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from datetime import datetime, timedelta
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from tasks_core import retention, store
+from tasks_core import outcomes, retention, store
 from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
 from tasks_core.states import FINAL, TaskStatus
 from tests.factories import LambdaFactory, TaskFactory
@@ -62,7 +63,9 @@ def test_pruning_100000_finished_tasks_leaves_the_others_untouched(db: None) -> 
     kept = set(TaskEntity.objects.filter(finished_at__gte=now - WEEK).values_list("pk", flat=True)
                ) | set(TaskEntity.objects.filter(finished_at=None).values_list("pk", flat=True))
     assert len(kept) == 1_500
-    # When the consumer prunes batch after batch with the default retention (7 days)
+    # When the consumer folds them into the rollup of outcomes, then prunes batch after batch
+    # with the default retention (7 days)
+    outcomes.fold(now=now, budget_s=math.inf)
     started = time.monotonic()
     batches, pruned = 0, 0
     while deleted := retention.prune_batch(now=now, batch_size=1000):
@@ -91,6 +94,7 @@ def test_pruned_tasks_take_their_attempts_and_chain_links_along(db: None) -> Non
         run_at=now, max_attempts=3, parents=(parent.pk, other.pk),
     )], now=now)[0]
     # When pruning
+    outcomes.fold(now=now, budget_s=math.inf)
     assert retention.prune_batch(now=now) == 1
     # Then the parent, its attempt and its link are gone; the child still waits for `other`
     assert not TaskEntity.objects.filter(pk=parent.pk).exists()
@@ -114,6 +118,34 @@ def test_the_retention_setting_is_the_default_age(db: None, settings: Any) -> No
     old = TaskFactory(status=TaskStatus.SUCCESS, finished_at=now - timedelta(hours=2))
     young = TaskFactory(status=TaskStatus.SUCCESS, finished_at=now - timedelta(minutes=10))
     # When pruning, Then only the older one goes
+    outcomes.fold(now=now, budget_s=math.inf)
     assert retention.prune_batch(now=now) == 1
     assert not TaskEntity.objects.filter(pk=old.pk).exists()
     assert list(TaskEntity.objects.values_list("pk", flat=True)) == [young.pk]
+
+
+def test_a_round_prunes_a_backlog_of_many_batches_within_its_budget(db: None) -> None:
+    # Given 5,000 tasks past the retention, ten batches of 500, counted in the rollup
+    now = timezone.now()
+    bulk_tasks(LambdaFactory(), count=5_000, statuses=[TaskStatus.SUCCESS],
+               finished_at=now - 2 * WEEK)
+    outcomes.fold(now=now, budget_s=math.inf)
+    # When one housekeeping round prunes with a budget that its batches fit in
+    started = time.monotonic()
+    pruned = retention.prune(now=now, budget_s=30.0, batch_size=500)
+    elapsed_s = time.monotonic() - started
+    # Then the whole backlog is gone in that round, batch after batch
+    assert pruned == 5_000
+    assert not TaskEntity.objects.exists()
+    logger.warning("pruned 5,000 tasks in batches of 500 in %.2fs", elapsed_s)
+
+
+def test_a_spent_budget_ends_the_round_after_the_batch_in_progress(db: None) -> None:
+    # Given 1,500 tasks past the retention
+    now = timezone.now()
+    bulk_tasks(LambdaFactory(), count=1_500, statuses=[TaskStatus.DEAD],
+               finished_at=now - 2 * WEEK)
+    outcomes.fold(now=now, budget_s=math.inf)
+    # When a round has no time to spare, Then it prunes one batch and leaves the rest
+    assert retention.prune(now=now, budget_s=0.0, batch_size=500) == 500
+    assert TaskEntity.objects.count() == 1_000

@@ -19,7 +19,7 @@ from tasks_core import atf, queues, scheduling, store, wakeup
 from tasks_core.conf import atf_settings
 from tasks_core.models import Collection, Lambda, TaskAttempt, TaskEntity
 from tests.conftest import ROOT, closing_connections, subprocess_env, wait_for
-from tests.factories import LambdaFactory, TeamFactory
+from tests.factories import LambdaFactory, TaskFactory, TeamFactory
 from workers import testing, turns
 from workers.consumer import SLICE_ROWS, Consumer, PassSummary
 
@@ -211,6 +211,26 @@ def test_housekeeping_reopens_collections_and_marks_vanished_workers(
     assert Collection.objects.get(name="c").gate == "open"
     assert list(Worker.objects.filter(stopped_at__isnull=False).values_list("worker_id",
                                                                             flat=True)) == ["h:1"]
+
+
+def test_one_housekeeping_round_folds_outcomes_and_prunes_more_than_a_batch(
+        consumer: Consumer, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given more tasks past the retention than three prune batches, and one that finished now
+    from tasks_core import stats
+    from tasks_core.models import OutcomeTotal
+
+    monkeypatch.setattr("workers.consumer.PRUNE_BATCH_SIZE", 5)
+    lam = LambdaFactory()
+    old = clock.now - timedelta(seconds=atf_settings.retention_s + 60)
+    for _ in range(17):
+        TaskFactory(lambda_ref=lam, status="success", finished_at=old)
+    TaskFactory(lambda_ref=lam, status="success", finished_at=clock.now)
+    # When the consumer housekeeps once
+    consumer.housekeep(clock.now)
+    # Then every old task is counted in the rollup and gone, and the counts still show them
+    assert TaskEntity.objects.filter(lambda_ref=lam).count() == 1
+    assert OutcomeTotal.objects.get(lambda_ref=lam).finished == 17
+    assert stats.status_counts(lambda_ids=[lam.pk])["success"] == 18
 
 
 def test_a_lambda_with_a_huge_backlog_does_not_delay_another(queue: queues.QueueBackend,
