@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import Case, Count, Q, Value, When
+from django.utils import timezone
 
 from tasks_core import directory, flow_metrics, rates, states, wakeup
 from tasks_core.conf import atf_settings
@@ -183,20 +184,26 @@ def lock_id(lambda_id: int, key: str | None = None) -> int:
                           signed=True)
 
 
-def lock(ids: Iterable[int]) -> None:
-    """Transaction-scoped locks (released at commit; safe behind a transaction-mode pooler),
-    taken in one order so that two claims never wait for each other in a cycle. SQLite has a
-    single writer: a write takes its database lock for the rest of the transaction."""
+def lock(ids: Iterable[int]) -> datetime:
+    """Take transaction-scoped locks (released at commit; safe behind a transaction-mode
+    pooler) in one order, so that two claims never wait for each other in a cycle; return the
+    time once they are held: the database's clock on PostgreSQL, which moves forward from one
+    holder of a lock to the next, whatever the hosts' clocks say.
+    SQLite has a single writer: a write takes its database lock for the rest of the
+    transaction (and the demo's processes share one host's clock)."""
     ordered = sorted(set(ids))
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS k",
-                           [ordered])
-        else:
-            cursor.execute(f"UPDATE {FlowStart._meta.db_table} SET id = id WHERE 0 = 1")
+            cursor.execute("SELECT clock_timestamp() FROM (SELECT count(pg_advisory_xact_lock(k))"
+                           " FROM unnest(%s::bigint[]) AS k) AS locked", [ordered])
+            (moment,) = cursor.fetchone()
+            return moment
+        cursor.execute(f"UPDATE {FlowStart._meta.db_table} SET id = id WHERE 0 = 1")
+    return timezone.now()
 
 
-def _usage(candidates: Sequence[Candidate], limits: Mapping[int, Limits], now: datetime) -> Usage:
+def _usage(candidates: Sequence[Candidate], limits: Mapping[int, Limits], now: datetime, *,
+           prune_before: datetime) -> Usage:
     usage = Usage()
     counting = [pk for pk, lim in limits.items() if lim.concurrency is not None]
     if counting:
@@ -220,10 +227,11 @@ def _usage(candidates: Sequence[Candidate], limits: Mapping[int, Limits], now: d
             logs += [(c.key, lim.key_rate) for c in candidates
                      if c.lambda_id == lambda_id and c.key is not None]
         for key, window in dict(logs).items():
-            since = now - timedelta(seconds=window.seconds)
+            seconds = timedelta(seconds=window.seconds)
             log = FlowStart.objects.filter(lambda_ref_id=lambda_id, key=key)
-            log.filter(at__lte=since).delete()
-            usage.starts[lambda_id, key] = list(log.order_by("at").values_list("at", flat=True))
+            log.filter(at__lte=prune_before - seconds).delete()
+            usage.starts[lambda_id, key] = list(log.filter(at__gt=now - seconds).order_by("at")
+                                                .values_list("at", flat=True))
     return usage
 
 
@@ -234,6 +242,7 @@ class Admission:
     leases: list[Lease]
     candidates: dict[int, Candidate]
     limits: Mapping[int, Limits]
+    now: datetime  #: the time the decision was taken at, under the locks: the claim's time
 
     def started(self, claimed: Iterable[ClaimedTask], now: datetime) -> None:
         """Log the starts of rate-limited lambdas' tasks (in the claim's transaction)."""
@@ -254,25 +263,31 @@ class Admission:
 
 def admit(leases: Sequence[Lease], limits: Mapping[int, Limits], *, now: datetime) -> Admission:
     """Inside the claim's transaction: hold back the tasks of `leases` that no slot of their
-    lambda's limits fits (back to `new`, due again when one frees); the rest may be claimed."""
+    lambda's limits fits (back to `new`, due again when one frees); the rest may be claimed,
+    at the Admission's `now` (taken once the locks are held, not the caller's `now`)."""
     rows = (TaskEntity.objects
             .filter(pk__in=[lease.task_id for lease in leases], lambda_ref_id__in=list(limits))
             .values_list("pk", "lambda_ref_id", "limit_key", "priority"))
     candidates = {pk: Candidate(pk, lambda_id, key, priority)
                   for pk, lambda_id, key, priority in rows}
     if not candidates:
-        return Admission(leases=list(leases), candidates={}, limits=limits)
-    lock({lock_id(c.lambda_id) if limits[c.lambda_id].lambda_wide else lock_id(c.lambda_id, c.key)
-           for c in candidates.values()
-           if limits[c.lambda_id].lambda_wide or c.key is not None})
-    holds = decide(list(candidates.values()), limits, _usage(list(candidates.values()), limits,
-                                                             now), now)
+        return Admission(leases=list(leases), candidates={}, limits=limits, now=now)
+    clock = lock({lock_id(c.lambda_id) if limits[c.lambda_id].lambda_wide
+                  else lock_id(c.lambda_id, c.key)
+                  for c in candidates.values()
+                  if limits[c.lambda_id].lambda_wide or c.key is not None})
+    # Decided at the later of the caller's time and the database's: the log is pruned by the
+    # database's clock alone, which moves forward from one lock holder to the next, so no
+    # claim prunes a start that a later claim still needs to count (whatever its host's clock).
+    now = max(now, clock)
+    usage = _usage(list(candidates.values()), limits, now, prune_before=clock)
+    holds = decide(list(candidates.values()), limits, usage, now)
     if holds:
         _hold([lease for lease in leases if lease.task_id in holds], holds, now)
         flow_metrics.refused_on_commit(
             Counter((candidates[pk].lambda_id, hold.limit) for pk, hold in holds.items()))
     return Admission(leases=[lease for lease in leases if lease.task_id not in holds],
-                     candidates=candidates, limits=limits)
+                     candidates=candidates, limits=limits, now=now)
 
 
 def _hold(leases: Sequence[Lease], holds: Mapping[int, Hold], now: datetime) -> None:
@@ -298,11 +313,23 @@ def release(finished: Iterable[ClaimedTask], now: datetime) -> None:
     finished tasks free, make the next held task of that lambda (of the same key first, for
     `key_concurrency`) due now, in priority order, and wake the consumers at commit. Tasks of
     lambdas without a concurrency limit cost nothing here (the directory's cache says so)."""
+    _release_slots([(directory.by_name(task.lambda_name).id, task.task_id)
+                    for task in finished], now)
+
+
+def release_lapsed(lambda_id: int, task_ids: Iterable[int], now: datetime) -> None:
+    """`release` for tasks of one lambda that the consumer ended after their lease lapsed
+    (dead on their last attempt, or cancelled): their slots free at once, not at a recheck."""
+    _release_slots([(lambda_id, task_id) for task_id in task_ids], now)
+
+
+def _release_slots(freeing: Iterable[tuple[int, int]], now: datetime) -> None:
+    """Release a held task for each (lambda id, task id) whose lambda counts running tasks."""
     freed = {}
-    for task in finished:
-        lim = of(directory.by_name(task.lambda_name).id)
+    for lambda_id, task_id in freeing:
+        lim = of(lambda_id)
         if lim is not None and lim.counts_running:
-            freed[task.task_id] = lim
+            freed[task_id] = lim
     if not freed:
         return
     keys = dict(TaskEntity.objects.filter(pk__in=list(freed)).values_list("pk", "limit_key"))
@@ -315,18 +342,23 @@ def release(finished: Iterable[ClaimedTask], now: datetime) -> None:
             slots[lim.lambda_id, None] += 1
     chosen: list[int] = []
     for (lambda_id, key), count in slots.items():
-        chosen += _next_held(lambda_id, key, count, now)
+        chosen += _next_held(lambda_id, key, count, now, besides=chosen)
     if chosen:
+        # No longer held (counted, or chosen by the next release): due now. A claim that finds
+        # its limit still full holds it again.
+        TaskEntity.objects.filter(pk__in=chosen).update(held_at=None)
         TaskAssoc.objects.filter(task_id__in=chosen, status=AssocStatus.NEW).update(
             next_trigger_at=now)
         transaction.on_commit(wakeup.notify)
 
 
-def _next_held(lambda_id: int, key: str | None, count: int, now: datetime) -> list[int]:
-    """Up to `count` held tasks of the lambda (of `key`, if given), highest priority first,
-    then oldest (the task_flow_held indexes, one probe per priority)."""
+def _next_held(lambda_id: int, key: str | None, count: int, now: datetime, *,
+               besides: Sequence[int] = ()) -> list[int]:
+    """Up to `count` held tasks of the lambda (of `key`, if given) other than `besides`,
+    highest priority first, then oldest (the task_flow_held indexes, one probe a priority)."""
     held = TaskEntity.objects.filter(lambda_ref_id=lambda_id, status=TaskStatus.NEW,
-                                     held_at__isnull=False, run_at__lte=now)
+                                     held_at__isnull=False, run_at__lte=now
+                                     ).exclude(pk__in=list(besides))
     if key is not None:
         held = held.filter(limit_key=key)
     chosen: list[int] = []

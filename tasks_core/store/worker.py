@@ -70,7 +70,7 @@ def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Seque
         flow.release([task for task, _result in done if task.task_id in statuses], now)
         admission = flow.admit(leases, limits, now=now) if limits else None
         if admission is not None:
-            leases = admission.leases
+            leases, now = admission.leases, admission.now
             claiming = bool(leases)
         if claiming and start:
             states.check_transition(TaskStatus.ENQUEUED, TaskStatus.PROCESSING)
