@@ -121,8 +121,11 @@ def test_finishes_one_after_another_release_different_held_tasks(now: datetime) 
     assert len(held(now)) == 1
 
 
-def test_a_lapsed_lease_the_consumer_ends_releases_its_slot_at_once(now: datetime) -> None:
-    # Given concurrency 1: a task on its last attempt running, another held
+def test_a_lapsed_lease_the_consumer_ends_releases_its_slot_at_once(
+        now: datetime, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given concurrency 1: a task on its last attempt running, another held (its recheck an
+    # hour away, longer than the heartbeat timeout)
+    monkeypatch.setattr(flow, "HOLD_RECHECK_S", 3600.0)
     limit(concurrency=1)
     lost, waiting = atf.schedule_many([{"lambda": "demo.noop", "max_attempts": 1},
                                        {"lambda": "demo.noop"}])
