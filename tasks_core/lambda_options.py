@@ -180,7 +180,7 @@ class Option:
 def _declared() -> tuple[Option, ...]:
     hints = get_type_hints(OptionValues)
     return tuple(
-        Option(column=f.name, whole=hints[f.name] is int,
+        Option(column=f.name, whole=int in (hints[f.name], *get_args(hints[f.name])),
                nullable=types.NoneType in get_args(hints[f.name]), **f.metadata["option"])
         for f in fields(OptionValues))
 

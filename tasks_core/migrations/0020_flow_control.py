@@ -23,12 +23,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='lambda',
             name='concurrency',
-            field=models.FloatField(blank=True, default=tasks_core.lambda_options.DeclaredDefault('concurrency'), help_text='tasks running at once, fleet-wide (none: no limit)', null=True, validators=[tasks_core.lambda_options.DeclaredBounds('concurrency')]),
+            field=models.PositiveIntegerField(blank=True, default=tasks_core.lambda_options.DeclaredDefault('concurrency'), help_text='tasks running at once, fleet-wide (none: no limit)', null=True, validators=[tasks_core.lambda_options.DeclaredBounds('concurrency')]),
         ),
         migrations.AddField(
             model_name='lambda',
             name='key_concurrency',
-            field=models.FloatField(blank=True, default=tasks_core.lambda_options.DeclaredDefault('key_concurrency'), help_text='tasks of one limit_key running at once (none: no limit)', null=True, validators=[tasks_core.lambda_options.DeclaredBounds('key_concurrency')]),
+            field=models.PositiveIntegerField(blank=True, default=tasks_core.lambda_options.DeclaredDefault('key_concurrency'), help_text='tasks of one limit_key running at once (none: no limit)', null=True, validators=[tasks_core.lambda_options.DeclaredBounds('key_concurrency')]),
         ),
         migrations.AddField(
             model_name='lambda',

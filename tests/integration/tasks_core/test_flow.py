@@ -375,3 +375,21 @@ def test_bad_flow_fields_are_refused_by_name(options: dict[str, Any], field: str
     with pytest.raises(InvalidTask) as caught:
         atf.schedule("demo.noop", **options)
     assert field in caught.value.errors
+
+
+# --- operators ----------------------------------------------------------------------------------
+
+
+def test_atf_lambda_sets_limits_and_refuses_a_bad_rate_in_one_line() -> None:
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command("atf_lambda", "demo.noop", "--concurrency", "4", "--rate", "30/m", stdout=out)
+    directory.clear()
+    info = directory.by_name("demo.noop")
+    assert (info.concurrency, info.rate_per_s) == (4, 0.5)
+    assert "concurrency" in out.getvalue()
+    with pytest.raises(CommandError, match="--rate fast"):
+        call_command("atf_lambda", "demo.noop", "--rate", "fast")
