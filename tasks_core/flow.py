@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Case, Count, Q, Value, When
@@ -397,13 +398,13 @@ def busiest_keys(lambda_id: int, *, most: int = 10) -> list[dict[str, object]]:
             for key, counts in ranked[:most]]
 
 
-def summary(lambda_ids: Sequence[int]) -> dict[int, dict[str, object]]:
+def summary(lambda_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """What the API and the console show of each lambda's flow control: its rates as people
     write them, tasks held back now, starts refused so far by limit, and for keyed limits the
     busiest keys. Two queries for all lambdas, plus one per lambda with keyed limits."""
     held = held_counts(lambda_ids)
     refused = flow_metrics.refused()
-    shown: dict[int, dict[str, object]] = {}
+    shown: dict[int, dict[str, Any]] = {}
     for lambda_id in lambda_ids:
         info = directory.by_id(lambda_id)
         keyed = info.key_concurrency is not None or info.key_rate_per_s is not None
