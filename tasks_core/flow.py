@@ -203,11 +203,48 @@ def lock(ids: Iterable[int]) -> datetime:
     return timezone.now()
 
 
+def _candidates(ids: Sequence[int], limits: Mapping[int, Limits]) -> dict[int, Candidate]:
+    rows = (TaskEntity.objects.filter(pk__in=ids, lambda_ref_id__in=list(limits))
+            .values_list("pk", "lambda_ref_id", "limit_key", "priority"))
+    return {pk: Candidate(pk, lambda_id, key, priority) for pk, lambda_id, key, priority in rows}
+
+
+#: The tasks of a claim that limited lambdas own, and (rows without an id) the running tasks
+#: of each lambda with a concurrency limit: one statement once the locks are held.
+_CANDIDATES_AND_RUNNING = """
+SELECT id, lambda_ref_id, limit_key, priority, NULL FROM {entity}
+WHERE id = ANY(%(ids)s::bigint[]) AND lambda_ref_id = ANY(%(limited)s::bigint[])
+UNION ALL
+SELECT NULL, lambda_ref_id, NULL, NULL, count(*) FROM {entity}
+WHERE lambda_ref_id = ANY(%(counting)s::bigint[]) AND status = ANY(%(running)s::varchar[])
+GROUP BY lambda_ref_id
+""".replace("{entity}", TaskEntity._meta.db_table)
+
+
+def _candidates_and_running(ids: Sequence[int], limits: Mapping[int, Limits],
+                            ) -> tuple[dict[int, Candidate], Counter]:
+    candidates: dict[int, Candidate] = {}
+    running: Counter = Counter()
+    with connection.cursor() as cursor:
+        cursor.execute(_CANDIDATES_AND_RUNNING, {
+            "ids": list(ids), "limited": list(limits),
+            "counting": [pk for pk, lim in limits.items() if lim.concurrency is not None],
+            "running": [status.value for status in _RUNNING]})
+        for pk, lambda_id, key, priority, count in cursor.fetchall():
+            if pk is None:
+                running[lambda_id] = count
+            else:
+                candidates[pk] = Candidate(pk, lambda_id, key, priority)
+    return candidates, running
+
+
 def _usage(candidates: Sequence[Candidate], limits: Mapping[int, Limits], now: datetime, *,
-           prune_before: datetime) -> Usage:
+           prune_before: datetime, running: Counter | None = None) -> Usage:
     usage = Usage()
     counting = [pk for pk, lim in limits.items() if lim.concurrency is not None]
-    if counting:
+    if running is not None:
+        usage.running = running
+    elif counting:
         usage.running.update(dict(
             TaskEntity.objects.filter(lambda_ref_id__in=counting, status__in=_RUNNING)
             .values("lambda_ref_id").annotate(n=Count("id")).values_list("lambda_ref_id", "n")))
@@ -266,22 +303,26 @@ def admit(leases: Sequence[Lease], limits: Mapping[int, Limits], *, now: datetim
     """Inside the claim's transaction: hold back the tasks of `leases` that no slot of their
     lambda's limits fits (back to `new`, due again when one frees); the rest may be claimed,
     at the Admission's `now` (taken once the locks are held, not the caller's `now`)."""
-    rows = (TaskEntity.objects
-            .filter(pk__in=[lease.task_id for lease in leases], lambda_ref_id__in=list(limits))
-            .values_list("pk", "lambda_ref_id", "limit_key", "priority"))
-    candidates = {pk: Candidate(pk, lambda_id, key, priority)
-                  for pk, lambda_id, key, priority in rows}
-    if not candidates:
-        return Admission(leases=list(leases), candidates={}, limits=limits, now=now)
-    clock = lock({lock_id(c.lambda_id) if limits[c.lambda_id].lambda_wide
-                  else lock_id(c.lambda_id, c.key)
-                  for c in candidates.values()
-                  if limits[c.lambda_id].lambda_wide or c.key is not None})
+    ids = [lease.task_id for lease in leases]
+    running: Counter | None = None
+    if connection.vendor == "postgresql" and all(lim.lambda_wide for lim in limits.values()):
+        # The locks are known before the tasks are read: lock, then read the tasks and count
+        # what runs in one statement (its snapshot taken once the locks are held).
+        clock = lock(lock_id(lambda_id) for lambda_id in limits)
+        candidates, running = _candidates_and_running(ids, limits)
+    else:
+        candidates = _candidates(ids, limits)
+        if not candidates:
+            return Admission(leases=list(leases), candidates={}, limits=limits, now=now)
+        clock = lock({lock_id(c.lambda_id) if limits[c.lambda_id].lambda_wide
+                      else lock_id(c.lambda_id, c.key)
+                      for c in candidates.values()
+                      if limits[c.lambda_id].lambda_wide or c.key is not None})
     # Decided at the later of the caller's time and the database's: the log is pruned by the
     # database's clock alone, which moves forward from one lock holder to the next, so no
     # claim prunes a start that a later claim still needs to count (whatever its host's clock).
     now = max(now, clock)
-    usage = _usage(list(candidates.values()), limits, now, prune_before=clock)
+    usage = _usage(list(candidates.values()), limits, now, prune_before=clock, running=running)
     holds = decide(list(candidates.values()), limits, usage, now)
     if holds:
         _hold([lease for lease in leases if lease.task_id in holds], holds, now)
@@ -333,6 +374,65 @@ def _release_slots(freeing: Iterable[tuple[int, int]], now: datetime) -> None:
             freed[task_id] = lim
     if not freed:
         return
+    if connection.vendor == "postgresql":
+        chosen = _release_in_one_statement(freed, now)
+    else:
+        chosen = _release_step_by_step(freed, now)
+    if chosen:
+        transaction.on_commit(wakeup.notify)
+
+
+#: A finish's release on PostgreSQL, one statement: the slots the finished tasks free (one for
+#: the lambda's concurrency, one for their key's), the next held task of each slot (highest
+#: priority first, then oldest; one index probe a priority; SKIP LOCKED, so two finishes at
+#: once never choose the same task), no longer held and due now.
+_RELEASE = """
+WITH finished AS (
+    SELECT f.id, f.lambda_wide, f.keyed, t.lambda_ref_id, t.limit_key
+    FROM unnest(%(ids)s::bigint[], %(lambda_wide)s::boolean[], %(keyed)s::boolean[])
+        AS f(id, lambda_wide, keyed)
+    JOIN {entity} t ON t.id = f.id
+), slots AS (
+    SELECT lambda_ref_id AS lambda_id, NULL::varchar AS key, count(*) AS n
+    FROM finished WHERE lambda_wide GROUP BY lambda_ref_id
+    UNION ALL
+    SELECT lambda_ref_id, limit_key, count(*) FROM finished
+    WHERE keyed AND limit_key IS NOT NULL GROUP BY lambda_ref_id, limit_key
+), chosen AS (
+    SELECT DISTINCT h.id FROM slots s CROSS JOIN LATERAL (
+        SELECT t.id FROM unnest(%(priorities)s::varchar[]) WITH ORDINALITY AS p(name, rank)
+        CROSS JOIN LATERAL (
+            SELECT id FROM {entity}
+            WHERE lambda_ref_id = s.lambda_id AND priority = p.name AND status = %(new)s
+                  AND held_at IS NOT NULL AND run_at <= %(now)s
+                  AND (s.key IS NULL OR limit_key = s.key)
+            ORDER BY id LIMIT s.n
+            FOR UPDATE SKIP LOCKED
+        ) t
+        ORDER BY p.rank, t.id LIMIT s.n
+    ) h
+), unheld AS (
+    UPDATE {entity} t SET held_at = NULL FROM chosen WHERE t.id = chosen.id RETURNING t.id
+)
+UPDATE {assoc} a SET next_trigger_at = %(now)s
+FROM unheld WHERE a.task_id = unheld.id AND a.status = %(assoc_new)s
+RETURNING a.task_id
+""".replace("{entity}", TaskEntity._meta.db_table).replace("{assoc}", TaskAssoc._meta.db_table)
+
+
+def _release_in_one_statement(freed: Mapping[int, Limits], now: datetime) -> list[int]:
+    ids = list(freed)
+    with connection.cursor() as cursor:
+        cursor.execute(_RELEASE, {
+            "ids": ids, "lambda_wide": [freed[pk].concurrency is not None for pk in ids],
+            "keyed": [freed[pk].key_concurrency is not None for pk in ids],
+            "priorities": list(atf_settings.priorities), "now": now,
+            "new": TaskStatus.NEW.value, "assoc_new": AssocStatus.NEW.value})
+        return [pk for (pk,) in cursor.fetchall()]
+
+
+def _release_step_by_step(freed: Mapping[int, Limits], now: datetime) -> list[int]:
+    """The release through the ORM (SQLite: one writer at a time, so no two choose alike)."""
     keys = dict(TaskEntity.objects.filter(pk__in=list(freed)).values_list("pk", "limit_key"))
     slots: Counter = Counter()
     for task_id, lim in freed.items():
@@ -350,7 +450,7 @@ def _release_slots(freeing: Iterable[tuple[int, int]], now: datetime) -> None:
         TaskEntity.objects.filter(pk__in=chosen).update(held_at=None)
         TaskAssoc.objects.filter(task_id__in=chosen, status=AssocStatus.NEW).update(
             next_trigger_at=now)
-        transaction.on_commit(wakeup.notify)
+    return chosen
 
 
 def _next_held(lambda_id: int, key: str | None, count: int, now: datetime, *,
