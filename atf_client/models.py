@@ -25,6 +25,9 @@ class Call:
     max_attempts: int | None = None
     timeout: float | None = None
     after: Sequence[int] = ()
+    limit_key: str | None = None  #: what the lambda's keyed limits count the task under
+    debounce: float | None = None  #: seconds; a later call with the same debounce_key replaces it
+    debounce_key: str | None = None
     delay_s: InitVar[float | None] = None
 
     def __post_init__(self, delay_s: float | None) -> None:

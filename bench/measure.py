@@ -234,6 +234,26 @@ def drain(target: Target, plan: Plan) -> dict[str, float]:
     return {"drain": drain_rate(rows), **cpu_per_task([fleet], rows, "drain"), **_rss(fleet)}
 
 
+#: drain_limited's concurrency: far above the fleet's executors, so it never binds.
+UNBINDING_CONCURRENCY = 1_000_000
+
+
+def drain_limited(target: Target, plan: Plan) -> dict[str, float]:
+    """The drain again with a flow limit that never binds (`concurrency` far above the fleet's
+    executors; ATF only): what enforcing a limit costs each claim and finish. Run beside
+    `drain` (`--only drain,drain_limited`), the two interleave over the repetitions."""
+    limit = getattr(target.driver, "limit_command", None)
+    if limit is None:
+        return {}
+    run_once(limit(target.env, "--concurrency", str(UNBINDING_CONCURRENCY)))
+    try:
+        fleet = watch_servers(target, target.fleet())
+        rows = drained_rows(target, plan, fleet)
+    finally:
+        run_once(limit(target.env, "--concurrency", "code"))
+    return {"drain_limited": drain_rate(rows), **cpu_per_task([fleet], rows, "drain_limited")}
+
+
 def drain_one_process(target: Target, plan: Plan) -> dict[str, float]:
     """The drain again, the consumer a thread of the worker process (`runworker
     --with-consumer`, ATF only): the smallest deployment, and its memory."""
@@ -418,5 +438,5 @@ def store_cost_per_task(target: Target, plan: Plan) -> dict[str, float]:
 
 #: Measurements in the order they run; each interleaves the systems within a repetition.
 MEASUREMENTS = (enqueue_single, enqueue_in_transaction, enqueue_bulk, rest, drain,
-                drain_one_process, drain_remote, connections, latency, isolation,
+                drain_limited, drain_one_process, drain_remote, connections, latency, isolation,
                 isolation_per_lambda, store_cost_per_task)

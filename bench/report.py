@@ -65,6 +65,12 @@ def _near_direct(value: float, summaries: Summaries) -> bool | None:
     return value >= 0.8 * direct if direct else None
 
 
+def _abreast_of_direct(value: float, summaries: Summaries) -> bool | None:
+    """At least 0.9× ATF's drain without limits (a limit that never binds costs little)."""
+    direct = _median(summaries, "atf", "drain")
+    return value >= 0.9 * direct if direct else None
+
+
 def _near_commit_limit_and_ahead_of_procrastinate(value: float,
                                                   summaries: Summaries) -> bool | None:
     """At least 0.7× the machine's INSERT+COMMIT rate (issue 27's target) and 1.5×
@@ -129,6 +135,9 @@ METRICS = (
     Metric(key="drain", label="drain, no-op", unit="tasks/s", higher_is_better=True,
            target="≥ 1.0× the faster of Huey/Dramatiq", met=_abreast_of_redis_rivals,
            limit=REDIS_ROUND_TRIP),
+    Metric(key="drain_limited", label="drain, no-op, with a concurrency limit that never "
+           "binds (flow control's cost)", unit="tasks/s", higher_is_better=True,
+           target="≥ 0.9× ATF's drain", met=_abreast_of_direct),
     Metric(key="drain_one_process", label="drain, no-op, consumer inside the worker "
            "(runworker --with-consumer)", unit="tasks/s", higher_is_better=True),
     Metric(key="drain_remote", label="drain, no-op, remote worker (runworker --api)",

@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks_api import scopes
+from tasks_api import flow_metrics, scopes
 from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.renderers import FirstRenderer, JsonErrorsMixin, PrometheusRenderer
@@ -131,6 +131,7 @@ class StoreCollector(Collector):
         yield GaugeMetricFamily("atf_workers", "Live worker processes.",
                                 value=stats.live_workers(now=now, lambda_ids=self.lambda_ids))
         yield from self._incident_signs(now, window_s)
+        yield from flow_metrics.families(self.lambda_ids)
 
     def _incident_signs(self, now: datetime, window_s: float) -> Iterator[Metric]:
         """What the shipped alert rules watch (tasks_core.incident_stats)."""

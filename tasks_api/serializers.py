@@ -15,6 +15,7 @@ from rest_framework import serializers
 
 from tasks_core import directory, lambda_options, limits, operations, overrides, scheduling
 from tasks_core.conf import atf_settings
+from tasks_core.debounce import KEY_CHARS as FLOW_KEY_CHARS
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import GateState
 from tasks_core.models import (
@@ -281,6 +282,15 @@ class ScheduleTaskSerializer(StrictSerializer):
     after = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
                                   max_length=limits.MAX_PARENTS,
                                   help_text="Parent task ids: runs once all of them succeeded.")
+    # Flow control (tasks_core.debounce checks them).
+    limit_key = serializers.CharField(required=False, max_length=FLOW_KEY_CHARS,
+                                      help_text="What the lambda's key_concurrency and key_rate "
+                                                "count the task under.")
+    debounce = serializers.FloatField(required=False, min_value=0,
+                                      max_value=limits.MAX_DELAY_S,
+                                      help_text="Seconds: due then; scheduling again with the "
+                                                "same debounce_key while it waits replaces it.")
+    debounce_key = serializers.CharField(required=False, max_length=FLOW_KEY_CHARS)
 
     def get_fields(self) -> dict[str, serializers.Field]:
         return _renamed(super().get_fields(), lambda_name="lambda")
@@ -416,7 +426,8 @@ class OptionField(serializers.Field):
         return shown
 
 
-@extend_schema_field({"type": "number", "nullable": True})
+@extend_schema_field({"oneOf": [{"type": "number"}, {"type": "string"}], "nullable": True,
+                      "description": 'A number; a rate also as "N/s", "N/m" or "N/h".'})
 class OverrideValueField(serializers.Field):
     """A new operator value, checked by tasks_core.overrides; null clears the override."""
 
@@ -431,6 +442,25 @@ class LambdaOverridesSerializer(StrictSerializer):
         return {option.name: OverrideValueField(required=False, allow_null=True,
                                                 help_text=option.text)
                 for option in overrides.OPTIONS}
+
+
+class BusyKeySerializer(serializers.Serializer):
+    key = serializers.CharField()
+    running = serializers.IntegerField()
+    held = serializers.IntegerField()
+
+
+class FlowSerializer(serializers.Serializer):
+    """A lambda's flow control now (tasks_core.flow.summary); the limits themselves are its
+    options (`concurrency`, `rate`, `key_concurrency`, `key_rate`)."""
+
+    rate = serializers.CharField(allow_null=True, help_text='The rate option as "N/s|m|h".')
+    key_rate = serializers.CharField(allow_null=True, help_text='key_rate as "N/s|m|h".')
+    held = serializers.IntegerField(help_text="Tasks a limit holds back now.")
+    refused = serializers.DictField(child=serializers.IntegerField(),
+                                    help_text="Starts refused so far, by limit.")
+    busiest_keys = BusyKeySerializer(many=True, help_text="Limit keys with the most tasks "
+                                                          "running or held (keyed limits).")
 
 
 class LambdaSerializer(serializers.ModelSerializer):
@@ -448,11 +478,12 @@ class LambdaSerializer(serializers.ModelSerializer):
     queue_depth = serializers.SerializerMethodField()
     queue_age_s = serializers.SerializerMethodField()
     counts = serializers.SerializerMethodField()
+    flow = serializers.SerializerMethodField()
 
     class Meta:
         model = Lambda
         fields = ["name", "team", "gate", "gate_until", "in_code", "collections", "queue_depth",
-                  "queue_age_s", "counts"]
+                  "queue_age_s", "counts", "flow"]
         read_only_fields = fields
 
     def get_fields(self) -> dict[str, serializers.Field]:
@@ -468,6 +499,11 @@ class LambdaSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.DictField(child=serializers.FloatField()))
     def get_queue_age_s(self, row: Lambda) -> dict[str, float]:
         return self.context.get("ages", {}).get(row.name, {})
+
+    @extend_schema_field(FlowSerializer(allow_null=True))
+    def get_flow(self, row: Lambda) -> dict[str, Any] | None:
+        """The view passes `flow` (lambda id -> tasks_core.flow.summary) in the context."""
+        return self.context.get("flow", {}).get(row.pk)
 
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
     def get_counts(self, row: Lambda) -> dict[str, int]:

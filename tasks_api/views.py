@@ -21,7 +21,7 @@ from tasks_api import renamed_fields, schedule_rate, serializers
 from tasks_api.openapi import extend_schema
 from tasks_api.pagination import AttemptCursorPagination, TaskCursorPagination
 from tasks_api.policy import ApiPolicy
-from tasks_core import limits, operations, periodic, queue_age, scheduling, stats
+from tasks_core import flow, limits, operations, periodic, queue_age, scheduling, stats
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidTask, QueueUnavailable
 from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
@@ -239,7 +239,8 @@ class LambdaViewSet(ApiPolicy, viewsets.ReadOnlyModelViewSet):
         return super().get_object()
 
     def _show(self, *rows: Lambda) -> Any:
-        return serializers.LambdaSerializer(rows, many=True, context=_lambda_context(rows)).data
+        context = {**_lambda_context(rows), "flow": flow.summary([row.pk for row in rows])}
+        return serializers.LambdaSerializer(rows, many=True, context=context).data
 
     @extend_schema(responses={200: serializers.LambdaSerializer(many=True), **_errors()})
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

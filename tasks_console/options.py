@@ -12,7 +12,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from tasks_core import operations, overrides
+from tasks_core import flow, operations, overrides, rates
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidOverride
 from tasks_core.models import Lambda
@@ -21,8 +21,28 @@ if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
 
 
-def _shown(value: float | None) -> str:
+def _shown(value: float | None, name: str = "") -> str:
+    """An option's value as people write it: a rate as "N/s|m|h" (tasks_core.rates)."""
+    if value is not None and name in RATES:
+        return rates.shown(value) or "none"
     return "none" if value is None else f"{value:g}"
+
+
+#: The options whose values are rates.
+RATES = frozenset(option.name for option in overrides.OPTIONS if option.is_rate)
+
+
+def flow_table(row: Lambda) -> SafeString:
+    """What the lambda's flow limits do now: tasks held back, starts refused by each limit, and
+    the busiest keys (tasks_core.flow.summary)."""
+    shown = flow.summary([row.pk])[row.pk]
+    refused = ", ".join(f"{limit} {count}" for limit, count in shown["refused"].items()
+                        if count) or "none"
+    keys = ", ".join(f"{item['key']} ({item['running']} running, {item['held']} held)"
+                     for item in shown["busiest_keys"]) or "none"
+    return format_html("<table><tr><th>held now</th><td>{}</td></tr><tr><th>starts refused"
+                       "</th><td>{}</td></tr><tr><th>busiest keys</th><td>{}</td></tr></table>",
+                       shown["held"], refused, keys)
 
 
 def summary(row: Lambda) -> SafeString:
@@ -30,7 +50,7 @@ def summary(row: Lambda) -> SafeString:
     parts = []
     for name, item in overrides.resolve(row).items():
         template = "<b>{}: {}</b>" if item.source == overrides.OPERATOR else "{}: {}"
-        parts.append(format_html(template, name, _shown(item.value)))
+        parts.append(format_html(template, name, _shown(item.value, name)))
     return format_html_join(" · ", "{}", ((part,) for part in parts))
 
 
@@ -39,7 +59,7 @@ def table(row: Lambda) -> SafeString:
     rows = []
     for name, item in overrides.resolve(row).items():
         when = "" if item.changed_at is None else f"{item.changed_at:%Y-%m-%d %H:%M} UTC"
-        rows.append((name, _shown(item.value), item.source, _shown(item.code_value),
+        rows.append((name, _shown(item.value, name), item.source, _shown(item.code_value, name),
                      item.changed_by or "", when))
     body = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
                                 "<td>{}</td></tr>", rows)
@@ -59,10 +79,11 @@ class OverridesForm(forms.Form):
             operator = item.source == overrides.OPERATOR
             self.fields[option.name] = forms.CharField(
                 required=False, label=option.name,
-                initial=_shown(item.value) if operator else "",
-                help_text=f"{option.text}; code: {_shown(item.code_value)}. "
+                initial=_shown(item.value, option.name) if operator else "",
+                help_text=f"{option.text}; code: {_shown(item.code_value, option.name)}. "
                           "Leave empty for the code's value.",
-                widget=forms.TextInput(attrs={"placeholder": _shown(item.code_value)}),
+                widget=forms.TextInput(attrs={"placeholder": _shown(item.code_value,
+                                                                    option.name)}),
             )
 
     def changes(self) -> dict[str, str | None]:
@@ -71,7 +92,8 @@ class OverridesForm(forms.Form):
         for option in overrides.OPTIONS:
             typed = self.cleaned_data[option.name].strip()
             item = self.resolved[option.name]
-            current = _shown(item.value) if item.source == overrides.OPERATOR else ""
+            current = _shown(item.value, option.name) if item.source == overrides.OPERATOR \
+                else ""
             if typed != current:
                 found[option.name] = typed or None
         return found
@@ -102,6 +124,7 @@ def view(model_admin: ModelAdmin, request: HttpRequest, object_id: str) -> HttpR
         "opts": model_admin.model._meta,
         "original": row,
         "options_table": table(row),
+        "flow_table": flow_table(row),
         "form": form,
     }
     return TemplateResponse(request, "tasks_console/lambda_options.html", context)

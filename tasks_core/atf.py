@@ -38,7 +38,8 @@ __all__ = [
 def register(name: str, *, schedule: periodic.ScheduleValue | None = None,
              **options: Any) -> Callable[[LambdaFunction], RegisteredLambda]:
     """Decorator: register `func(ctx, payload)` as the lambda `name`; options: team,
-    max_attempts, heartbeat_timeout, backoff_base, backoff_cap, quota, timeout.
+    max_attempts, heartbeat_timeout, backoff_base, backoff_cap, quota, timeout, concurrency,
+    rate, key_concurrency, key_rate (see tasks_core.lambda_options).
 
     `schedule` also runs it periodically with an empty payload: a cron expression such as
     "*/5 * * * *", or an interval in seconds (see `tasks_core.periodic`).
@@ -64,13 +65,16 @@ def schedule(lambda_name: str, payload: Any = None, *, collection: str | None = 
              priority: str | None = None, run_at: datetime | None = None,
              delay: float | None = None, idempotency_key: str | None = None,
              max_attempts: int | None = None, timeout: float | None = None,
-             after: Sequence[int] = ()) -> TaskEntity:
-    """Schedule a task of `lambda_name` (see TaskRequest for each option: `delay` and
-    `timeout` are seconds, `after` the parent task ids)."""
+             after: Sequence[int] = (), limit_key: str | None = None,
+             debounce: float | None = None, debounce_key: str | None = None) -> TaskEntity:
+    """Schedule a task of `lambda_name` (see TaskRequest for each option: `delay`, `timeout`
+    and `debounce` are seconds, `after` the parent task ids, `limit_key` what the lambda's
+    keyed limits count the task under)."""
     task, _created = scheduling.schedule(TaskRequest(
         lambda_name, payload, collection=collection, priority=priority, run_at=run_at,
         delay=delay, idempotency_key=idempotency_key, max_attempts=max_attempts,
-        timeout=timeout, after=after))
+        timeout=timeout, after=after, limit_key=limit_key, debounce=debounce,
+        debounce_key=debounce_key))
     return task
 
 

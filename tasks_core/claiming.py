@@ -31,6 +31,11 @@ class Claimer:
         # Strict priority within a lambda: the pop takes from the first non-empty list.
         self.queues_by_lambda = [[queue.queue_name(name, priority) for priority in priorities]
                                  for name in sorted(self.lambda_ids)]
+        #: Which lambda each queue holds: a claim's flow limits are those of the lambdas its
+        #: messages came from (tasks_core.flow), so the others' tasks pay nothing for them.
+        self.lambda_of_queue = {queue.queue_name(name, priority): lambda_id
+                                for name, lambda_id in self.lambda_ids.items()
+                                for priority in priorities}
         self._turn = 0
 
     def queue_names(self) -> list[str]:
@@ -77,9 +82,12 @@ class Claimer:
             if item.message is None:
                 logger.warning("discarded a message that is not ATF's on %s: %.200r",
                                item.queue, item.raw, extra={"action": "message_corrupt"})
+        from_lambdas = [self.lambda_of_queue.get(item.queue) for item in popped]
         statuses, claimed = store.finish_and_claim(
             done, messages, worker=self.worker_id, lambda_ids=self.lambda_ids.values(),
-            now=timezone.now(), start=self.start)
+            now=timezone.now(), start=self.start,
+            from_lambdas=None if None in from_lambdas
+            else {lambda_id for lambda_id in from_lambdas if lambda_id is not None})
         if self.queue.supports_ack:
             for queue_name in {item.queue for item in popped}:
                 self.queue.ack(queue_name, [i.message for i in popped

@@ -27,7 +27,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.deconstruct import deconstructible
 
-from tasks_core import limits
+from tasks_core import limits, rates
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidLambdaOption, UnknownLambdaOption
 from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
@@ -36,6 +36,11 @@ from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 MAX_SECONDS = 1e9
 #: Highest scheduling quota, in tasks per second.
 MAX_QUOTA_PER_S = 1e6
+
+#: Highest concurrency limit.
+MAX_CONCURRENCY = 1_000_000
+#: Highest start rate, in starts per second (each start in a rate's window is a log row).
+MAX_RATE_PER_S = 1000.0
 
 #: A further rule for a value already known to be a finite number: the problem, or None.
 Rule = Callable[[float], "str | None"]
@@ -61,12 +66,12 @@ def _default_timeout_s() -> float | None:
 def _declare(*, name: str, text: str, unit: str, default: Callable[[], float | None],
              least: float, most: float, above: bool = False, rule: Rule | None = None,
              overridable: bool = True, per_task: bool = False,
-             zero_is_none: bool = False) -> Any:
+             zero_is_none: bool = False, is_rate: bool = False) -> Any:
     """One option's field of OptionValues (see `Option` for what each argument means)."""
     return field(metadata={"option": {
         "name": name, "text": text, "unit": unit, "default": default, "least": least,
         "most": most, "above": above, "rule": rule, "overridable": overridable,
-        "per_task": per_task, "zero_is_none": zero_is_none}})
+        "per_task": per_task, "zero_is_none": zero_is_none, "is_rate": is_rate}})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +96,22 @@ class OptionValues:
     backoff_cap_s: float = _declare(
         name="backoff_cap", text="most seconds of backoff before a retry", unit="seconds",
         default=lambda: atf_settings.backoff_cap_s, least=0, above=True, most=MAX_SECONDS)
+    # Flow control, fleet-wide where a task starts (tasks_core.flow). A rate is starts a
+    # second here; register, the API and atf_lambda also take "N/s", "N/m" or "N/h".
+    concurrency: int | None = _declare(
+        name="concurrency", text="tasks running at once, fleet-wide (none: no limit)",
+        unit="tasks", default=lambda: None, least=1, most=MAX_CONCURRENCY)
+    rate_per_s: float | None = _declare(
+        name="rate", text="starts per second, fleet-wide, in a sliding window (none: no limit)",
+        unit="starts per second", default=lambda: None, least=0, above=True,
+        most=MAX_RATE_PER_S, is_rate=True)
+    key_concurrency: int | None = _declare(
+        name="key_concurrency", text="tasks of one limit_key running at once (none: no limit)",
+        unit="tasks", default=lambda: None, least=1, most=MAX_CONCURRENCY)
+    key_rate_per_s: float | None = _declare(
+        name="key_rate", text="starts per second of one limit_key (none: no limit)",
+        unit="starts per second", default=lambda: None, least=0, above=True,
+        most=MAX_RATE_PER_S, is_rate=True)
     #: Seconds one attempt may run; None: no limit.
     timeout_s: float | None = _declare(
         name="timeout", text="seconds one attempt may run (0: no limit)", unit="seconds",
@@ -116,6 +137,14 @@ class Option:
     overridable: bool  #: an operator may override the code's value
     per_task: bool  #: a task may ask for its own value when it is scheduled
     zero_is_none: bool  #: `register(...=0)` means None (no limit)
+    is_rate: bool  #: starts per second, also given as "N/s", "N/m" or "N/h" (tasks_core.rates)
+
+    def given(self, raw: Any) -> Any:
+        """A value as code, the API or a command gives it, with a rate's text read as a
+        number; anything else unchanged (the bounds' checks say what is wrong with it)."""
+        if self.is_rate and isinstance(raw, str) and (value := rates.per_second(raw)) is not None:
+            return value
+        return raw
 
     def problem(self, value: float) -> str | None:
         """Why a finite number cannot be this option's value (an operator's message), or None."""
@@ -152,7 +181,7 @@ class Option:
 def _declared() -> tuple[Option, ...]:
     hints = get_type_hints(OptionValues)
     return tuple(
-        Option(column=f.name, whole=hints[f.name] is int,
+        Option(column=f.name, whole=int in (hints[f.name], *get_args(hints[f.name])),
                nullable=types.NoneType in get_args(hints[f.name]), **f.metadata["option"])
         for f in fields(OptionValues))
 
@@ -171,6 +200,7 @@ def code_values(given: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise UnknownLambdaOption(f"unknown option(s) {', '.join(unknown)}; the options are "
                         f"{', '.join(BY_NAME)}")
+    given = {name: BY_NAME[name].given(value) for name, value in given.items()}
     problems = [problem for name, value in given.items() if value is not None
                 if (problem := BY_NAME[name].code_problem(value))]
     if problems:

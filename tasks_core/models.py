@@ -61,6 +61,11 @@ class Lambda(GatedModel):
     backoff_base_s = lambda_options.column("backoff_base")
     backoff_cap_s = lambda_options.column("backoff_cap")
     timeout_s = lambda_options.column("timeout")
+    # Flow control (tasks_core.flow enforces them where a task starts).
+    concurrency = lambda_options.column("concurrency")
+    rate_per_s = lambda_options.column("rate")
+    key_concurrency = lambda_options.column("key_concurrency")
+    key_rate_per_s = lambda_options.column("key_rate")
     #: False once the code no longer registers it (its tasks are kept).
     in_code = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -144,6 +149,13 @@ class TaskEntity(models.Model):
     result = models.JSONField(null=True, blank=True)
     #: {"type", "message", "traceback"} of the last failure, or why it was cancelled.
     last_error = models.JSONField(null=True, blank=True)
+    #: The value its lambda's keyed limits (key_concurrency, key_rate) count it under.
+    limit_key = models.CharField(max_length=200, null=True, blank=True)
+    #: A later schedule with this key, while this task still waits, replaces it (debounce).
+    debounce_key = models.CharField(max_length=200, null=True, blank=True)
+    #: When a flow limit last held it back at its start (tasks_core.flow); a finish of its
+    #: lambda releases held tasks in priority order.
+    held_at = models.DateTimeField(null=True, blank=True)
     parents = models.ManyToManyField(
         "self", through="TaskDependency", through_fields=("child", "parent"),
         symmetrical=False, related_name="children", blank=True,
@@ -173,6 +185,16 @@ class TaskEntity(models.Model):
             # enqueued rows, so one probe per queue reads the backlog's first row, not history.
             models.Index(fields=["lambda_ref", "priority", "enqueued_at"], name="task_in_queue",
                          condition=Q(status="enqueued")),
+            # Flow control: only tasks a limit holds back, and debounced tasks still waiting,
+            # so tasks of lambdas without limits never write these.
+            models.Index(fields=["lambda_ref", "priority", "id"], name="task_flow_held",
+                         condition=Q(status="new", held_at__isnull=False)),
+            models.Index(fields=["lambda_ref", "limit_key", "priority", "id"],
+                         name="task_flow_held_key",
+                         condition=Q(status="new", held_at__isnull=False)),
+            models.Index(fields=["lambda_ref", "debounce_key"], name="task_debounce",
+                         condition=Q(debounce_key__isnull=False,
+                                     status__in=["new", "enqueued"])),
         ]
 
     def __str__(self) -> str:
@@ -195,6 +217,19 @@ class TaskEntity(models.Model):
         return the task itself, so that `task.refresh().status` reads."""
         self.refresh_from_db()
         return self
+
+
+class FlowStart(models.Model):
+    """One start of a task of a lambda with a `rate` or `key_rate` (key "" for the lambda's
+    own rate): the sliding window's log. Rows older than the window are deleted as the next
+    start of the same lambda and key is decided (tasks_core.flow)."""
+
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=200, blank=True, default="")
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["lambda_ref", "key", "at"], name="flow_start_window")]
 
 
 #: Assoc rows carry shard = task id % SHARDS, for consumers that split the work by shard.

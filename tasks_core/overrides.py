@@ -104,7 +104,7 @@ def check(changes: Mapping[str, Any]) -> dict[str, float | int | None]:
         if raw is None:
             cleaned[name] = None
             continue
-        value = _number(raw)
+        value = _number(option.given(raw))
         problem = "Give a number, or null to clear the override." if value is None \
             else option.problem(value)
         if problem:

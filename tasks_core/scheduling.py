@@ -19,7 +19,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import dateparse, timezone
 
-from tasks_core import directory, lambda_names, limits, store, wakeup
+from tasks_core import debounce, directory, lambda_names, limits, store, wakeup
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
 from tasks_core.gating import GateState
@@ -49,6 +49,10 @@ class TaskRequest:
     max_attempts: int | None = None  #: None: the lambda's
     timeout: float | None = None  #: seconds one attempt may run; 0: no limit; None: lambda's
     after: Sequence[int] = ()  #: parent task ids: it runs once all of them succeeded
+    # Flow control (tasks_core.debounce, tasks_core.flow):
+    limit_key: str | None = None  #: what the lambda's key_concurrency and key_rate count it under
+    debounce: float | None = None  #: seconds: due then; a later schedule of its key replaces it
+    debounce_key: str | None = None  #: the key a debounced task is replaced by
 
     @classmethod
     def from_json(cls, data: Any, *, now: datetime | None = None,
@@ -105,7 +109,8 @@ class TaskRequest:
 _JSON_FIELDS = {("lambda" if f.name == "lambda_name" else f.name): f.name
                 for f in dataclasses.fields(TaskRequest)}
 #: The text fields, whose surrounding white space is dropped.
-_TEXT = frozenset({"lambda_name", "collection", "priority", "idempotency_key"})
+_TEXT = frozenset({"lambda_name", "collection", "priority", "idempotency_key", "limit_key",
+                   "debounce_key"})
 #: Unknown fields named in one error.
 _MOST_UNKNOWN = 20
 #: The times a request may give, as its messages show them.
@@ -249,8 +254,14 @@ def validate(request: TaskRequest, *, now: datetime,
         known = set(TaskEntity.objects.filter(pk__in=parents).values_list("pk", flat=True))
         if missing := sorted(set(parents) - known):
             errors["after"] = [f"Unknown parent task(s): {', '.join(map(str, missing))}."]
+    errors.update(debounce.check(
+        limit_key=request.limit_key, debounce=request.debounce,
+        debounce_key=request.debounce_key, run_at=request.run_at, delay=request.delay,
+        idempotency_key=idempotency_key, after=request.after))
     if errors or info is None:
         raise InvalidTask(errors)
+    if request.debounce is not None:
+        run_at = now + timedelta(seconds=request.debounce)
     return store.NewTask(
         lambda_id=info.id,
         collection=collection,
@@ -261,6 +272,8 @@ def validate(request: TaskRequest, *, now: datetime,
         idempotency_key=idempotency_key,
         timeout_s=timeout,
         parents=parents,
+        limit_key=request.limit_key,
+        debounce_key=request.debounce_key,
     )
 
 
@@ -350,6 +363,8 @@ def schedule(request: TaskRequest, *, now: datetime | None = None,
     named an earlier task, which is returned instead). `teams`: as `validate` takes them."""
     now = now or timezone.now()
     task = validate(request, now=now, teams=teams)
+    if task.debounce_key is not None:
+        return debounce.schedule(task, now=now, create=_create)
     if task.idempotency_key is None:
         # store.create() makes its own transaction where it needs one (or joins the caller's).
         entity = _create([task], now)[0]
@@ -391,7 +406,9 @@ def schedule_many(requests: Sequence[TaskRequest | Mapping[str, Any]], *,
         raise InvalidTask(errors)
     _check_new_collections({(t.lambda_id, t.collection) for t in tasks})
     with transaction.atomic():
-        results: list[TaskEntity | None] = [_existing(task) for task in tasks]
+        results: list[TaskEntity | None] = [
+            debounce.schedule(task, now=now, create=_create)[0] if task.debounce_key is not None
+            else _existing(task) for task in tasks]
         fresh = [task for task, found in zip(tasks, results, strict=True) if found is None]
         created = iter(_create(fresh, now))
         entities = [found or next(created) for found in results]

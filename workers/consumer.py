@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import threading
 import time
 from collections import Counter, defaultdict
@@ -36,6 +35,7 @@ from tasks_core import (
     overrides,
     periodic,
     queues,
+    quota,
     retention,
     store,
     wakeup,
@@ -96,23 +96,6 @@ class PassSummary:
     @property
     def total(self) -> int:
         return self.enqueued + self.dropped + self.dead
-
-
-class TokenBucket:
-    """A lambda's scheduling quota: `rate` tasks per second, bursting to one second's worth."""
-
-    def __init__(self, rate: float, now_s: float) -> None:
-        self.rate = rate
-        self.tokens = rate
-        self.updated_s = now_s
-
-    def available(self, now_s: float) -> int:
-        self.tokens = min(self.rate, self.tokens + (now_s - self.updated_s) * self.rate)
-        self.updated_s = now_s
-        return math.floor(self.tokens)
-
-    def spend(self, count: int) -> None:
-        self.tokens -= count
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,7 +171,7 @@ class Consumer:
         self.lambda_turn = lambda_turn  #: how a pass takes its turn on a lambda (workers.turns)
         self.running = True
         self.wake = threading.Event()
-        self._buckets: dict[int, TokenBucket] = {}
+        self._quotas = quota.Quotas()
         self._turn = 0
         self._backlogged: set[int] = set()  #: lambdas the last pass left due rows of
         self._teams_seen_s: dict[int, float] = {}  #: teams with due rows: when last seen
@@ -219,13 +202,10 @@ class Consumer:
         ]
 
     def _limit(self, lam: _LambdaGates, share: int, now_s: float) -> int:
+        """The lambda's share of this pass, within its quota (fleet-wide: tasks_core.quota)."""
         if lam.quota_per_s is None:
-            self._buckets.pop(lam.lambda_id, None)
             return share
-        bucket = self._buckets.get(lam.lambda_id)
-        if bucket is None or bucket.rate != lam.quota_per_s:
-            bucket = self._buckets[lam.lambda_id] = TokenBucket(lam.quota_per_s, now_s)
-        return min(share, bucket.available(now_s))
+        return self._quotas.take(lam.lambda_id, lam.quota_per_s, share, now_s)
 
     def run_pass(self) -> PassSummary:
         """Enqueue, re-enqueue, drop or dead-letter what is due now, fairly across lambdas."""
@@ -257,12 +237,14 @@ class Consumer:
             limit = self._limit(lam, shares[lam.team_id], now_s)
             if limit <= 0:
                 continue
+            handled = 0
             with self.lambda_turn(lam.lambda_id) as mine:
-                if not mine:  # another consumer is enqueueing this lambda right now
-                    continue
-                done, handled, cut = self._enqueue(lam, limit, now, slice_rows)
-            if lam.lambda_id in self._buckets:
-                self._buckets[lam.lambda_id].spend(handled)
+                if mine:  # else another consumer is enqueueing this lambda right now
+                    done, handled, cut = self._enqueue(lam, limit, now, slice_rows)
+            if lam.quota_per_s is not None:  # the quota's tokens this pass did not use
+                self._quotas.give_back(lam.lambda_id, lam.quota_per_s, limit - handled)
+            if not mine:
+                continue
             if handled >= limit or cut:
                 summary.busy = True
                 self._backlogged.add(lam.lambda_id)

@@ -63,6 +63,11 @@ def per_lambda_commands(env: Env) -> list[Command]:
             _manage(env, "worker", "runworker", "demo.record", "--threads", "8")]
 
 
+def limit_command(env: Env, *options: str) -> Command:
+    """Sets (or with "code", clears) operator options of the drain's lambda, demo.record."""
+    return _manage(env, "setup", "atf_lambda", "demo.record", *options)
+
+
 def token_command(env: Env) -> Command:
     """Prints an API token of the demo team as its last line."""
     return _manage(env, "setup", "atf_token", TEAM, "bench")

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django.db import transaction
 
+from tasks_core import flow
 from tasks_core.conf import atf_settings
 from tasks_core.gating import Decision
 from tasks_core.queues.base import Message
@@ -49,6 +50,8 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
                           decisions.LOST_LAST_ATTEMPT)
         _end(plan.cancelled, TaskStatus.CANCELLED, lambda_id, now,
              decisions.CANCELLED_WORKER_LOST)
+        if plan.dead or plan.cancelled:  # their slots of a concurrency limit are free now
+            flow.release_lapsed(lambda_id, plan.dead + plan.cancelled, now)
     return batch
 
 

@@ -30,6 +30,8 @@ class NewTask:
     idempotency_key: str | None = None
     timeout_s: float | None = None  #: None: the lambda's time limit
     parents: tuple[int, ...] = ()
+    limit_key: str | None = None  #: what its lambda's keyed limits count it under
+    debounce_key: str | None = None  #: a later debounced schedule with it replaces this task
 
 
 @dataclass(frozen=True)

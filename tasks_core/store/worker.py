@@ -9,7 +9,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from tasks_core import directory, states
+from tasks_core import directory, flow, states
 from tasks_core.conf import atf_settings
 from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
@@ -50,10 +50,14 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
 
 def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Sequence[Message],
                      *, worker: str, lambda_ids: Iterable[int], now: datetime,
-                     start: bool = False) -> tuple[list[TaskStatus | None], list[ClaimedTask]]:
+                     start: bool = False, from_lambdas: Iterable[int] | None = None,
+                     ) -> tuple[list[TaskStatus | None], list[ClaimedTask]]:
     """Record attempts' ends as `finish_many` does and claim the tasks of `messages` as `claim`
     does, in one transaction (one commit for a worker's finished attempts and its executors'
-    next tasks): per result its new status (None: its lease was lost), and the claimed tasks."""
+    next tasks): per result its new status (None: its lease was lost), and the claimed tasks.
+
+    `from_lambdas`: the lambdas whose queues the messages came from, where known: only their
+    flow limits apply (default: those of every lambda of `lambda_ids`)."""
     leases = list({m.task_id: Lease(m.task_id, m.lease) for m in messages}.values())
     lambda_ids = list(lambda_ids)
     endings = [_ending(task, result, now) for task, result in done]
@@ -63,9 +67,17 @@ def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Seque
     backend = backends.current()
     claimed: list[ClaimedTask] = []
     starts = None
+    # Flow limits of the lambdas claimed, from the directory's cache: none, no work at all.
+    limits = flow.limited(lambda_ids if from_lambdas is None else from_lambdas) \
+        if claiming else {}
     # A claim alone takes no transaction where the backend claims in one statement.
-    with transaction.atomic() if endings else _one_step(backend):
+    with transaction.atomic() if endings or limits else _one_step(backend):
         statuses = _write_endings(backend, endings, now)
+        flow.release([task for task, _result in done if task.task_id in statuses], now)
+        admission = flow.admit(leases, limits, now=now) if limits else None
+        if admission is not None:
+            leases, now = admission.leases, admission.now
+            claiming = bool(leases)
         if claiming and start:
             states.check_transition(TaskStatus.ENQUEUED, TaskStatus.PROCESSING)
             assocs = {lambda_id: timeouts.assoc(TaskStatus.PROCESSING, lambda_id, now)
@@ -77,6 +89,8 @@ def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Seque
             assoc = timeouts.assoc(TaskStatus.CLAIMED, lambda_ids[0], now)
             claimed = backend.claim(leases, lambda_ids=lambda_ids, worker=worker, now=now,
                                     assoc=assoc)
+        if admission is not None:
+            admission.started(claimed, now)
     if starts is not None:
         _gated(starts, now)
     return [statuses.get(task.task_id) for task, _result in done], claimed
@@ -154,6 +168,7 @@ def finish_many(done: Sequence[tuple[ClaimedTask, Result]], *,
     endings = [_ending(task, result, now) for task, result in done]
     with transaction.atomic():
         statuses = _write_endings(backends.current(), endings, now)
+        flow.release([task for task, _result in done if task.task_id in statuses], now)
     return [statuses.get(task.task_id) for task, _result in done]
 
 

@@ -86,14 +86,16 @@ WITH collections AS (
            (r.task->>5)::int AS max_attempts, (r.task->>6)::timestamptz AS run_at,
            r.task->>7 AS idempotency_key, (r.task->>8)::timestamptz AS finished_at,
            NULLIF(r.task->9, 'null'::jsonb) AS last_error, r.task->>10 AS assoc_status,
-           (r.task->>11)::timestamptz AS next_trigger_at, (r.task->>12)::float8 AS timeout_s
+           (r.task->>11)::timestamptz AS next_trigger_at, (r.task->>12)::float8 AS timeout_s,
+           r.task->>13 AS limit_key, r.task->>14 AS debounce_key
     FROM jsonb_array_elements(%(tasks)s::jsonb) WITH ORDINALITY AS r(task, ord)
 ), entities AS (
     INSERT INTO {entity} (id, lambda_ref_id, collection, priority, payload, status, attempts,
                           max_attempts, run_at, idempotency_key, lease, worker, created_at,
-                          finished_at, last_error, timeout_s)
+                          finished_at, last_error, timeout_s, limit_key, debounce_key)
     SELECT id, lambda_ref_id, collection, priority, payload, status, 0, max_attempts, run_at,
-           idempotency_key, 0, '', %(created_at)s, finished_at, last_error, timeout_s FROM rows
+           idempotency_key, 0, '', %(created_at)s, finished_at, last_error, timeout_s,
+           limit_key, debounce_key FROM rows
 ), assocs AS (
     INSERT INTO {assoc} (task_id, lambda_ref_id, collection, priority, status, next_trigger_at,
                          shard)
@@ -112,10 +114,10 @@ WITH collection AS (
 ), entity AS (
     INSERT INTO {entity} (lambda_ref_id, collection, priority, payload, status, attempts,
                           max_attempts, run_at, idempotency_key, lease, worker, created_at,
-                          finished_at, last_error, timeout_s)
+                          finished_at, last_error, timeout_s, limit_key, debounce_key)
     VALUES (%(lambda_id)s, %(collection)s, %(priority)s, %(payload)s::jsonb, %(status)s, 0,
             %(max_attempts)s, %(run_at)s, %(key)s, 0, '', %(created_at)s, %(finished_at)s,
-            %(last_error)s::jsonb, %(timeout)s)
+            %(last_error)s::jsonb, %(timeout)s, %(limit_key)s, %(debounce_key)s)
     RETURNING id, lambda_ref_id, collection, priority
 ), assoc AS (
     INSERT INTO {assoc} (task_id, lambda_ref_id, collection, priority, status, next_trigger_at,
@@ -335,6 +337,7 @@ def _one_row(entity: TaskEntity, assoc: AssocChange, *, new_collection: bool) ->
         "key": entity.idempotency_key, "finished_at": entity.finished_at,
         "last_error": _json(entity.last_error), "timeout": entity.timeout_s,
         "assoc_status": assoc.status, "trigger": assoc.next_trigger_at,
+        "limit_key": entity.limit_key, "debounce_key": entity.debounce_key,
     }
 
 
@@ -363,7 +366,7 @@ def _batch(entities: Sequence[TaskEntity], assocs: Sequence[AssocChange],
     tasks = [
         [e.lambda_ref_id, e.collection, e.priority, e.payload, e.status, e.max_attempts,
          _iso(e.run_at), e.idempotency_key, _iso(e.finished_at), e.last_error, a.status,
-         _iso(a.next_trigger_at), e.timeout_s]
+         _iso(a.next_trigger_at), e.timeout_s, e.limit_key, e.debounce_key]
         for e, a in zip(entities, assocs, strict=True)
     ]
     return {

@@ -22,7 +22,7 @@ def form(**values: str) -> dict[str, str]:
     """The form as posted: every option's field, empty unless given."""
     return {name: values.get(name, "") for name in
             ("quota", "max_attempts", "heartbeat_timeout", "backoff_base", "backoff_cap",
-             "timeout")}
+             "timeout", "concurrency", "rate", "key_concurrency", "key_rate")}
 
 
 def test_set_an_override_then_clear_it(admin_client: Client) -> None:
@@ -72,3 +72,14 @@ def test_another_teams_lambda_has_no_options_page(client: Client) -> None:
     assert client.get(options_url(theirs)).status_code == 404
     assert client.post(options_url(theirs), form(quota="1")).status_code == 404
     assert not LambdaOverride.objects.exists()
+
+
+def test_flow_limits_are_set_shown_as_written_and_what_they_hold_is_shown(
+        admin_client: Client) -> None:
+    lam = LambdaFactory(name="tests.partner")
+    response = admin_client.post(options_url(lam), form(concurrency="3", rate="10/m"))
+    assert response.status_code == 302
+    page = admin_client.get(options_url(lam)).content.decode()
+    assert "<td>rate</td><td>10/m</td><td>operator</td>" in page
+    assert "<td>concurrency</td><td>3</td><td>operator</td>" in page
+    assert "<th>held now</th><td>0</td>" in page

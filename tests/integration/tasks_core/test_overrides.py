@@ -22,9 +22,11 @@ pytestmark = [pytest.mark.django_db]
 NAME = "tests.overridden"
 #: The code's options of NAME, and an operator's value for each.
 CODE = {"max_attempts": 4, "heartbeat_timeout": 40.0, "backoff_base": 2.0, "backoff_cap": 90.0,
-        "quota": 10.0, "timeout": 60.0}
+        "quota": 10.0, "timeout": 60.0, "concurrency": 5, "rate": 10.0, "key_concurrency": 1,
+        "key_rate": 2.0}
 OPERATOR = {"max_attempts": 9, "heartbeat_timeout": 120.0, "backoff_base": 0.5,
-            "backoff_cap": 30.0, "quota": 20.0, "timeout": 300.0}
+            "backoff_cap": 30.0, "quota": 20.0, "timeout": 300.0, "concurrency": 50,
+            "rate": 0.5, "key_concurrency": 3, "key_rate": 1.0}
 
 
 def _register(**options: Any) -> None:

@@ -510,6 +510,23 @@ def test_the_quota_goes_to_high_priority_first(queue: queues.QueueBackend, clock
         [("high", t.pk) for t in highs] + [("low", t.pk) for t in lows[:15]])
 
 
+def test_the_quota_holds_for_all_consumers_together(queue: queues.QueueBackend,
+                                                    clock: Clock) -> None:
+    # Given a lambda with a quota of 20/s and 200 due tasks, and two consumers
+    lam = LambdaFactory(name="tests.quota", quota_per_s=20)
+    store.create([store.NewTask(lambda_id=lam.pk, collection="default", priority="default",
+                                payload={}, run_at=clock.now, max_attempts=3)] * 200,
+                 now=clock.now)
+    consumers = [Consumer(batch_size=500, poll_interval_s=0.1, queue=queue, clock=clock)
+                 for _ in range(2)]
+    # When both take a pass within the same second, and again half a second later
+    first = sum(consumer.run_pass().enqueued for consumer in consumers)
+    clock.advance(0.5)
+    second = sum(consumer.run_pass().enqueued for consumer in consumers)
+    # Then together they enqueued one second's quota, then half a second's: not twice that
+    assert (first, second) == (20, 10)
+
+
 def test_within_a_priority_the_earliest_due_goes_first(consumer: Consumer,
                                                         queue: queues.QueueBackend,
                                                         clock: Clock) -> None:
