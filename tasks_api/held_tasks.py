@@ -15,8 +15,8 @@ carries no results (results are always recorded), the answer is `429` naming the
 `Retry-After`.
 
 What a worker and its token hold is the store's count, every server process together, read and
-claimed within one transaction that holds a lock on the token (`store.exclusive`): simultaneous
-claims of a token's workers take turns, each counting what the others claimed. A claim that
+claimed within one transaction that holds a lock on the token (`remote_workers.token_turn`):
+simultaneous claims of a token's workers take turns, each counting what the others claimed. A claim that
 waits for a task counts again, under the lock, once its wait ends, and puts back what the
 bounds no longer leave it. The claims of one worker that wait in this process count what they
 ask for while they wait, so its long polls cannot each pop the room that is left. Direct
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from rest_framework.exceptions import Throttled
 
-from tasks_core import remote_workers, store
+from tasks_core import remote_workers
 from tasks_core.conf import atf_settings
 from tasks_core.models import Worker
 
@@ -131,7 +131,7 @@ def counted(row: Worker, wanted: int, reported_ends: Sequence[remote_workers.Rep
     if not bound(row) and not ceiling():
         yield Room(count=wanted, held=0)
         return
-    with store.exclusive(f"held-tasks:{row.credential}"):
+    with remote_workers.token_turn(row.credential):
         room = room_left(row, wanted, remote_workers.held(row, reported_ends,
                                                           whole_token=bool(ceiling())))
         if not room.count and refuse:

@@ -12,6 +12,7 @@ import functools
 import logging
 import operator
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter, itemgetter
@@ -208,6 +209,12 @@ class Holding:
 
     worker: int
     token: int
+
+
+def token_turn(credential: str) -> AbstractContextManager[None]:
+    """A transaction that no other claim of the token `credential` runs beside, every server
+    process together: the count of what its workers hold, and the claim that count bounds."""
+    return store.exclusive(f"held-tasks:{credential}")
 
 
 def held(row: Worker, reported_ends: Sequence[ReportedEnd] = (), *,
