@@ -16,8 +16,8 @@ carries no results (results are always recorded), the answer is `429` naming the
 
 What a worker and its token hold is the store's count, every server process together, read and
 claimed within one transaction that holds a lock on the token (`remote_workers.token_turn`):
-simultaneous claims of a token's workers take turns, each counting what the others claimed. A claim that
-waits for a task counts again, under the lock, once its wait ends, and puts back what the
+simultaneous claims of a token's workers take turns, each counting what the others claimed. A
+claim that waits for a task counts again, under the lock, once its wait ends, and puts back what the
 bounds no longer leave it. The claims of one worker that wait in this process count what they
 ask for while they wait, so its long polls cannot each pop the room that is left. Direct
 workers have no bound: they hold the store's credentials and run the project's own code, as the
