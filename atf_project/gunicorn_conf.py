@@ -15,6 +15,7 @@ Each value can be changed from the environment.
 from __future__ import annotations
 
 import os
+import sys
 
 from atf_project.environment import env_int
 
@@ -51,3 +52,8 @@ for _name, _share in (("ATF_API_CONCURRENT_PER_TEAM", 4), ("ATF_API_CONCURRENT_P
 # turn, handed to the team that runs the fewest. A process runs Python on one core at a time
 # (one interpreter lock), so a few keep it busy while others wait on the database.
 os.environ.setdefault("ATF_API_ACTIVE_REQUESTS", "4")
+
+#: Microseconds a thread runs Python before it hands the interpreter lock to a thread waiting
+#: for it (Python's own: 5,000). A request back from the database waits that long behind a busy
+#: thread, at each of its queries; set before the processes are forked, which keep it.
+sys.setswitchinterval(max(1, env_int("ATF_WEB_SWITCH_INTERVAL_US", 1000)) / 1_000_000)

@@ -6,7 +6,8 @@ processor (one interpreter lock) with another team's one: that request then answ
 slower, and waits behind them for a database connection of the pool. Here at most
 `ATF_API_ACTIVE_REQUESTS` requests run at once; the others wait, in one queue per team:
 
-- one team runs at most all but one of them, so a team that runs none finds one free;
+- one team runs at most half of them (at least one), so another team's first requests find
+  one free at once, not after one of the flood's requests ends;
 - a freed one goes to the waiting team that runs the fewest, then to the one whose requests
   took the least time lately (their seconds, decaying by half every `HALF_LIFE_S`), so a team
   of long requests (batches, large reads) waits before a team of short ones;
@@ -75,7 +76,7 @@ class Admission:
         return sum(team.running for team in self._teams.values())
 
     def _may_run(self, team: _Team, slots: int) -> bool:
-        return self._running() < slots and team.running < max(1, slots - 1)
+        return self._running() < slots and team.running < max(1, slots // 2)
 
     def _start(self, key: str, team: _Team, now: float) -> None:
         team.running += 1
@@ -122,6 +123,12 @@ class Admission:
             turn.since = now
             turn.admitted.set()
 
+    def running(self, key: str) -> int:
+        """Requests of team `key` running now."""
+        with self._lock:
+            team = self._teams.get(key)
+            return team.running if team else 0
+
     def waiting(self, key: str) -> int:
         """Requests of team `key` waiting for their turn."""
         with self._lock:
@@ -129,7 +136,8 @@ class Admission:
             return len(team.waiting) if team else 0
 
     @contextmanager
-    def running(self, key: str) -> Iterator[None]:
+    def turn(self, key: str) -> Iterator[None]:
+        """Team `key`'s turn to run, from when it comes until the block ends."""
         since = self.enter(key)
         try:
             yield

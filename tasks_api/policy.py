@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from rest_framework.generics import BaseFilterProtocol
     from rest_framework.permissions import _PermissionClass
     from rest_framework.request import Request
-    from rest_framework.response import Response
     from rest_framework.views import APIView
 
     _View = APIView

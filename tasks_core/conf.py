@@ -38,7 +38,8 @@ SERVICE_SETTINGS = frozenset({"ATF_DB_CONN_MAX_AGE", "ATF_DB_POOL_SIZE", "ATF_DE
 #: The unknown-variable check (atf.W005) leaves them alone.
 ENVIRONMENT_ONLY = frozenset({
     "ATF_MAX_REQUEST_BYTES", "ATF_DJANGO_TASKS_MODULES", "ATF_WEB_THREADS",
-    "ATF_WEB_GRACEFUL_TIMEOUT_S", "ATF_DEMO_PORT", "ATF_PYTHON", "ATF_FUZZ_CASES",
+    "ATF_WEB_GRACEFUL_TIMEOUT_S", "ATF_WEB_SWITCH_INTERVAL_US", "ATF_DEMO_PORT", "ATF_PYTHON",
+    "ATF_FUZZ_CASES",
     "ATF_CONSOLE_BIG_ROWS", "ATF_REFRESH_DOCS_SCREENSHOTS", "ATF_SCREENSHOT_DIR",
     "ATF_TEST_SIGNALS_KEY",
 })
@@ -184,7 +185,7 @@ class AtfSettings:
     #: Requests one token (a session: its user) may have in progress at once.
     api_concurrent_per_token: int = 32
     #: Requests that may run at once in one server process, all teams together (0: no limit);
-    #: one team holds at most all but one of them, and a freed one goes to the waiting team that
+    #: one team runs at most half of them, and a freed one goes to the waiting team that
     #: runs the fewest (then: that used the least request time lately). Over it a request
     #: waits; a claim waiting for a task holds none.
     api_active_requests: int = 0
