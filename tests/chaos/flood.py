@@ -28,10 +28,12 @@ from collections import Counter
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
+from typing import Any
 
 import requests
 
 from bench.stats import percentile
+from tests.chaos import cpu
 from tests.chaos.cli import CHILD_SETTINGS, api_token
 from tests.chaos.services import ChaosDatabase, PrivateRedis, free_port, say
 
@@ -183,6 +185,10 @@ class FloodProcess:
                                         args=(url, options, self._stop, self._answers))
         self._process.start()
 
+    @property
+    def pid(self) -> int:
+        return self._process.pid or 0
+
     def stop(self) -> Counter[str]:
         """Stop it; its answers, counted by kind and status."""
         self._stop.set()
@@ -259,13 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update({**env, "ATF_LOG_LEVEL": "WARNING"})
     say(f"flood: database {database.name}, redis port {server.port}, logs in {log_dir}")
     try:
-        return _run(args, env, log_dir)
+        return _run(args, env, log_dir, redis_pid=server.process.pid if server.process else 0)
     finally:
         server.stop()
         database.drop()
 
 
-def _run(args: argparse.Namespace, env: dict[str, str], log_dir: Path) -> int:
+def _run(args: argparse.Namespace, env: dict[str, str], log_dir: Path, *,
+         redis_pid: int) -> int:
     import django
 
     django.setup()
@@ -282,14 +289,15 @@ def _run(args: argparse.Namespace, env: dict[str, str], log_dir: Path) -> int:
     try:
         assert demo_token is not None, "atf_token made no token"
         full, workers = _prepare_flood_team(env)
-        quiet = deliver(cluster.api_url, demo_token, tasks=args.tasks, rate=args.rate,
-                        label="quiet")
+        roots = {"demo client": os.getpid(), "redis": redis_pid,
+                 **{child.name: child.pid for child in cluster.children if child.pid}}
+        quiet = deliver_measured(args, cluster.api_url, demo_token, roots, "quiet")
         flood = FloodProcess(cluster.api_url, full_token=full, worker_tokens=workers,
                              claims=args.claims, kinds=set(args.flood.split(",")))
         try:
             time.sleep(3.0)  # let the flood fill the server before team demo measures
-            flooded = deliver(cluster.api_url, demo_token, tasks=args.tasks, rate=args.rate,
-                              label="flooded")
+            flooded = deliver_measured(args, cluster.api_url, demo_token,
+                                       {**roots, "flood client": flood.pid}, "flooded")
         finally:
             answers = flood.stop()
     finally:
@@ -297,11 +305,22 @@ def _run(args: argparse.Namespace, env: dict[str, str], log_dir: Path) -> int:
     return report(args, quiet, flooded, answers)
 
 
-def report(args: argparse.Namespace, quiet: dict[str, list[float]],
-           flooded: dict[str, list[float]], answers: Counter[str]) -> int:
+def deliver_measured(args: argparse.Namespace, url: str, token: str, roots: dict[str, int],
+                     label: str) -> dict[str, Any]:
+    """deliver(), with under "cores" (name, cores) of each group of processes of the run: the
+    processor seconds it used a second of the run, greatest first."""
+    before, since = cpu.sample(roots, args.database), time.monotonic()
+    run = deliver(url, token, tasks=args.tasks, rate=args.rate, label=label)
+    after, wall_s = cpu.sample(roots, args.database), time.monotonic() - since
+    used = {name: (after[name] - before[name]) / wall_s for name in after}
+    return {**run, "cores": sorted(used.items(), key=lambda item: -item[1])}
+
+
+def report(args: argparse.Namespace, quiet: dict[str, Any], flooded: dict[str, Any],
+           answers: Counter[str]) -> int:
     """Print both runs' figures; 0 when each flooded p95 is within MOST_SLOWDOWN of its quiet
     one, else 1."""
-    def ms(run: dict[str, list[float]], name: str, fraction: float) -> str:
+    def ms(run: dict[str, Any], name: str, fraction: float) -> str:
         return f"{percentile(run[name], fraction) * 1000:.0f}"
 
     say(f"team demo's {args.tasks} tasks at {args.rate:g}/s, team flood sending {args.flood}:")
@@ -311,6 +330,8 @@ def report(args: argparse.Namespace, quiet: dict[str, list[float]],
             f"{ms(run, 'delivery', 0.95)} ms (p95 of its parts: " + ", ".join(
                 f"{name} {ms(run, name, 0.95)} ms" for name, *_fields in STAGES[1:])
             + f"); POST answer p50 {ms(run, 'answer', 0.5)} ms, p95 {ms(run, 'answer', 0.95)} ms")
+        say(f"  {'':8} cores used: {sum(used for _name, used in run['cores']):.2f} (" + ", ".join(
+            f"{name} {used:.2f}" for name, used in run["cores"]) + ")")
     within = True
     for name in ("delivery", "answer"):
         ratio = percentile(flooded[name], 0.95) / percentile(quiet[name], 0.95)
