@@ -15,7 +15,6 @@ Each value can be changed from the environment.
 from __future__ import annotations
 
 import os
-import sys
 
 from atf_project.environment import env_int
 
@@ -48,12 +47,7 @@ for _name, _share in (("ATF_API_CONCURRENT_PER_TEAM", 4), ("ATF_API_CONCURRENT_P
                       ("ATF_API_WAITING_CLAIMS_PER_TOKEN", 8)):
     os.environ.setdefault(_name, str(max(1, threads // _share)))
 
-# Requests that run at once, all teams together (tasks_api/admission.py): the others wait for a
-# turn, handed to the team that runs the fewest. A process runs Python on one core at a time
-# (one interpreter lock), so a few keep it busy while others wait on the database.
-os.environ.setdefault("ATF_API_ACTIVE_REQUESTS", "4")
-
-#: Microseconds a thread runs Python before it hands the interpreter lock to a thread waiting
-#: for it (Python's own: 5,000). A request back from the database waits that long behind a busy
-#: thread, at each of its queries; set before the processes are forked, which keep it.
-sys.setswitchinterval(max(1, env_int("ATF_WEB_SWITCH_INTERVAL_US", 1000)) / 1_000_000)
+# Requests that run at once, all teams together (tasks_api/admission.py): as many as the process
+# has database connections, so that none waits for one; the others wait for a turn, handed to
+# the team that runs the fewest, and one team runs at most half of them.
+os.environ.setdefault("ATF_API_ACTIVE_REQUESTS", os.environ["ATF_DB_POOL_SIZE"])
