@@ -46,3 +46,8 @@ for _name, _share in (("ATF_API_CONCURRENT_PER_TEAM", 4), ("ATF_API_CONCURRENT_P
                       ("ATF_API_WAITING_CLAIMS", 2), ("ATF_API_WAITING_CLAIMS_PER_TEAM", 8),
                       ("ATF_API_WAITING_CLAIMS_PER_TOKEN", 8)):
     os.environ.setdefault(_name, str(max(1, threads // _share)))
+
+# Requests that run at once, all teams together (tasks_api/admission.py): as many as the process
+# has database connections, so that none waits for one; the others wait for a turn, handed to
+# the team that runs the fewest, and one team runs at most half of them.
+os.environ.setdefault("ATF_API_ACTIVE_REQUESTS", os.environ["ATF_DB_POOL_SIZE"])

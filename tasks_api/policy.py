@@ -25,14 +25,14 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.throttling import BaseThrottle
 from rest_framework.versioning import BaseVersioning
 
-from tasks_api import fair_share
+from tasks_api import admission, fair_share
 from tasks_api.defaults import REST_FRAMEWORK
 
 if TYPE_CHECKING:
+    from django.http import HttpRequest, HttpResponseBase
     from rest_framework.generics import BaseFilterProtocol
     from rest_framework.permissions import _PermissionClass
     from rest_framework.request import Request
-    from rest_framework.response import Response
     from rest_framework.views import APIView
 
     _View = APIView
@@ -49,10 +49,14 @@ class ApiPolicy(_View):
     """Put first among a view's bases: its attributes come before APIView's project defaults.
 
     An authenticated request also holds its team's and its token's share of the process
-    (tasks_api.fair_share) from the checks of `initial` until its response is finalised.
+    (tasks_api.fair_share), then waits for its team's turn to run (tasks_api.admission), from
+    the checks of `initial` until its response is finalised, whatever the answer (a 500
+    included).
     """
 
     _held_shares: list[fair_share.Share] | None = None
+    #: (team key, since) of its turn to run, while it holds one.
+    _turn: tuple[str, float] | None = None
 
     authentication_classes: Sequence[type[BaseAuthentication]] = _classes(
         "DEFAULT_AUTHENTICATION_CLASSES")
@@ -77,6 +81,8 @@ class ApiPolicy(_View):
             shares = fair_share.request_shares(request)
             fair_share.requests.take(shares)
             self._held_shares = shares
+            team = fair_share.caller_keys(request)[0]
+            self._turn = team, admission.requests.enter(team)
 
     @contextmanager
     def waiting(self, shares: list[fair_share.Share]) -> Iterator[None]:
@@ -87,16 +93,28 @@ class ApiPolicy(_View):
             held, self._held_shares = self._held_shares, None
             if held is not None:
                 fair_share.requests.give_back(held)
+            turn, self._turn = self._turn, None
+            if turn is not None:  # it runs nothing while it waits
+                admission.requests.leave(*turn)
             try:
                 yield
             finally:
+                if turn is not None:
+                    self._turn = turn[0], admission.requests.enter(turn[0])
                 if held is not None:  # taken back whatever the count: the request goes on
                     fair_share.requests.take(held, force=True)
                     self._held_shares = held
 
-    def finalize_response(self, request: Request, response: Response, *args: Any,
-                          **kwargs: Any) -> Response:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        try:
+            return super().dispatch(request, *args, **kwargs)
+        finally:
+            self._give_back()
+
+    def _give_back(self) -> None:
+        if self._turn is not None:
+            admission.requests.leave(*self._turn)
+            self._turn = None
         if self._held_shares is not None:
             fair_share.requests.give_back(self._held_shares)
             self._held_shares = None
-        return super().finalize_response(request, response, *args, **kwargs)

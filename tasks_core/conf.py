@@ -184,6 +184,11 @@ class AtfSettings:
     api_concurrent_per_team: int = 32
     #: Requests one token (a session: its user) may have in progress at once.
     api_concurrent_per_token: int = 32
+    #: Requests that may run at once in one server process, all teams together (0: no limit);
+    #: one team runs at most half of them, and a freed one goes to the waiting team that
+    #: runs the fewest (then: that used the least request time lately). Over it a request
+    #: waits; a claim waiting for a task holds none.
+    api_active_requests: int = 0
     #: Worker API: claims that may wait for a task (a long poll) at once, in all; they block on a
     #: Redis connection pool of this size of their own, so they never take the connections that
     #: other requests use.

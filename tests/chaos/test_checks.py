@@ -3,13 +3,17 @@ whether a replaced worker came back, and a fault crossed by a crash task of the 
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from demo import CRASH_EXIT_STATUS
+from tests.chaos import cpu
 from tests.chaos.cluster import Child, Cluster
 from tests.chaos.faults import FaultEvent, Lab, _cut
 from tests.chaos.records import Execution
@@ -127,3 +131,20 @@ def test_a_cut_whose_worker_a_crash_task_ended_is_crossed_not_failed(
         assert child.alive()  # started again either way
     finally:
         child.kill()
+
+
+def test_the_processor_a_group_used_counts_its_children_in_their_own_group() -> None:
+    # Given a child of this process that spins for 0.3 s of processor time, then sleeps
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nend = time.process_time() + 0.3\n"
+                              "while time.process_time() < end: pass\ntime.sleep(30)"])
+    try:
+        wait_until(lambda: cpu.sample({"child": child.pid}, "none")["child"] >= 0.3,
+                   timeout_s=10, what="the child's 0.3 s")
+        # Then its time is its group's, and the parent's group counts the parent's own time
+        used = cpu.sample({"parent": os.getpid(), "child": child.pid}, "none")
+        assert 0.3 <= used["child"] < 1.0
+        assert abs(used["parent"] - time.process_time()) < 0.2
+    finally:
+        child.kill()
+        child.wait()

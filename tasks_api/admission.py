@@ -1,0 +1,149 @@
+"""Fair admission: which requests of one server process run at once, shared among teams.
+
+The fair shares (tasks_api.fair_share) bound what one team holds of a process's threads, a
+quarter of them. But a quarter of 32 threads is still 8 requests sharing the process's
+processor (one interpreter lock) with another team's one: that request then answers 9 times
+slower, and waits behind them for a database connection of the pool. Here at most
+`ATF_API_ACTIVE_REQUESTS` requests run at once; the others wait, in one queue per team:
+
+- one team runs at most half of them (at least one), so another team's first requests find
+  one free at once, not after one of the flood's requests ends;
+- a freed one goes to the waiting team that runs the fewest, then to the one whose requests
+  took the least time lately (their seconds, decaying by half every `HALF_LIFE_S`), so a team
+  of long requests (batches, large reads) waits before a team of short ones;
+- within a team, first come first served.
+
+A claim waiting for a task gives its place back while it waits (`paused`): it takes no
+processor time.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from tasks_core import conf
+
+#: Seconds after which a team's past request time counts half.
+HALF_LIFE_S = 1.0
+
+
+@dataclass
+class _Turn:
+    """A waiting request's: set when it may run, from `since`."""
+
+    admitted: threading.Event = field(default_factory=threading.Event)
+    since: float = 0.0
+
+
+@dataclass
+class _Team:
+    running: int = 0
+    started: float = 0.0  #: sum of the start times of its running requests
+    used_s: float = 0.0  #: seconds its finished requests took, decayed to `at`
+    at: float = 0.0
+    waiting: deque[_Turn] = field(default_factory=deque)
+
+    def finished_s(self, now: float) -> float:
+        """The time its finished requests took, decayed to `now`."""
+        return self.used_s * math.pow(0.5, (now - self.at) / HALF_LIFE_S)
+
+    def recent_s(self, now: float) -> float:
+        """Its request time lately: the finished, decayed, and the running so far."""
+        return self.finished_s(now) + self.running * now - self.started
+
+
+class Admission:
+    """The requests of one process that run at once, and the queues of those that wait."""
+
+    def __init__(self, slots: int | None = None) -> None:
+        self._slots = slots  #: None: ATF_API_ACTIVE_REQUESTS, read at each admission
+        self._lock = threading.Lock()
+        self._teams: dict[str, _Team] = {}
+        self.admitted: Counter[str] = Counter()  #: requests admitted so far, per team
+
+    @property
+    def slots(self) -> int:
+        return self._slots if self._slots is not None else int(
+            conf.value("ATF_API_ACTIVE_REQUESTS"))
+
+    def _running(self) -> int:
+        return sum(team.running for team in self._teams.values())
+
+    def _may_run(self, team: _Team, slots: int) -> bool:
+        return self._running() < slots and team.running < max(1, slots // 2)
+
+    def _start(self, key: str, team: _Team, now: float) -> None:
+        team.running += 1
+        team.started += now
+        self.admitted[key] += 1
+
+    def enter(self, key: str) -> float:
+        """Wait until team `key`'s request may run; the monotonic time it started."""
+        slots = self.slots
+        now = time.monotonic()
+        with self._lock:
+            team = self._teams.setdefault(key, _Team(at=now))
+            if not slots or (not team.waiting and self._may_run(team, slots)):
+                self._start(key, team, now)
+                return now
+            turn = _Turn()
+            team.waiting.append(turn)
+        turn.admitted.wait()
+        return turn.since
+
+    def leave(self, key: str, since: float) -> None:
+        """Team `key`'s request that started at `since` ends: its place goes to the next."""
+        now = time.monotonic()
+        with self._lock:
+            team = self._teams[key]
+            team.used_s, team.at = team.finished_s(now) + now - since, now
+            team.running -= 1
+            team.started -= since
+            self._admit_waiting(now)
+            if not team.running and not team.waiting and team.used_s < 0.001:
+                del self._teams[key]
+
+    def _admit_waiting(self, now: float) -> None:
+        slots = self.slots
+        while True:
+            ready = [(team.running, team.recent_s(now), key) for key, team in self._teams.items()
+                     if team.waiting and (not slots or self._may_run(team, slots))]
+            if not ready:
+                return
+            *_, key = min(ready)
+            team = self._teams[key]
+            self._start(key, team, now)
+            turn = team.waiting.popleft()
+            turn.since = now
+            turn.admitted.set()
+
+    def running(self, key: str) -> int:
+        """Requests of team `key` running now."""
+        with self._lock:
+            team = self._teams.get(key)
+            return team.running if team else 0
+
+    def waiting(self, key: str) -> int:
+        """Requests of team `key` waiting for their turn."""
+        with self._lock:
+            team = self._teams.get(key)
+            return len(team.waiting) if team else 0
+
+    @contextmanager
+    def turn(self, key: str) -> Iterator[None]:
+        """Team `key`'s turn to run, from when it comes until the block ends."""
+        since = self.enter(key)
+        try:
+            yield
+        finally:
+            self.leave(key, since)
+
+
+#: The requests of this server process.
+requests = Admission()
