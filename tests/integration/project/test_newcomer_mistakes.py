@@ -133,14 +133,16 @@ TASK = "from tasks_core.contrib.tasks_compat import task\n"
      "lambda 'shop.pay': quota must be a number above 0"),
     ("runworker", REGISTER + 'atf.register("shop.pay", retries=3)(lambda ctx, payload: None)',
      "lambda 'shop.pay': unknown option(s) retries; the options are quota, max_attempts, "
-     "heartbeat_timeout, backoff_base, backoff_cap, timeout"),
+     "heartbeat_timeout, backoff_base, backoff_cap, concurrency, rate, key_concurrency, "
+     "key_rate, timeout"),
     ("migrate", TASK + "@task(quota=3)\ndef send(): pass",
      "team_app.lambdas.send: quota needs the task to run as a lambda of its own: give "
      "lambda_name too"),
     ("shell", TASK + "@task(retries=3)\ndef send(): pass",
      "team_app.lambdas.send: @task got unknown option(s) retries; the ATF backend takes "
      "max_attempts, timeout, collection, lambda_name, team, quota, heartbeat_timeout, "
-     "backoff_base, backoff_cap (and idempotency_key through using())"),
+     "backoff_base, backoff_cap, concurrency, rate, key_concurrency, key_rate (and "
+     "idempotency_key through using())"),
     ("check", TASK + '@task(lambda_name="shop.send", backoff_cap=-1)\ndef send(): pass',
      "team_app.lambdas.send: backoff_cap must be a number above 0"),
     ("migrate", REGISTER + f'atf.register("shop.{"x" * 200}")(lambda ctx, payload: None)',
