@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+
+def _store_parent_results(task_id: int) -> list[Any]:
+    from tasks_core.groups import local_parent_results  # the store, only once asked
+
+    return local_parent_results(task_id)
 
 
 class Retry(Exception):  # noqa: N818 - an outcome, not an error
@@ -45,11 +52,21 @@ class TaskContext:
     lambda_name: str
     _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
     _cancelled: Callable[[], bool] = field(repr=False, default=lambda: False)
+    #: Reads the results of the tasks this one waited for, by its id: the store itself, or
+    #: a remote worker's transport (paged, tasks_core.groups.all_results).
+    _parent_results: Callable[[int], list[Any]] = field(repr=False,
+                                                        default=_store_parent_results)
 
     def heartbeat(self) -> bool:
         """Renew this task's lease now; False if it was lost or a cancel asked to stop the task
         (either way its result will be refused: stop)."""
         return self._heartbeat()
+
+    def parent_results(self) -> list[Any]:
+        """The results of the tasks this one waited for, in order: its group's members when
+        it is a group's `then` (or `on_failure`: None for those that did not succeed), else
+        its `after` parents."""
+        return self._parent_results(self.task_id)
 
     @property
     def cancelled(self) -> bool:

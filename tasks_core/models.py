@@ -144,6 +144,10 @@ class TaskEntity(models.Model):
     result = models.JSONField(null=True, blank=True)
     #: {"type", "message", "traceback"} of the last failure, or why it was cancelled.
     last_error = models.JSONField(null=True, blank=True)
+    #: The group this task is a member of (tasks_core.groups); null for a plain task. No
+    #: database constraint: retention deletes tasks and groups apart, in raw batches.
+    group = models.ForeignKey("TaskGroup", on_delete=models.DO_NOTHING, null=True, blank=True,
+                              related_name="members", db_constraint=False, db_index=False)
     parents = models.ManyToManyField(
         "self", through="TaskDependency", through_fields=("child", "parent"),
         symmetrical=False, related_name="children", blank=True,
@@ -173,6 +177,9 @@ class TaskEntity(models.Model):
             # enqueued rows, so one probe per queue reads the backlog's first row, not history.
             models.Index(fields=["lambda_ref", "priority", "enqueued_at"], name="task_in_queue",
                          condition=Q(status="enqueued")),
+            # A group's members in order (its counts, its callback's results): members only.
+            models.Index(fields=["group", "id"], name="task_group_member",
+                         condition=Q(group__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -193,6 +200,43 @@ class TaskEntity(models.Model):
     def refresh(self) -> TaskEntity:
         """Read the task's current row again (status, result, attempts, last_error, ...);
         return the task itself, so that `task.refresh().status` reads."""
+        self.refresh_from_db()
+        return self
+
+
+class TaskGroup(models.Model):
+    """Tasks scheduled together (`atf.group`): `then` runs once all of them succeeded,
+    `on_failure` once one of them did not. Members end -> the counts here, under this row's
+    lock (tasks_core.store.groups)."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"  #: members are still to end
+        SUCCEEDED = "succeeded"  #: every member succeeded: `then` was released
+        FAILED = "failed"  #: a member did not succeed: `on_failure` was released
+
+    #: The team of its members' lambdas (the first member's), which the API scopes it by.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="task_groups")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    total = models.PositiveIntegerField()
+    succeeded = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    #: Callbacks: `waiting` tasks until the group ends; the one that does not apply ends
+    #: `cancelled`. No database constraint, as for TaskEntity.group.
+    then = models.ForeignKey(TaskEntity, on_delete=models.DO_NOTHING, null=True, blank=True,
+                             related_name="+", db_constraint=False)
+    on_failure = models.ForeignKey(TaskEntity, on_delete=models.DO_NOTHING, null=True,
+                                   blank=True, related_name="+", db_constraint=False)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "task group"
+
+    def __str__(self) -> str:
+        return f"group #{self.pk} ({self.status})"
+
+    def refresh(self) -> TaskGroup:
+        """Read the group's current row again; return the group itself."""
         self.refresh_from_db()
         return self
 

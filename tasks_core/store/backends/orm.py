@@ -31,6 +31,7 @@ from tasks_core.store.values import (
     LostAttempt,
     Outcome,
     Starts,
+    Written,
 )
 
 
@@ -250,7 +251,7 @@ class OrmBackend(StoreBackend):
                                                          next_trigger_at=now)
         return len(ids)
 
-    def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
+    def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, Written]:
         current = set(_current([Lease(e.task_id, e.lease) for e in endings],
                                TaskStatus.PROCESSING))
         endings = [ending for ending in endings if ending.task_id in current]
@@ -269,7 +270,13 @@ class OrmBackend(StoreBackend):
         )
         parents = set(TaskDependency.objects.filter(parent_id__in=current)
                       .values_list("parent_id", flat=True))
-        return {ending.task_id: ending.task_id in parents for ending in endings}
+        groups = dict(TaskEntity.objects.filter(pk__in=current, group__isnull=False)
+                      .values_list("pk", "group_id"))
+        return {ending.task_id: Written(ending.task_id in parents, groups.get(ending.task_id))
+                for ending in endings}
+
+    def group_of(self, task_id: int) -> int | None:
+        return TaskEntity.objects.filter(pk=task_id).values_list("group_id", flat=True).first()
 
     # --- users and operators ----------------------------------------------------------------
 
