@@ -6,13 +6,14 @@ from __future__ import annotations
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from tasks_api import docs, token_api, views, worker_views
+from tasks_api import docs, group_views, token_api, views, worker_views
 
 router = SimpleRouter()
 router.register("tasks", views.TaskViewSet, basename="task")
 router.register("lambdas", views.LambdaViewSet, basename="lambda")
 router.register("dead-letters", views.DeadLetterViewSet, basename="dead-letter")
 router.register("tokens", token_api.TokenViewSet, basename="token")
+router.register("groups", group_views.GroupViewSet, basename="group")
 router.register("periodic-tasks", views.PeriodicTaskViewSet, basename="periodic-task")
 
 app_name = "tasks_api"
