@@ -152,6 +152,13 @@ class BigTaskListAdmin(ConsoleAdmin):
         return display.task_links(list(TaskEntity.objects.filter(pk__in=ids)
                                        .values_list("pk", "status")))
 
+    @admin.display(description="group")
+    def group_link(self, task: TaskEntity) -> SafeString:
+        if task.group_id is None:
+            return format_html("<em>{}</em>", "none")
+        url = reverse("admin:tasks_core_taskgroup_change", args=[task.group_id])
+        return format_html('<a href="{}">group #{}</a>', url, task.group_id)
+
     fieldsets = [
         (None, {"fields": [("id", "status_badge"), ("lambda_name", "collection", "priority"),
                            ("attempts_display", "worker", "lease"), "idempotency_key"]}),
@@ -159,7 +166,7 @@ class BigTaskListAdmin(ConsoleAdmin):
                               ("started_at", "heartbeat_at"), "finished_at"]}),
         ("Payload and result", {"fields": ["payload_pretty", "result_pretty"]}),
         ("Last error", {"fields": ["error_message", "traceback"]}),
-        ("Chain", {"fields": ["parent_links", "child_links"]}),
+        ("Chain and group", {"fields": ["parent_links", "child_links", "group_link"]}),
     ]
     inlines = [AttemptTimeline]
 
