@@ -151,3 +151,17 @@ class ClaimedSerializer(FinishedListSerializer):
 
 class ReleasedSerializer(serializers.Serializer):
     released = serializers.IntegerField()
+
+
+class ParentResultsSerializer(StrictSerializer):
+    """A page of the results a running task waited for: those of tasks with an id over
+    `after`."""
+
+    id = serializers.IntegerField(min_value=1)
+    after = serializers.IntegerField(min_value=0, default=0)
+
+
+class ParentResultsPageSerializer(serializers.Serializer):
+    """[task id, result] pairs in order; a page shorter than ATF's page size is the last."""
+
+    results = serializers.ListField(child=serializers.ListField())

@@ -222,3 +222,18 @@ class StoppedView(WorkerView):
         remote_workers.deregister(row)
         _workers.forget_all()
         return Response({"worker": row.worker_id})
+
+
+@extend_schema(tags=["worker"])
+class ParentResultsView(WorkerView):
+    """A page of the results a running task waited for (ctx.parent_results() of a remote
+    worker): a group's members for its callback, else its `after` parents."""
+
+    @extend_schema(request=shapes.ParentResultsSerializer,
+                   responses={200: shapes.ParentResultsPageSerializer,
+                              **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        asked = _form(shapes.ParentResultsSerializer, request).validated_data
+        page = remote_workers.parent_results(asked["id"], after_id=asked["after"],
+                                             teams=self.teams(), credential=self.credential())
+        return Response({"results": [[pk, result] for pk, result in page]})

@@ -174,12 +174,11 @@ def waited_for(task_id: int) -> QuerySet[TaskEntity]:
         child_id=task_id).values("parent_id"))
 
 
-def parent_results(task_id: int, *, after_id: int = 0,
-                   limit: int = RESULTS_PAGE) -> list[tuple[int, Any]]:
+def parent_results(task_id: int, *, after_id: int = 0) -> list[tuple[int, Any]]:
     """(task id, result) of the tasks `task_id` waited for (`waited_for`), in order: the
-    first `limit` of those with an id over `after_id`."""
+    first RESULTS_PAGE of those with an id over `after_id`."""
     return list(waited_for(task_id).filter(pk__gt=after_id).order_by("pk")
-                .values_list("pk", "result")[:limit])
+                .values_list("pk", "result")[:RESULTS_PAGE])
 
 
 def all_results(read_page: Callable[[int], Sequence[tuple[int, Any]]]) -> list[Any]:

@@ -21,10 +21,10 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from tasks_core import directory, json_fields, limits, queues, store, worker_registry
+from tasks_core import directory, groups, json_fields, limits, queues, store, worker_registry
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
-from tasks_core.exceptions import LambdaNotFound, WorkerNotFound
+from tasks_core.exceptions import LambdaNotFound, TaskNotFound, WorkerNotFound
 from tasks_core.json_fields import Choice, Json, ListOf, Moment, Number, Optional, Text, Whole
 from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
@@ -353,3 +353,16 @@ def release(leases: Mapping[int, int], teams: Teams, credential: str) -> int:
 def deregister(row: Worker) -> None:
     """Mark the worker stopped."""
     worker_registry.stopped(row.worker_id, now=timezone.now())
+
+
+def parent_results(task_id: int, *, after_id: int, teams: Teams,
+                   credential: str) -> list[tuple[int, Any]]:
+    """A page of the results a running task waited for (tasks_core.groups.parent_results),
+    for the worker that runs it: TaskNotFound for a task that is not running on one of the
+    credential's workers, or not of its teams."""
+    row = TaskEntity.objects.filter(pk=task_id, status=TaskStatus.PROCESSING,
+                                    worker__in=_workers_of(credential)) \
+        .values_list("lambda_ref_id", flat=True).first()
+    if row is None or not _owned(row, teams):
+        raise TaskNotFound(f"no running task {task_id} of this worker")
+    return groups.parent_results(task_id, after_id=after_id)

@@ -151,7 +151,8 @@ class ExecutorThread(threading.Thread):
         ctx = TaskContext(task_id=task.task_id, attempt=task.attempt, collection=task.collection,
                           priority=task.priority, lambda_name=task.lambda_name,
                           _heartbeat=lambda: self.heartbeat.beat_one(task),
-                          _cancelled=lambda: self.buffer.cancel_requested(task.task_id))
+                          _cancelled=lambda: self.buffer.cancel_requested(task.task_id),
+                          _parent_results=self.heartbeat.transport.parent_results)
         result = None
         try:
             self.buffer.begin(task, time.monotonic(), threading.get_ident())

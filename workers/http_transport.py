@@ -15,7 +15,7 @@ from typing import Any
 
 import requests
 
-from tasks_core import store
+from tasks_core import groups, store
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from tasks_core.states import TaskStatus
@@ -180,6 +180,11 @@ class HttpTransport(Transport):
         if not tasks:
             return 0
         return int(self._post("release/", {"tasks": _leases(tasks)})["released"])
+
+    def parent_results(self, task_id: int) -> list[Any]:
+        """Page after page from the worker API (parent-results/)."""
+        return groups.all_results(lambda after: self._post(
+            "parent-results/", {"id": task_id, "after": after})["results"])
 
     def deregister(self) -> None:
         if self.worker is not None:

@@ -14,11 +14,12 @@ import contextlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 
-from tasks_core import directory, queues, store, worker_registry
+from tasks_core import directory, groups, queues, store, worker_registry
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError, LambdaNotFound
@@ -107,6 +108,12 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def deregister(self) -> None:
         """Mark the worker stopped in the registry."""
+
+    def parent_results(self, task_id: int) -> list[Any]:
+        """The results a running task waited for, in order (ctx.parent_results()): here the
+        store's own rows."""
+        with _store_errors():
+            return groups.local_parent_results(task_id)
 
     def reset(self) -> None:  # noqa: B027 - a transport without connections has nothing to drop
         """Drop the calling thread's connection after a failure, so the next call opens a

@@ -20,10 +20,11 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasks_core import atf, directory, lambda_sync, overrides, queues, store
+from tasks_core import atf, directory, groups, lambda_sync, overrides, queues, store
 from tasks_core.context import TimeLimitExceeded
 from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
+from tasks_core.store import guarded
 from tests.conftest import closing_connections, wait_for
 from tests.remote import worker_token
 from workers import interrupts, turns
@@ -415,3 +416,19 @@ def test_a_stopped_worker_leaves_no_database_connection_behind(queue: queues.Que
                  message="the worker's connections closed")
     finally:
         gc.enable()
+
+
+def test_a_groups_callback_reads_its_members_results_page_by_page(
+        transport: Transport, consumer: Consumer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a group of 5 whose members succeeded, results pages of 2, and its `then` claimed
+    monkeypatch.setattr(groups, "RESULTS_PAGE", 2)
+    group = atf.group([atf.call("demo.noop", {"n": n}) for n in range(5)],
+                      then=atf.call("demo.noop"))
+    for n, member in enumerate(group.members.order_by("pk")):
+        TaskEntity.objects.filter(pk=member.pk).update(status=TaskStatus.SUCCESS, result=n)
+    with transaction.atomic():
+        assert guarded.wake(group.then_id, timezone.now())
+    claimed = claim_one(transport, consumer)
+    assert claimed.task_id == group.then_id
+    # When it reads its parents' results over this transport, Then it gets all 5, in order
+    assert transport.parent_results(claimed.task_id) == [0, 1, 2, 3, 4]
