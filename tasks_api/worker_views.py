@@ -237,3 +237,32 @@ class ParentResultsView(WorkerView):
         page = remote_workers.parent_results(asked["id"], after_id=asked["after"],
                                              teams=self.teams(), credential=self.credential())
         return Response({"results": [[pk, result] for pk, result in page]})
+
+
+@extend_schema(tags=["worker"])
+class StepsView(WorkerView):
+    """The recorded steps of a task this worker runs (ctx.step of a remote worker)."""
+
+    @extend_schema(request=shapes.StepsQuerySerializer,
+                   responses={200: shapes.StepsSerializer, **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        asked = _form(shapes.StepsQuerySerializer, request).validated_data
+        recorded = remote_workers.recorded_steps(asked["id"], teams=self.teams(),
+                                                 credential=self.credential())
+        return Response({"steps": [{"name": name, "result": result}
+                                   for name, result in recorded.items()]})
+
+
+@extend_schema(tags=["worker"])
+class StepView(WorkerView):
+    """Record one step's result under the attempt's lease: `lease_lost` when it moved on
+    (nothing recorded), `too_large` past ATF_MAX_RESULT_BYTES for the task's steps."""
+
+    @extend_schema(request=shapes.RecordStepSerializer,
+                   responses={200: shapes.StepRecordedSerializer, **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        asked = _form(shapes.RecordStepSerializer, request).validated_data
+        outcome = remote_workers.record_step(asked["id"], asked["lease"], name=asked["name"],
+                                             value=asked["result"], teams=self.teams(),
+                                             credential=self.credential())
+        return Response({"step": outcome.value})

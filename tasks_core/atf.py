@@ -15,7 +15,14 @@ from typing import Any
 from django.utils import timezone
 
 from tasks_core import groups, periodic, registry, scheduling
-from tasks_core.context import Fatal, Retry, TaskCancelled, TaskContext, TimeLimitExceeded
+from tasks_core.context import (
+    Fatal,
+    LeaseLost,
+    Retry,
+    TaskCancelled,
+    TaskContext,
+    TimeLimitExceeded,
+)
 from tasks_core.exceptions import ConfigurationError, TaskNotFound
 from tasks_core.groups import GroupRequest
 from tasks_core.models import TaskEntity, TaskGroup
@@ -30,9 +37,9 @@ call = TaskRequest
 Call = TaskRequest
 
 __all__ = [
-    "Call", "Fatal", "GroupRequest", "Retry", "TaskCancelled", "TaskContext", "TaskNotFound",
-    "TaskRequest", "TimeLimitExceeded", "call", "cancel", "chain", "every", "get", "get_group",
-    "group", "register", "schedule", "schedule_many",
+    "Call", "Fatal", "GroupRequest", "LeaseLost", "Retry", "TaskCancelled", "TaskContext",
+    "TaskNotFound", "TaskRequest", "TimeLimitExceeded", "call", "cancel", "chain", "every",
+    "get", "get_group", "group", "register", "schedule", "schedule_many",
 ]
 
 

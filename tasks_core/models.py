@@ -290,6 +290,26 @@ class TaskDependency(models.Model):
         indexes = [models.Index(fields=["child"], name="dependency_child")]
 
 
+class TaskStep(models.Model):
+    """The recorded result of one step of a task (`ctx.step(name, ...)`): written under the
+    lease of the attempt that ran it, and returned, without running it again, to every later
+    attempt of the task."""
+
+    #: No database constraint: retention deletes a task's steps with it, in raw batches.
+    task = models.ForeignKey(TaskEntity, on_delete=models.DO_NOTHING, related_name="steps",
+                             db_constraint=False, db_index=False)
+    name = models.CharField(max_length=200)
+    result = models.JSONField(null=True, blank=True)
+    #: Bytes of the result's JSON text: a task's steps count against ATF_MAX_RESULT_BYTES.
+    size = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()  #: the attempt that ran it
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["task", "id"]
+        constraints = [models.UniqueConstraint(fields=["task", "name"], name="step_unique_name")]
+
+
 class TaskAttempt(models.Model):
     """One attempt at a task, so a person can see why it was retried."""
 

@@ -9,6 +9,7 @@ treated as unknown: not started, lost, refused, not released.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +29,7 @@ from tasks_core.exceptions import LambdaNotFound, TaskNotFound, WorkerNotFound
 from tasks_core.json_fields import Choice, Json, ListOf, Moment, Number, Optional, Text, Whole
 from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
+from tasks_core.store import steps
 
 logger = logging.getLogger(__name__)
 
@@ -355,14 +357,34 @@ def deregister(row: Worker) -> None:
     worker_registry.stopped(row.worker_id, now=timezone.now())
 
 
-def parent_results(task_id: int, *, after_id: int, teams: Teams,
-                   credential: str) -> list[tuple[int, Any]]:
-    """A page of the results a running task waited for (tasks_core.groups.parent_results),
-    for the worker that runs it: TaskNotFound for a task that is not running on one of the
-    credential's workers, or not of its teams."""
+def _check_running(task_id: int, teams: Teams, credential: str) -> None:
+    """TaskNotFound for a task that is not running on one of the credential's workers, or
+    not of its teams."""
     row = TaskEntity.objects.filter(pk=task_id, status=TaskStatus.PROCESSING,
                                     worker__in=_workers_of(credential)) \
         .values_list("lambda_ref_id", flat=True).first()
     if row is None or not _owned(row, teams):
         raise TaskNotFound(f"no running task {task_id} of this worker")
+
+
+def parent_results(task_id: int, *, after_id: int, teams: Teams,
+                   credential: str) -> list[tuple[int, Any]]:
+    """A page of the results a running task waited for (tasks_core.groups.parent_results),
+    for the worker that runs it (TaskNotFound otherwise)."""
+    _check_running(task_id, teams, credential)
     return groups.parent_results(task_id, after_id=after_id)
+
+
+def recorded_steps(task_id: int, *, teams: Teams, credential: str) -> dict[str, Any]:
+    """The recorded steps of a task the credential's worker runs (TaskNotFound otherwise)."""
+    _check_running(task_id, teams, credential)
+    return steps.recorded_steps(task_id)
+
+
+def record_step(task_id: int, lease: int, *, name: str, value: Any, teams: Teams,
+                credential: str) -> steps.StepRecord:
+    """Record a step of a task the credential's worker runs, fenced by its lease."""
+    _check_running(task_id, teams, credential)
+    size = len(json.dumps(value, separators=(",", ":")).encode())
+    return steps.record_step(task_id, lease, name=name, value=value, size=size,
+                             now=timezone.now())

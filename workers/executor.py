@@ -152,7 +152,7 @@ class ExecutorThread(threading.Thread):
                           priority=task.priority, lambda_name=task.lambda_name,
                           _heartbeat=lambda: self.heartbeat.beat_one(task),
                           _cancelled=lambda: self.buffer.cancel_requested(task.task_id),
-                          _parent_results=self.heartbeat.transport.parent_results)
+                          _lease=task.lease, _link=self.heartbeat.transport.task_link)
         result = None
         try:
             self.buffer.begin(task, time.monotonic(), threading.get_ident())

@@ -14,14 +14,14 @@ import contextlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 
-from tasks_core import directory, groups, queues, store, worker_registry
+from tasks_core import directory, queues, store, worker_registry
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
+from tasks_core.context import TaskLink
 from tasks_core.exceptions import AtfError, LambdaNotFound
 from tasks_core.states import TaskStatus
 from workers import db
@@ -67,6 +67,10 @@ class Transport(abc.ABC):
     #: Whether a claim may carry results (`finish_and_claim`); an older API takes none.
     carries_results: bool = True
 
+    #: What a running task reads and writes beside its result (parent results, steps)
+    #: through this transport (tasks_core.context.TaskLink); None: the store itself.
+    task_link: TaskLink | None = None
+
     def __init__(self) -> None:
         self.worker: WorkerInfo | None = None
 
@@ -108,12 +112,6 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def deregister(self) -> None:
         """Mark the worker stopped in the registry."""
-
-    def parent_results(self, task_id: int) -> list[Any]:
-        """The results a running task waited for, in order (ctx.parent_results()): here the
-        store's own rows."""
-        with _store_errors():
-            return groups.local_parent_results(task_id)
 
     def reset(self) -> None:  # noqa: B027 - a transport without connections has nothing to drop
         """Drop the calling thread's connection after a failure, so the next call opens a
