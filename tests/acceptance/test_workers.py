@@ -433,3 +433,29 @@ def test_a_worker_serving_two_lambdas_lets_neither_starve_the_other(
              timeout_s=60, message="the demo.record tasks")
     assert TaskEntity.objects.filter(lambda_ref__name="demo.sleep").exclude(
         status="success").count() > 100
+
+
+def test_a_task_whose_worker_is_killed_after_step_2_of_4_resumes_at_step_3(
+        processes: Processes, env: dict[str, str], records: callable) -> None:
+    # Given a task of 4 steps (ctx.step) that pauses after step 2 on its first attempt (a
+    # direct worker: the remote one's steps go through the worker API, which
+    # tests/integration/workers/test_transports.py covers in less than a second)
+    workers = Workers("direct", processes, env)
+    processes.start("runconsumer", env=env)
+    victim = workers.start("demo.steps", "--threads", "1")
+    key = "demo:steps"
+    task = atf.schedule("demo.steps", {"key": key, "steps": 4, "pause_after": 2,
+                                       "seconds": 60})
+    wait_for(lambda: len(records(key)) == 2, timeout_s=30, message="steps 1 and 2 to run")
+    # When its worker is SIGKILLed there, and another worker takes the task over
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    workers.start("demo.steps", "--threads", "1")
+    wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="success").exists(),
+             timeout_s=60, message="the task to succeed on the second worker")
+    # Then steps 1 and 2 ran once, on the first attempt, and were not run again: the next
+    # attempt got their recorded results and ran steps 3 and 4 only
+    ran = [(line["step"], line["attempt"]) for line in records(key)]
+    attempts = TaskEntity.objects.get(pk=task.pk).attempts
+    assert ran == [(1, 1), (2, 1), (3, attempts), (4, attempts)]
+    assert TaskEntity.objects.get(pk=task.pk).result == {"steps": [10, 20, 30, 40]}

@@ -8,6 +8,7 @@ call that one side carries out differently, fails here.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import threading
 import time
@@ -21,8 +22,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from tasks_core import atf, directory, groups, lambda_sync, overrides, queues, store
-from tasks_core.context import TimeLimitExceeded
-from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity
+from tasks_core.context import TaskContext, TimeLimitExceeded
+from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity, TaskStep
 from tasks_core.states import TaskStatus
 from tasks_core.store import guarded
 from tests.conftest import closing_connections, wait_for
@@ -432,3 +433,23 @@ def test_a_groups_callback_reads_its_members_results_page_by_page(
     assert claimed.task_id == group.then_id
     # When it reads its parents' results over this transport, Then it gets all 5, in order
     assert transport.parent_results(claimed.task_id) == [0, 1, 2, 3, 4]
+
+
+def test_steps_are_recorded_under_the_lease_over_the_transport(
+        transport: Transport, consumer: Consumer) -> None:
+    # Given a running task claimed over this transport
+    task = atf.schedule("demo.noop")
+    claimed = claim_one(transport, consumer)
+    ctx = TaskContext(task_id=task.pk, attempt=claimed.attempt, collection=claimed.collection,
+                      priority=claimed.priority, lambda_name=claimed.lambda_name,
+                      _lease=claimed.lease, _link=transport.task_link)
+    # When it runs a step, Then the step is recorded, and read back by a later context
+    assert ctx.step("charge", lambda order: {"charged": order}, 7) == {"charged": 7}
+    again = dataclasses.replace(ctx, _steps=None)
+    assert again.step("charge", lambda order: pytest.fail("ran twice"), 7) == {"charged": 7}
+    # ...while an execution whose lease moved on records nothing
+    stale = dataclasses.replace(ctx, _lease=claimed.lease - 1, _steps=None)
+    with pytest.raises(atf.LeaseLost):
+        stale.step("refund", lambda: "refunded")
+    assert list(TaskStep.objects.filter(task_id=task.pk).values_list("name", flat=True)) == [
+        "charge"]
