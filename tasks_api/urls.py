@@ -31,6 +31,7 @@ urlpatterns = [
     path("v1/worker/stopped/", worker_views.StoppedView.as_view(), name="worker-stopped"),
     path("v1/worker/steps/", worker_views.StepsView.as_view(), name="worker-steps"),
     path("v1/worker/step/", worker_views.StepView.as_view(), name="worker-step"),
+    path("v1/worker/progress/", worker_views.ProgressView.as_view(), name="worker-progress"),
     path("v1/worker/parent-results/", worker_views.ParentResultsView.as_view(),
          name="worker-parent-results"),
     path("schema/", docs.SchemaView.as_view(), name="schema"),

@@ -194,3 +194,16 @@ class RecordStepSerializer(StepsQuerySerializer):
 
 class StepRecordedSerializer(serializers.Serializer):
     step = serializers.ChoiceField(choices=["recorded", "lease_lost", "too_large"])
+
+
+class ProgressSerializer(StrictSerializer):
+    """How far a running task got (ctx.progress of a remote worker)."""
+
+    id = serializers.IntegerField(min_value=1)
+    done = serializers.FloatField()
+    total = serializers.FloatField(allow_null=True, default=None)
+    note = serializers.CharField(max_length=200, allow_blank=True, default="")
+
+
+class ProgressWrittenSerializer(serializers.Serializer):
+    written = serializers.BooleanField()

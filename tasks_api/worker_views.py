@@ -266,3 +266,18 @@ class StepView(WorkerView):
                                              value=asked["result"], teams=self.teams(),
                                              credential=self.credential())
         return Response({"step": outcome.value})
+
+
+@extend_schema(tags=["worker"])
+class ProgressView(WorkerView):
+    """Write the progress a task this worker runs reported (at most once a second a task)."""
+
+    @extend_schema(request=shapes.ProgressSerializer,
+                   responses={200: shapes.ProgressWrittenSerializer,
+                              **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        asked = _form(shapes.ProgressSerializer, request).validated_data
+        remote_workers.report_progress(asked["id"], done=asked["done"], total=asked["total"],
+                                       note=asked["note"], teams=self.teams(),
+                                       credential=self.credential())
+        return Response({"written": True})

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from time import monotonic
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from django.utils import timezone
+
+#: Seconds between two progress writes of one task, at least.
+PROGRESS_INTERVAL_S = 1.0
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -57,6 +61,9 @@ class TaskLink(Protocol):
     def record_step(self, task_id: int, lease: int, name: str, value: Any,
                     size: int) -> str: ...
 
+    def report_progress(self, task_id: int, done: float, total: float | None,
+                        note: str) -> None: ...
+
 
 class StoreLink:
     """A TaskLink to the store itself (a direct worker, the test helpers)."""
@@ -76,6 +83,12 @@ class StoreLink:
 
         return record_step(task_id, lease, name=name, value=value, size=size,
                            now=timezone.now())
+
+    def report_progress(self, task_id: int, done: float, total: float | None,
+                        note: str) -> None:
+        from tasks_core.store.progress import report
+
+        report(task_id, done=done, total=total, note=note, now=timezone.now())
 
 
 STORE_LINK = StoreLink()
@@ -98,6 +111,8 @@ class TaskContext:
     _link: TaskLink | None = field(repr=False, default=None)
     #: The recorded steps, by name, once the first `step` read them.
     _steps: dict[str, Any] | None = field(repr=False, default=None)
+    #: When this attempt last wrote its progress (monotonic()).
+    _progress_at: float = field(repr=False, default=-PROGRESS_INTERVAL_S)
 
     def heartbeat(self) -> bool:
         """Renew this task's lease now; False if it was lost or a cancel asked to stop the task
@@ -136,6 +151,20 @@ class TaskContext:
                         "ATF_MAX_RESULT_BYTES")
         steps[name] = value
         return value
+
+    def progress(self, done: float, total: float | None = None, note: str = "") -> bool:
+        """Report how far the task got (`done` of `total`, and a short `note`), shown by the
+        API and the console. Written at most once a second: a report within a second of the
+        last one written is dropped (the next one after it is written). Whether this one
+        was written."""
+        now = monotonic()
+        if now - self._progress_at < PROGRESS_INTERVAL_S:
+            return False
+        object.__setattr__(self, "_progress_at", now)
+        (self._link or STORE_LINK).report_progress(self.task_id, float(done),
+                                                   None if total is None else float(total),
+                                                   str(note))
+        return True
 
     @property
     def cancelled(self) -> bool:

@@ -310,6 +310,18 @@ class TaskStep(models.Model):
         constraints = [models.UniqueConstraint(fields=["task", "name"], name="step_unique_name")]
 
 
+class TaskProgress(models.Model):
+    """How far a running task says it got (`ctx.progress`): one row per task that reported,
+    written at most once a second."""
+
+    task = models.OneToOneField(TaskEntity, on_delete=models.DO_NOTHING, primary_key=True,
+                                related_name="progress", db_constraint=False)
+    done = models.FloatField()
+    total = models.FloatField(null=True, blank=True)
+    note = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField()
+
+
 class TaskAttempt(models.Model):
     """One attempt at a task, so a person can see why it was retried."""
 

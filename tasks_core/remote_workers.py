@@ -29,7 +29,7 @@ from tasks_core.exceptions import LambdaNotFound, TaskNotFound, WorkerNotFound
 from tasks_core.json_fields import Choice, Json, ListOf, Moment, Number, Optional, Text, Whole
 from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
-from tasks_core.store import steps
+from tasks_core.store import progress, steps
 
 logger = logging.getLogger(__name__)
 
@@ -388,3 +388,10 @@ def record_step(task_id: int, lease: int, *, name: str, value: Any, teams: Teams
     size = len(json.dumps(value, separators=(",", ":")).encode())
     return steps.record_step(task_id, lease, name=name, value=value, size=size,
                              now=timezone.now())
+
+
+def report_progress(task_id: int, *, done: float, total: float | None, note: str,
+                    teams: Teams, credential: str) -> None:
+    """Write the progress of a task the credential's worker runs (TaskNotFound otherwise)."""
+    _check_running(task_id, teams, credential)
+    progress.report(task_id, done=done, total=total, note=note, now=timezone.now())

@@ -194,6 +194,10 @@ class HttpTransport(Transport):
         answer = self._post("steps/", {"id": task_id, "lease": lease})
         return {step["name"]: step["result"] for step in answer["steps"]}
 
+    def report_progress(self, task_id: int, done: float, total: float | None,
+                        note: str) -> None:
+        self._post("progress/", {"id": task_id, "done": done, "total": total, "note": note})
+
     def record_step(self, task_id: int, lease: int, name: str, value: Any, size: int) -> str:
         answer = self._post("step/", {"id": task_id, "lease": lease, "name": name,
                                       "result": value})

@@ -11,10 +11,12 @@ import pytest
 import redis
 from django.utils import timezone
 
+from tasks_api.serializers import TaskDetailSerializer
 from tasks_core import atf, registry, store
-from tasks_core.context import TaskContext
+from tasks_core import context as context_module
+from tasks_core.context import StoreLink, TaskContext
 from tasks_core.gating import Decision
-from tasks_core.models import Lambda, TaskEntity, TaskStep
+from tasks_core.models import Lambda, TaskEntity, TaskProgress, TaskStep
 from workers.testing import TaskOutcome
 
 pytestmark = pytest.mark.django_db
@@ -55,6 +57,9 @@ def test_a_later_attempt_gets_recorded_steps_back_without_running_them(
     assert [(task.pk, 1, 1), (task.pk, 1, 2), (task.pk, 2, 3), (task.pk, 2, 4)] == RAN
     steps = list(TaskStep.objects.filter(task=task).values_list("name", "attempt", "size"))
     assert steps == [("step-1", 1, 2), ("step-2", 1, 2), ("step-3", 2, 2), ("step-4", 2, 2)]
+    shown = TaskDetailSerializer(TaskEntity.objects.get(pk=task.pk)).data["steps"]
+    assert [(step["name"], step["size"]) for step in shown] == [
+        ("step-1", 2), ("step-2", 2), ("step-3", 2), ("step-4", 2)]
 
 
 def _claim_started(now: Any) -> store.ClaimedTask:
@@ -100,3 +105,23 @@ def test_steps_past_the_result_limit_end_the_task_fatally(
     assert list(TaskStep.objects.filter(task_id=task.pk).values_list("name", flat=True)) == [
         "small"]
     assert TaskEntity.objects.get(pk=task.pk).status == "processing"
+
+
+def test_progress_reported_a_thousand_times_in_a_second_is_written_at_most_twice(
+        four: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    task = atf.schedule(FOUR)
+    ctx = _context(_claim_started(timezone.now() + timedelta(seconds=1)))
+    writes: list[float] = []
+    real = StoreLink.report_progress
+    monkeypatch.setattr(StoreLink, "report_progress",
+                        lambda self, *args: (writes.append(args[1]), real(self, *args))[1])
+    # 1,000 reports over one second of the attempt's clock (1 ms apart)
+    clock = iter(1000.0 + n / 1000 for n in range(1001))
+    monkeypatch.setattr(context_module, "monotonic", lambda: next(clock))
+    written = [ctx.progress(done, 1000, note=f"{done} of 1000") for done in range(1, 1001)]
+    assert 1 <= len(writes) <= 2 and written.count(True) == len(writes)
+    row = TaskProgress.objects.get(task_id=task.pk)
+    assert (row.done, row.total, row.note) == (writes[-1], 1000, f"{writes[-1]:.0f} of 1000")
+    # ...and the API's task shows it
+    shown = TaskDetailSerializer(TaskEntity.objects.get(pk=task.pk)).data["progress"]
+    assert (shown["done"], shown["total"]) == (writes[-1], 1000)
