@@ -432,7 +432,11 @@ def test_a_groups_callback_reads_its_members_results_page_by_page(
     claimed = claim_one(transport, consumer)
     assert claimed.task_id == group.then_id
     # When it reads its parents' results over this transport, Then it gets all 5, in order
-    assert transport.parent_results(claimed.task_id) == [0, 1, 2, 3, 4]
+    ctx = TaskContext(task_id=claimed.task_id, attempt=claimed.attempt,
+                      collection=claimed.collection, priority=claimed.priority,
+                      lambda_name=claimed.lambda_name, _lease=claimed.lease,
+                      _link=transport.task_link)
+    assert ctx.parent_results() == [0, 1, 2, 3, 4]
 
 
 def test_steps_are_recorded_under_the_lease_over_the_transport(
