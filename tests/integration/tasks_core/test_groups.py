@@ -18,8 +18,10 @@ from django.utils import timezone
 from tasks_core import atf, registry, store
 from tasks_core.gating import Decision
 from tasks_core.models import Lambda, TaskEntity, TaskGroup
+from tasks_core.store import backends
 from tasks_core.store import groups as group_store
 from tasks_core.store.backends import postgres
+from tasks_core.store.backends.orm import OrmBackend
 from tests.conftest import race
 from workers.testing import TaskOutcome
 
@@ -169,3 +171,18 @@ def test_a_plain_tasks_finish_sends_no_statement_more(
     # Measured on the code before groups: the finish statement inside a savepoint (the
     # test's transaction), its release: 3.
     assert _statements_of_a_plain_finish(monkeypatch) == 3
+
+
+@pytest.mark.django_db
+def test_a_group_on_the_orm_backend_runs_then_once(
+        group_lambdas: None, run_due_tasks: Callable[..., list[TaskOutcome]]) -> None:
+    # The ORM backend (SQLite's, and any other database's) learns a finished task's group
+    # from the statement that locks it, as PostgreSQL's finish does
+    backends.use(OrmBackend())
+    try:
+        group = atf.group([atf.call(ECHO, {"n": n}) for n in range(3)], then=atf.call(COLLECT))
+        outcomes = run_due_tasks(lambdas=[ECHO, COLLECT])
+    finally:
+        backends.use(None)
+    assert [o.lambda_name for o in outcomes].count(COLLECT) == 1
+    assert {group.then_id: [0, 1, 2]} == SEEN and group.refresh().status == "succeeded"
