@@ -118,7 +118,7 @@ def schedule(request: GroupRequest, *, now: datetime | None = None,
         failed = [(group.pk, TaskStatus(entity.status)) for entity in entities
                   if entity.status in UNSUCCESSFUL]
         if failed:
-            group_store.members_ended(failed[:1], now)
+            group_store.members_ended(failed, now)
         scheduling.wake_on_commit(entities, now)
     if failed:
         group.refresh_from_db()

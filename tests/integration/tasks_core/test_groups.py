@@ -186,3 +186,18 @@ def test_a_group_on_the_orm_backend_runs_then_once(
         backends.use(None)
     assert [o.lambda_name for o in outcomes].count(COLLECT) == 1
     assert {group.then_id: [0, 1, 2]} == SEEN and group.refresh().status == "succeeded"
+
+
+@pytest.mark.django_db
+def test_a_group_after_a_failed_task_fails_at_once_and_runs_on_failure(
+        group_lambdas: None, run_due_tasks: Callable[..., list[TaskOutcome]]) -> None:
+    # Given a chain whose first step already failed, a group after it starts failed
+    first = atf.schedule(ECHO, {"n": 0, "fail": True})
+    run_due_tasks(lambdas=[ECHO])
+    tasks = atf.chain(atf.call(COLLECT, after=[first.pk]),
+                      atf.GroupRequest([atf.call(ECHO, {"n": n}) for n in range(3)],
+                                       on_failure=atf.call(FAILED)))
+    group = TaskGroup.objects.get()
+    assert (group.status, group.failed) == ("failed", 3)
+    assert TaskEntity.objects.get(pk=group.on_failure_id).status == "new"
+    assert [t.status for t in tasks] == ["cancelled"]  # a group without `then` adds no task
