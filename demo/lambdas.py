@@ -104,6 +104,28 @@ def record(ctx: atf.TaskContext, payload: Any) -> dict:
     return {"recorded": key}
 
 
+@atf.register("demo.steps", team=settings.ATF_DEMO_TEAM)
+def steps(ctx: atf.TaskContext, payload: Any) -> dict:
+    """Run `steps` steps (ctx.step), each appending {task_id, step, attempt} to list `key`
+    when it actually runs; on the first attempt, after step `pause_after`, sleep `seconds`
+    (heartbeating: a test's moment to kill the worker). Returns every step's result."""
+    key = payload.get("key") if isinstance(payload, dict) else None
+    if not _record_key(key):
+        raise atf.Fatal(f"payload needs a string 'key' that starts with {RECORD_PREFIX!r}")
+
+    def run_step(number: int) -> int:
+        _redis().rpush(key, json.dumps({"task_id": ctx.task_id, "step": number,
+                                        "attempt": ctx.attempt}))
+        return number * 10
+
+    results = []
+    for number in range(1, int(payload.get("steps", 4)) + 1):
+        results.append(ctx.step(f"step-{number}", run_step, number))
+        if ctx.attempt == 1 and number == payload.get("pause_after"):
+            _sleep(ctx, _seconds(payload))
+    return {"steps": results}
+
+
 @atf.register("demo.hang", team=settings.ATF_DEMO_TEAM)
 def hang(ctx: atf.TaskContext, payload: Any) -> dict:
     """Sleep `payload["seconds"]` in one call, never heartbeating: a lambda that hangs.

@@ -24,6 +24,8 @@ from tasks_core.models import (
     PeriodicTask,
     TaskAttempt,
     TaskEntity,
+    TaskProgress,
+    TaskStep,
     Team,
     Worker,
 )
@@ -204,6 +206,10 @@ def with_latest_attempts(tasks: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
                                            to_attr=_LATEST_ATTEMPTS))
 
 
+#: Steps a task's answer lists.
+MAX_SHOWN_STEPS = 1000
+
+
 class TaskDetailSerializer(TaskSerializer):
     """A task with its latest SHOWN_ATTEMPTS attempts, oldest first (`attempts` stays the count
     of the current run), and the number of all its attempts; rows read by
@@ -214,10 +220,29 @@ class TaskDetailSerializer(TaskSerializer):
                   "/api/v1/tasks/{id}/attempts/ has all of them.")
     attempt_history_count = serializers.SerializerMethodField(
         help_text="How many attempts the task has had in all (a requeue keeps them).")
+    group = serializers.IntegerField(source="group_id", allow_null=True, read_only=True,
+                                     help_text="The group it is a member of (/api/v1/groups/).")
+    progress = serializers.SerializerMethodField(
+        help_text='What it last reported with ctx.progress: {"done", "total", "note", '
+                  '"updated_at"}, or null.')
+    steps = serializers.SerializerMethodField(
+        help_text='Its recorded steps (ctx.step), in order: [{"name", "attempt", '
+                  '"recorded_at", "size"}] (size: bytes of the result\'s JSON).')
 
     class Meta(TaskSerializer.Meta):
-        fields = [*TaskSerializer.Meta.fields, "attempt_history", "attempt_history_count"]
+        fields = [*TaskSerializer.Meta.fields, "attempt_history", "attempt_history_count",
+                  "group", "progress", "steps"]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_progress(self, task: TaskEntity) -> Any:
+        return TaskProgress.objects.filter(task_id=task.pk).values(
+            "done", "total", "note", "updated_at").first()
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_steps(self, task: TaskEntity) -> list[Any]:
+        return list(TaskStep.objects.filter(task_id=task.pk).order_by("pk").values(
+            "name", "attempt", "recorded_at", "size")[:MAX_SHOWN_STEPS])
 
     @staticmethod
     def _latest(task: TaskEntity) -> list[TaskAttempt]:

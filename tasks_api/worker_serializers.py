@@ -12,6 +12,7 @@ from tasks_api.shape_fields import ShapeListField
 from tasks_core import limits, remote_workers
 from tasks_core.conf import atf_settings
 from tasks_core.remote_workers import ReportedEnd
+from tasks_core.scheduling import shape_error
 
 _NAME = r"^[A-Za-z0-9_.:@/-]+$"
 
@@ -151,3 +152,58 @@ class ClaimedSerializer(FinishedListSerializer):
 
 class ReleasedSerializer(serializers.Serializer):
     released = serializers.IntegerField()
+
+
+class ParentResultsSerializer(StrictSerializer):
+    """A page of the results a running task waited for: those of tasks with an id over
+    `after`."""
+
+    id = serializers.IntegerField(min_value=1)
+    after = serializers.IntegerField(min_value=0, default=0)
+
+
+class ParentResultsPageSerializer(serializers.Serializer):
+    """[task id, result] pairs in order; a page shorter than ATF's page size is the last."""
+
+    results = serializers.ListField(child=serializers.ListField())
+
+
+class StepsQuerySerializer(StrictSerializer):
+    """A running task's recorded steps."""
+
+    id = serializers.IntegerField(min_value=1)
+    lease = serializers.IntegerField(min_value=0)
+
+
+class StepsSerializer(serializers.Serializer):
+    steps = serializers.ListField(child=serializers.DictField(),
+                                  help_text='[{"name", "result"}] in the order recorded.')
+
+
+class RecordStepSerializer(StepsQuerySerializer):
+    """One step's result, recorded under the attempt's lease."""
+
+    name = serializers.CharField(max_length=200)
+    result = serializers.JSONField(allow_null=True)
+
+    def validate_result(self, value: Any) -> Any:
+        if problem := shape_error(value, atf_settings.max_payload_depth):
+            raise serializers.ValidationError(problem)
+        return value
+
+
+class StepRecordedSerializer(serializers.Serializer):
+    step = serializers.ChoiceField(choices=["recorded", "lease_lost", "too_large"])
+
+
+class ProgressSerializer(StrictSerializer):
+    """How far a running task got (ctx.progress of a remote worker)."""
+
+    id = serializers.IntegerField(min_value=1)
+    done = serializers.FloatField()
+    total = serializers.FloatField(allow_null=True, default=None)
+    note = serializers.CharField(max_length=200, allow_blank=True, default="")
+
+
+class ProgressWrittenSerializer(serializers.Serializer):
+    written = serializers.BooleanField()

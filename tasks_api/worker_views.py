@@ -222,3 +222,62 @@ class StoppedView(WorkerView):
         remote_workers.deregister(row)
         _workers.forget_all()
         return Response({"worker": row.worker_id})
+
+
+@extend_schema(tags=["worker"])
+class ParentResultsView(WorkerView):
+    """A page of the results a running task waited for (ctx.parent_results() of a remote
+    worker): a group's members for its callback, else its `after` parents."""
+
+    @extend_schema(request=shapes.ParentResultsSerializer,
+                   responses={200: shapes.ParentResultsPageSerializer,
+                              **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        asked = _form(shapes.ParentResultsSerializer, request).validated_data
+        page = remote_workers.parent_results(asked["id"], after_id=asked["after"],
+                                             teams=self.teams(), credential=self.credential())
+        return Response({"results": [[pk, result] for pk, result in page]})
+
+
+@extend_schema(tags=["worker"])
+class StepsView(WorkerView):
+    """The recorded steps of a task this worker runs (ctx.step of a remote worker)."""
+
+    @extend_schema(request=shapes.StepsQuerySerializer,
+                   responses={200: shapes.StepsSerializer, **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        asked = _form(shapes.StepsQuerySerializer, request).validated_data
+        recorded = remote_workers.recorded_steps(asked["id"], teams=self.teams(),
+                                                 credential=self.credential())
+        return Response({"steps": [{"name": name, "result": result}
+                                   for name, result in recorded.items()]})
+
+
+@extend_schema(tags=["worker"])
+class StepView(WorkerView):
+    """Record one step's result under the attempt's lease: `lease_lost` when it moved on
+    (nothing recorded), `too_large` past ATF_MAX_RESULT_BYTES for the task's steps."""
+
+    @extend_schema(request=shapes.RecordStepSerializer,
+                   responses={200: shapes.StepRecordedSerializer, **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        asked = _form(shapes.RecordStepSerializer, request).validated_data
+        outcome = remote_workers.record_step(asked["id"], asked["lease"], name=asked["name"],
+                                             value=asked["result"], teams=self.teams(),
+                                             credential=self.credential())
+        return Response({"step": outcome.value})
+
+
+@extend_schema(tags=["worker"])
+class ProgressView(WorkerView):
+    """Write the progress a task this worker runs reported (at most once a second a task)."""
+
+    @extend_schema(request=shapes.ProgressSerializer,
+                   responses={200: shapes.ProgressWrittenSerializer,
+                              **_errors(400, 404, 413, 415)})
+    def post(self, request: Request) -> Response:
+        asked = _form(shapes.ProgressSerializer, request).validated_data
+        remote_workers.report_progress(asked["id"], done=asked["done"], total=asked["total"],
+                                       note=asked["note"], teams=self.teams(),
+                                       credential=self.credential())
+        return Response({"written": True})

@@ -17,6 +17,7 @@ from tasks_console import (  # noqa: F401
     display,
     filters,
     gate_admin,
+    group_admin,
     task_admin,
     token_admin,
     worker_tasks,

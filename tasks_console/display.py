@@ -78,3 +78,14 @@ def task_links(task_ids: list[tuple[int, str]]) -> SafeString:
         ((reverse("admin:tasks_core_taskentity_change", args=[pk]), pk, status_badge(status))
          for pk, status in task_ids),
     )
+
+
+def progress_bar(progress: Any) -> SafeString:
+    """A task's last reported progress (a TaskProgress row, or None) as a bar and its note."""
+    if progress is None:
+        return format_html("<em>{}</em>", "none")
+    done = f"{progress.done:g}"
+    if progress.total:
+        return format_html('<progress value="{}" max="{}"></progress> {}/{:s} {}', done,
+                           f"{progress.total:g}", done, f"{progress.total:g}", progress.note)
+    return format_html("{} {}", done, progress.note)

@@ -13,7 +13,7 @@ from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from tasks_console import display, filters
@@ -22,7 +22,7 @@ from tasks_console.models import DeadLetter
 from tasks_console.paginator import EstimatedCountPaginator
 from tasks_core import limits, operations, states
 from tasks_core.access import Scope
-from tasks_core.models import TaskAttempt, TaskDependency, TaskEntity
+from tasks_core.models import TaskAttempt, TaskDependency, TaskEntity, TaskStep
 
 #: Buttons on a task's page: (action name, label).
 TASK_BUTTONS = [("cancel_tasks", "Cancel"), ("run_now", "Run now"), ("requeue_tasks", "Requeue")]
@@ -76,6 +76,10 @@ class AttemptTimeline(admin.TabularInline):
         return True
 
 
+#: Steps a task's page lists.
+MAX_SHOWN_STEPS = 200
+
+
 class BigTaskListAdmin(ConsoleAdmin):
     """A list over the task table: no full COUNT, sorting only by id, filters on small tables."""
 
@@ -86,7 +90,7 @@ class BigTaskListAdmin(ConsoleAdmin):
     list_per_page = 50
     ordering = ("-id",)
     sortable_by = ("id",)
-    list_select_related = ("lambda_ref",)
+    list_select_related = ("lambda_ref", "progress")
     search_fields = ("idempotency_key",)
     search_help_text = ("Task id, exact idempotency key, or words of the last error of a "
                         "failing task.")
@@ -152,6 +156,25 @@ class BigTaskListAdmin(ConsoleAdmin):
         return display.task_links(list(TaskEntity.objects.filter(pk__in=ids)
                                        .values_list("pk", "status")))
 
+    @admin.display(description="progress")
+    def progress_display(self, task: TaskEntity) -> SafeString:
+        return display.progress_bar(getattr(task, "progress", None))
+
+    @admin.display(description="steps (recorded results)")
+    def step_list(self, task: TaskEntity) -> SafeString:
+        rows = list(TaskStep.objects.filter(task_id=task.pk).order_by("pk").values_list(
+            "name", "attempt", "recorded_at", "size")[:MAX_SHOWN_STEPS])
+        if not rows:
+            return format_html("<em>{}</em>", "none")
+        return format_html_join(format_html("<br>"), "{} — attempt {}, {}, {} bytes", rows)
+
+    @admin.display(description="group")
+    def group_link(self, task: TaskEntity) -> SafeString:
+        if task.group_id is None:
+            return format_html("<em>{}</em>", "none")
+        url = reverse("admin:tasks_core_taskgroup_change", args=[task.group_id])
+        return format_html('<a href="{}">group #{}</a>', url, task.group_id)
+
     fieldsets = [
         (None, {"fields": [("id", "status_badge"), ("lambda_name", "collection", "priority"),
                            ("attempts_display", "worker", "lease"), "idempotency_key"]}),
@@ -159,7 +182,8 @@ class BigTaskListAdmin(ConsoleAdmin):
                               ("started_at", "heartbeat_at"), "finished_at"]}),
         ("Payload and result", {"fields": ["payload_pretty", "result_pretty"]}),
         ("Last error", {"fields": ["error_message", "traceback"]}),
-        ("Chain", {"fields": ["parent_links", "child_links"]}),
+        ("Chain and group", {"fields": ["parent_links", "child_links", "group_link"]}),
+        ("Progress and steps", {"fields": ["progress_display", "step_list"]}),
     ]
     inlines = [AttemptTimeline]
 
@@ -175,8 +199,8 @@ class BigTaskListAdmin(ConsoleAdmin):
 @admin.register(TaskEntity)
 class TaskAdmin(BigTaskListAdmin):
     list_display = ("id", "lambda_name", "collection", "priority", "status_badge",
-                    "attempts_display", "worker", "run_at", "created_at", "finished_at",
-                    "error_summary")
+                    "attempts_display", "worker", "progress_display", "run_at", "created_at",
+                    "finished_at", "error_summary")
     list_filter = (filters.LambdaFilter, filters.CollectionFilter, "status",
                    filters.PriorityFilter, filters.TeamFilter, filters.WorkerFilter,
                    ("created_at", DateFieldListFilter))

@@ -14,10 +14,18 @@ from typing import Any
 
 from django.utils import timezone
 
-from tasks_core import periodic, registry, scheduling
-from tasks_core.context import Fatal, Retry, TaskCancelled, TaskContext, TimeLimitExceeded
+from tasks_core import groups, periodic, registry, scheduling
+from tasks_core.context import (
+    Fatal,
+    LeaseLost,
+    Retry,
+    TaskCancelled,
+    TaskContext,
+    TimeLimitExceeded,
+)
 from tasks_core.exceptions import ConfigurationError, TaskNotFound
-from tasks_core.models import TaskEntity
+from tasks_core.groups import GroupRequest
+from tasks_core.models import TaskEntity, TaskGroup
 from tasks_core.periodic import every
 from tasks_core.registry import LambdaFunction, RegisteredLambda
 from tasks_core.scheduling import TaskRequest
@@ -29,9 +37,9 @@ call = TaskRequest
 Call = TaskRequest
 
 __all__ = [
-    "Call", "Fatal", "Retry", "TaskCancelled", "TaskContext", "TaskNotFound", "TaskRequest",
-    "TimeLimitExceeded", "call", "cancel", "chain", "every", "get", "register", "schedule",
-    "schedule_many",
+    "Call", "Fatal", "GroupRequest", "LeaseLost", "Retry", "TaskCancelled", "TaskContext",
+    "TaskNotFound", "TaskRequest", "TimeLimitExceeded", "call", "cancel", "chain", "every",
+    "get", "get_group", "group", "register", "schedule", "schedule_many",
 ]
 
 
@@ -99,6 +107,25 @@ def cancel(task_id: int) -> TaskEntity:
     return scheduling.cancel(task_id, now=timezone.now())
 
 
-def chain(*requests: TaskRequest) -> list[TaskEntity]:
-    """Schedule steps that run one after another, each once the step before it succeeded."""
-    return scheduling.chain(*requests)
+def chain(*requests: TaskRequest | GroupRequest) -> list[TaskEntity]:
+    """Schedule steps that run one after another, each once the step before it succeeded; a
+    step may be a group (`atf.GroupRequest`), which waits as a whole (tasks_core.groups)."""
+    return groups.chain(*requests)
+
+
+def group(tasks: Sequence[TaskRequest | Mapping[str, Any]], *,
+          then: TaskRequest | Mapping[str, Any] | None = None,
+          on_failure: TaskRequest | Mapping[str, Any] | None = None) -> TaskGroup:
+    """Schedule `tasks` together, all or none (with the caller's transaction): `then` runs
+    once, after every one of them succeeded, and reads their results in order with
+    `ctx.parent_results()`; if one ends fatal_failure, dead, cancelled or dropped, `then`
+    never runs and `on_failure` runs once. Returns the group (`id`, `status`, `refresh()`)."""
+    return groups.schedule(GroupRequest(tasks, then=then, on_failure=on_failure))
+
+
+def get_group(group_id: int) -> TaskGroup:
+    """The group `group_id`; raises `atf.TaskNotFound` for an id no group has."""
+    try:
+        return TaskGroup.objects.get(pk=group_id)
+    except TaskGroup.DoesNotExist:
+        raise TaskNotFound(f"no group {group_id}") from None

@@ -156,6 +156,10 @@ class TaskEntity(models.Model):
     #: When a flow limit last held it back at its start (tasks_core.flow); a finish of its
     #: lambda releases held tasks in priority order.
     held_at = models.DateTimeField(null=True, blank=True)
+    #: The group this task is a member of (tasks_core.groups); null for a plain task. No
+    #: database constraint: retention deletes tasks and groups apart, in raw batches.
+    group = models.ForeignKey("TaskGroup", on_delete=models.DO_NOTHING, null=True, blank=True,
+                              related_name="members", db_constraint=False, db_index=False)
     parents = models.ManyToManyField(
         "self", through="TaskDependency", through_fields=("child", "parent"),
         symmetrical=False, related_name="children", blank=True,
@@ -195,6 +199,9 @@ class TaskEntity(models.Model):
             models.Index(fields=["lambda_ref", "debounce_key"], name="task_debounce",
                          condition=Q(debounce_key__isnull=False,
                                      status__in=["new", "enqueued"])),
+            # A group's members in order (its counts, its callback's results): members only.
+            models.Index(fields=["group", "id"], name="task_group_member",
+                         condition=Q(group__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -230,6 +237,43 @@ class FlowStart(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["lambda_ref", "key", "at"], name="flow_start_window")]
+
+
+class TaskGroup(models.Model):
+    """Tasks scheduled together (`atf.group`): `then` runs once all of them succeeded,
+    `on_failure` once one of them did not. Members end -> the counts here, under this row's
+    lock (tasks_core.store.groups)."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"  #: members are still to end
+        SUCCEEDED = "succeeded"  #: every member succeeded: `then` was released
+        FAILED = "failed"  #: a member did not succeed: `on_failure` was released
+
+    #: The team of its members' lambdas (the first member's), which the API scopes it by.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="task_groups")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    total = models.PositiveIntegerField()
+    succeeded = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    #: Callbacks: `waiting` tasks until the group ends; the one that does not apply ends
+    #: `cancelled`. No database constraint, as for TaskEntity.group.
+    then = models.ForeignKey(TaskEntity, on_delete=models.DO_NOTHING, null=True, blank=True,
+                             related_name="+", db_constraint=False)
+    on_failure = models.ForeignKey(TaskEntity, on_delete=models.DO_NOTHING, null=True,
+                                   blank=True, related_name="+", db_constraint=False)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "task group"
+
+    def __str__(self) -> str:
+        return f"group #{self.pk} ({self.status})"
+
+    def refresh(self) -> TaskGroup:
+        """Read the group's current row again; return the group itself."""
+        self.refresh_from_db()
+        return self
 
 
 #: Assoc rows carry shard = task id % SHARDS, for consumers that split the work by shard.
@@ -315,6 +359,38 @@ class TaskDependency(models.Model):
             models.UniqueConstraint(fields=["parent", "child"], name="dependency_unique_pair")
         ]
         indexes = [models.Index(fields=["child"], name="dependency_child")]
+
+
+class TaskStep(models.Model):
+    """The recorded result of one step of a task (`ctx.step(name, ...)`): written under the
+    lease of the attempt that ran it, and returned, without running it again, to every later
+    attempt of the task."""
+
+    #: No database constraint: retention deletes a task's steps with it, in raw batches.
+    task = models.ForeignKey(TaskEntity, on_delete=models.DO_NOTHING, related_name="steps",
+                             db_constraint=False, db_index=False)
+    name = models.CharField(max_length=200)
+    result = models.JSONField(null=True, blank=True)
+    #: Bytes of the result's JSON text: a task's steps count against ATF_MAX_RESULT_BYTES.
+    size = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()  #: the attempt that ran it
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["task", "id"]
+        constraints = [models.UniqueConstraint(fields=["task", "name"], name="step_unique_name")]
+
+
+class TaskProgress(models.Model):
+    """How far a running task says it got (`ctx.progress`): one row per task that reported,
+    written at most once a second."""
+
+    task = models.OneToOneField(TaskEntity, on_delete=models.DO_NOTHING, primary_key=True,
+                                related_name="progress", db_constraint=False)
+    done = models.FloatField()
+    total = models.FloatField(null=True, blank=True)
+    note = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField()
 
 
 class TaskAttempt(models.Model):

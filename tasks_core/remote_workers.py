@@ -9,6 +9,7 @@ treated as unknown: not started, lost, refused, not released.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,13 +23,14 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from tasks_core import directory, json_fields, limits, queues, store, worker_registry
+from tasks_core import directory, groups, json_fields, limits, queues, store, worker_registry
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
-from tasks_core.exceptions import LambdaNotFound, WorkerNotFound
+from tasks_core.exceptions import LambdaNotFound, TaskNotFound, WorkerNotFound
 from tasks_core.json_fields import Choice, Json, ListOf, Moment, Number, Optional, Text, Whole
 from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
+from tasks_core.store import progress, steps
 
 logger = logging.getLogger(__name__)
 
@@ -360,3 +362,43 @@ def release(leases: Mapping[int, int], teams: Teams, credential: str) -> int:
 def deregister(row: Worker) -> None:
     """Mark the worker stopped."""
     worker_registry.stopped(row.worker_id, now=timezone.now())
+
+
+def _check_running(task_id: int, teams: Teams, credential: str) -> None:
+    """TaskNotFound for a task that is not running on one of the credential's workers, or
+    not of its teams."""
+    row = TaskEntity.objects.filter(pk=task_id, status=TaskStatus.PROCESSING,
+                                    worker__in=_workers_of(credential)) \
+        .values_list("lambda_ref_id", flat=True).first()
+    if row is None or not _owned(row, teams):
+        raise TaskNotFound(f"no running task {task_id} of this worker")
+
+
+def parent_results(task_id: int, *, after_id: int, teams: Teams,
+                   credential: str) -> list[tuple[int, Any]]:
+    """A page of the results a running task waited for (tasks_core.groups.parent_results),
+    for the worker that runs it (TaskNotFound otherwise)."""
+    _check_running(task_id, teams, credential)
+    return groups.parent_results(task_id, after_id=after_id)
+
+
+def recorded_steps(task_id: int, *, teams: Teams, credential: str) -> dict[str, Any]:
+    """The recorded steps of a task the credential's worker runs (TaskNotFound otherwise)."""
+    _check_running(task_id, teams, credential)
+    return steps.recorded_steps(task_id)
+
+
+def record_step(task_id: int, lease: int, *, name: str, value: Any, teams: Teams,
+                credential: str) -> steps.StepRecord:
+    """Record a step of a task the credential's worker runs, fenced by its lease."""
+    _check_running(task_id, teams, credential)
+    size = len(json.dumps(value, separators=(",", ":")).encode())
+    return steps.record_step(task_id, lease, name=name, value=value, size=size,
+                             now=timezone.now())
+
+
+def report_progress(task_id: int, *, done: float, total: float | None, note: str,
+                    teams: Teams, credential: str) -> None:
+    """Write the progress of a task the credential's worker runs (TaskNotFound otherwise)."""
+    _check_running(task_id, teams, credential)
+    progress.report(task_id, done=done, total=total, note=note, now=timezone.now())

@@ -20,7 +20,14 @@ from django.db.models import Q, QuerySet
 
 from tasks_core import outcomes, states
 from tasks_core.conf import atf_settings
-from tasks_core.models import TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
+from tasks_core.models import (
+    TaskAssoc,
+    TaskAttempt,
+    TaskDependency,
+    TaskEntity,
+    TaskProgress,
+    TaskStep,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +83,8 @@ def prune_batch(*, now: datetime, batch_size: int = 1000,
         for rows in (
             TaskDependency.objects.filter(Q(parent_id__in=ids) | Q(child_id__in=ids)),
             TaskAttempt.objects.filter(task_id__in=ids),
+            TaskStep.objects.filter(task_id__in=ids),
+            TaskProgress.objects.filter(task_id__in=ids),
             TaskAssoc.objects.filter(task_id__in=ids),
         ):
             rows._raw_delete(rows.db)

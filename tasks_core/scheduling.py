@@ -334,14 +334,14 @@ def _shown(value: Any) -> str:
 _SHOWN_CHARS = 100
 
 
-def _wake_on_commit(entities: Sequence[TaskEntity], now: datetime) -> None:
+def wake_on_commit(entities: Sequence[TaskEntity], now: datetime) -> None:
     """Wake the consumers once the caller commits, if a task is due now (the wake-ups of a
     transaction's many tasks become one publish: tasks_core.wakeup)."""
     if any(entity.status == "new" and entity.run_at <= now for entity in entities):
         transaction.on_commit(wakeup.notify)
 
 
-def _create(tasks: Sequence[store.NewTask], now: datetime) -> list[TaskEntity]:
+def create(tasks: Sequence[store.NewTask], now: datetime) -> list[TaskEntity]:
     """store.create(), making the Collection rows the tasks name where none is known yet."""
     missing = directory.unknown_collections((task.lambda_id, task.collection) for task in tasks)
     entities = store.create(tasks, now=now, collections=missing)
@@ -364,24 +364,24 @@ def schedule(request: TaskRequest, *, now: datetime | None = None,
     now = now or timezone.now()
     task = validate(request, now=now, teams=teams)
     if task.debounce_key is not None:
-        return debounce.schedule(task, now=now, create=_create)
+        return debounce.schedule(task, now=now, create=create)
     if task.idempotency_key is None:
         # store.create() makes its own transaction where it needs one (or joins the caller's).
-        entity = _create([task], now)[0]
-        _wake_on_commit([entity], now)
+        entity = create([task], now)[0]
+        wake_on_commit([entity], now)
         return entity, True
     with transaction.atomic():
         if (existing := _existing(task)) is not None:
             return existing, False
         try:
             with transaction.atomic():  # a savepoint, only where a key may collide
-                entity = _create([task], now)[0]
+                entity = create([task], now)[0]
         except IntegrityError:
             # Another caller inserted the same idempotency key first: return its task.
             if (existing := _existing(task)) is None:
                 raise
             return existing, False
-        _wake_on_commit([entity], now)
+        wake_on_commit([entity], now)
     return entity, True
 
 
@@ -407,12 +407,12 @@ def schedule_many(requests: Sequence[TaskRequest | Mapping[str, Any]], *,
     _check_new_collections({(t.lambda_id, t.collection) for t in tasks})
     with transaction.atomic():
         results: list[TaskEntity | None] = [
-            debounce.schedule(task, now=now, create=_create)[0] if task.debounce_key is not None
+            debounce.schedule(task, now=now, create=create)[0] if task.debounce_key is not None
             else _existing(task) for task in tasks]
         fresh = [task for task, found in zip(tasks, results, strict=True) if found is None]
-        created = iter(_create(fresh, now))
+        created = iter(create(fresh, now))
         entities = [found or next(created) for found in results]
-        _wake_on_commit(entities, now)
+        wake_on_commit(entities, now)
     return entities
 
 
@@ -465,19 +465,6 @@ def _check_new_collections(pairs: set[tuple[int, str]]) -> None:
     if len(pairs - known) > limit:
         raise InvalidTask({"tasks": [f"At most {limit} new collections per batch; this one "
                                      f"names {len(pairs - known)}."]})
-
-
-def chain(*requests: TaskRequest, now: datetime | None = None) -> list[TaskEntity]:
-    """Schedule requests so that each runs only after the one before it succeeded (the first
-    keeps its own `after`)."""
-    now = now or timezone.now()
-    entities: list[TaskEntity] = []
-    with transaction.atomic():
-        for request in requests:
-            step = dataclasses.replace(request, after=(entities[-1].pk,)) if entities \
-                else request
-            entities.append(schedule(step, now=now)[0])
-    return entities
 
 
 def cancel(task_id: int, *, now: datetime | None = None) -> TaskEntity:

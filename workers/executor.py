@@ -20,6 +20,7 @@ from tasks_core.context import (
     Retry,
     TaskCancelled,
     TaskContext,
+    TaskLink,
     TimeLimitExceeded,
 )
 from tasks_core.states import TaskStatus
@@ -78,13 +79,15 @@ class ExecutorThread(threading.Thread):
     def __init__(self, *, index: int, buffer: WorkBuffer, heartbeat: HeartbeatThread,
                  worker_id: str,
                  results: BatchWriterThread[FinishedAttempt, TaskStatus | None],
-                 tally: Tally) -> None:
+                 tally: Tally, task_link: TaskLink | None = None) -> None:
         super().__init__(name=f"ExecutorThread-{index}", daemon=True)
         self.buffer = buffer
         self.heartbeat = heartbeat
         self.worker_id = worker_id
         self.results = results
         self.tally = tally
+        #: Where its lambdas' parent results, steps and progress go (None: the store).
+        self.task_link = task_link
         #: This executor's last result handed to the writer (its outcome once durable).
         self._last_result: Future[TaskStatus | None] | None = None
 
@@ -151,7 +154,8 @@ class ExecutorThread(threading.Thread):
         ctx = TaskContext(task_id=task.task_id, attempt=task.attempt, collection=task.collection,
                           priority=task.priority, lambda_name=task.lambda_name,
                           _heartbeat=lambda: self.heartbeat.beat_one(task),
-                          _cancelled=lambda: self.buffer.cancel_requested(task.task_id))
+                          _cancelled=lambda: self.buffer.cancel_requested(task.task_id),
+                          _lease=task.lease, _link=self.task_link)
         result = None
         try:
             self.buffer.begin(task, time.monotonic(), threading.get_ident())

@@ -15,7 +15,7 @@ from typing import Any
 
 import requests
 
-from tasks_core import store
+from tasks_core import groups, store
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from tasks_core.states import TaskStatus
@@ -180,6 +180,28 @@ class HttpTransport(Transport):
         if not tasks:
             return 0
         return int(self._post("release/", {"tasks": _leases(tasks)})["released"])
+
+    @property
+    def task_link(self) -> HttpTransport:  # type: ignore[override]
+        return self  # a remote worker's tasks reach the store through the API too
+
+    def parent_results(self, task_id: int) -> list[Any]:
+        """Page after page from the worker API (parent-results/)."""
+        return groups.all_results(lambda after: self._post(
+            "parent-results/", {"id": task_id, "after": after})["results"])
+
+    def recorded_steps(self, task_id: int, lease: int) -> dict[str, Any]:
+        answer = self._post("steps/", {"id": task_id, "lease": lease})
+        return {step["name"]: step["result"] for step in answer["steps"]}
+
+    def report_progress(self, task_id: int, done: float, total: float | None,
+                        note: str) -> None:
+        self._post("progress/", {"id": task_id, "done": done, "total": total, "note": note})
+
+    def record_step(self, task_id: int, lease: int, name: str, value: Any, size: int) -> str:
+        answer = self._post("step/", {"id": task_id, "lease": lease, "name": name,
+                                      "result": value})
+        return str(answer["step"])
 
     def deregister(self) -> None:
         if self.worker is not None:

@@ -101,7 +101,7 @@ def _attempt(task: store.ClaimedTask, now: datetime) -> TaskOutcome | None:
     if not store.start(task, now=now):
         return None
     ctx = TaskContext(task_id=task.task_id, attempt=task.attempt, collection=task.collection,
-                      priority=task.priority, lambda_name=task.lambda_name)
+                      priority=task.priority, lambda_name=task.lambda_name, _lease=task.lease)
     result = run_lambda(task, ctx, worker=WORKER_ID)
     # run_lambda stamps the attempt's start with the present: its end comes no earlier.
     status = store.finish(task, result, now=max(now, timezone.now()))

@@ -21,6 +21,7 @@ from django.utils import timezone
 from tasks_core import directory, queues, store, worker_registry
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
+from tasks_core.context import TaskLink
 from tasks_core.exceptions import AtfError, LambdaNotFound
 from tasks_core.states import TaskStatus
 from workers import db
@@ -65,6 +66,10 @@ class Transport(abc.ABC):
     claim_wait_s: float = 1.0
     #: Whether a claim may carry results (`finish_and_claim`); an older API takes none.
     carries_results: bool = True
+
+    #: What a running task reads and writes beside its result (parent results, steps)
+    #: through this transport (tasks_core.context.TaskLink); None: the store itself.
+    task_link: TaskLink | None = None
 
     def __init__(self) -> None:
         self.worker: WorkerInfo | None = None

@@ -81,7 +81,8 @@ class WorkerProcess:
                             for i in range(CONTROLLERS)]
         self.executors = [
             ExecutorThread(index=i, buffer=self.buffer, heartbeat=self.heartbeat,
-                           worker_id=self.worker_id, results=self.results, tally=self.tally)
+                           worker_id=self.worker_id, results=self.results, tally=self.tally,
+                           task_link=transport.task_link)
             for i in range(threads)
         ]
         self.time_limits = AttemptStops(buffer=self.buffer, results=self.results,

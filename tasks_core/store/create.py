@@ -53,7 +53,8 @@ _UNSET = {field.attname: None if field.has_default() and callable(field.default)
 
 def _new_entity(task: NewTask, parent_status: Mapping[int, TaskStatus],
                 now: datetime) -> TaskEntity:
-    start = decisions.initial(task.parents, parent_status)
+    start = decisions.Start(status=TaskStatus.WAITING) if task.held_for_group \
+        else decisions.initial(task.parents, parent_status)
     values = {
         **_UNSET,
         "lambda_ref_id": task.lambda_id,
@@ -67,6 +68,7 @@ def _new_entity(task: NewTask, parent_status: Mapping[int, TaskStatus],
         "timeout_s": task.timeout_s,
         "limit_key": task.limit_key,
         "debounce_key": task.debounce_key,
+        "group_id": task.group_id,
         "created_at": now,
         "finished_at": now if start.status is TaskStatus.CANCELLED else None,
         "last_error": start.last_error,

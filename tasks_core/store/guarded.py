@@ -9,7 +9,7 @@ from django.db import transaction
 
 from tasks_core import states, wakeup
 from tasks_core.states import TaskStatus
-from tasks_core.store import backends, decisions, timeouts
+from tasks_core.store import backends, decisions, groups, timeouts
 from tasks_core.store.decisions import ChildStep
 
 
@@ -39,9 +39,17 @@ def transition(task_id: int, *, expected: TaskStatus, lease: int | None, target:
 
 
 def after_final(task_id: int, status: TaskStatus, now: datetime) -> None:
-    """Wake a finished task's waiting children, or cancel them if it did not succeed."""
+    """Wake a finished task's waiting children, or cancel them if it did not succeed; count
+    its end on its group, if it is a member of one."""
     if status not in states.FINAL:
         return
+    wake_children(task_id, status, now)
+    if (group_id := backends.current().group_of(task_id)) is not None:
+        groups.members_ended([(group_id, status)], now)
+
+
+def wake_children(task_id: int, status: TaskStatus, now: datetime) -> None:
+    """Wake a finished task's waiting children, or cancel them if it did not succeed."""
     backend = backends.current()
     child_ids = backend.children(task_id)
     if not child_ids:
@@ -56,10 +64,18 @@ def after_final(task_id: int, status: TaskStatus, now: datetime) -> None:
                if child_status is TaskStatus.WAITING]
     for child in waiting:
         if decisions.child_step(status, backend.parent_statuses(child)) is ChildStep.WAKE:
-            run_at = max(now, backend.lambda_and_run_at(child)[1])
-            if transition(child, expected=TaskStatus.WAITING, lease=None, target=TaskStatus.NEW,
-                          now=now, run_at=run_at) and run_at <= now:
-                transaction.on_commit(wakeup.notify)  # due now: the consumer need not poll
+            wake(child, now)
+
+
+def wake(task_id: int, now: datetime) -> bool:
+    """waiting -> new, due at its run_at or now, whichever is later; whether it moved."""
+    run_at = max(now, backends.current().lambda_and_run_at(task_id)[1])
+    if not transition(task_id, expected=TaskStatus.WAITING, lease=None, target=TaskStatus.NEW,
+                      now=now, run_at=run_at):
+        return False
+    if run_at <= now:
+        transaction.on_commit(wakeup.notify)  # due now: the consumer need not poll
+    return True
 
 
 def after_requeue(task_id: int, now: datetime) -> None:

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, get_type_hints
+from typing import Any, NamedTuple, get_type_hints
 
 from tasks_core import directory
 from tasks_core.models import TaskAttempt
@@ -32,6 +32,16 @@ class NewTask:
     parents: tuple[int, ...] = ()
     limit_key: str | None = None  #: what its lambda's keyed limits count it under
     debounce_key: str | None = None  #: a later debounced schedule with it replaces this task
+    group_id: int | None = None  #: the group it is a member of
+    #: A group's callback: it starts `waiting`, and only its group's end releases it.
+    held_for_group: bool = False
+
+
+class Written(NamedTuple):
+    """What a finish wrote about one task that its followers need."""
+
+    has_children: bool  #: tasks wait on it (`after`)
+    group_id: int | None  #: the group it is a member of
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from tasks_core import directory, flow, states
 from tasks_core.conf import atf_settings
 from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
-from tasks_core.store import backends, decisions, guarded, timeouts
+from tasks_core.store import backends, decisions, groups, guarded, timeouts
 from tasks_core.store.values import ClaimedTask, Ending, Lease, Result, Starts
 
 logger = logging.getLogger(__name__)
@@ -179,7 +179,14 @@ def _write_endings(backend: backends.StoreBackend, endings: Sequence[Ending],
     if not endings:
         return {}
     written = backend.finish(endings, now=now)
+    members: list[tuple[int, TaskStatus]] = []
     for ending in endings:
-        if written.get(ending.task_id):  # a parent: its children wait on it
-            guarded.after_final(ending.task_id, ending.status, now)
+        if (followers := written.get(ending.task_id)) is None:
+            continue
+        if followers.has_children:  # a parent: its children wait on it
+            guarded.wake_children(ending.task_id, ending.status, now)
+        if followers.group_id is not None:
+            members.append((followers.group_id, ending.status))
+    if members:
+        groups.members_ended(members, now)
     return {ending.task_id: ending.status for ending in endings if ending.task_id in written}

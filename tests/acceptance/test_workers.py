@@ -433,3 +433,54 @@ def test_a_worker_serving_two_lambdas_lets_neither_starve_the_other(
              timeout_s=60, message="the demo.record tasks")
     assert TaskEntity.objects.filter(lambda_ref__name="demo.sleep").exclude(
         status="success").count() > 100
+
+
+def test_a_task_whose_worker_is_killed_after_step_2_of_4_resumes_at_step_3(
+        processes: Processes, env: dict[str, str], records: callable) -> None:
+    # Given a task of 4 steps (ctx.step) that pauses after step 2 on its first attempt (a
+    # direct worker: the remote one's steps go through the worker API, which
+    # tests/integration/workers/test_transports.py covers in less than a second)
+    workers = Workers("direct", processes, env)
+    processes.start("runconsumer", env=env)
+    victim = workers.start("demo.steps", "--threads", "1")
+    key = "demo:steps"
+    task = atf.schedule("demo.steps", {"key": key, "steps": 4, "pause_after": 2,
+                                       "seconds": 60})
+    wait_for(lambda: len(records(key)) == 2, timeout_s=30, message="steps 1 and 2 to run")
+    # When its worker is SIGKILLed there, and another worker takes the task over
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    workers.start("demo.steps", "--threads", "1")
+    wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="success").exists(),
+             timeout_s=60, message="the task to succeed on the second worker")
+    # Then steps 1 and 2 ran once, on the first attempt, and were not run again: the next
+    # attempt got their recorded results and ran steps 3 and 4 only
+    ran = [(line["step"], line["attempt"]) for line in records(key)]
+    attempts = TaskEntity.objects.get(pk=task.pk).attempts
+    assert ran == [(1, 1), (2, 1), (3, attempts), (4, attempts)]
+    assert TaskEntity.objects.get(pk=task.pk).result == {"steps": [10, 20, 30, 40]}
+
+
+def test_a_groups_then_runs_exactly_once_while_its_worker_is_killed_twice(
+        processes: Processes, env: dict[str, str], records: callable) -> None:
+    # Given a group of 300 members and a `then`, on a direct worker
+    workers = Workers("direct", processes, env)
+    processes.start("runconsumer", env=env)
+    members, then = "demo:members", "demo:then"
+    group = atf.group([atf.call("demo.record", {"key": members, "seconds": 0.01})
+                       for _ in range(300)],
+                      then=atf.call("demo.record", {"key": then}))
+    # When its worker is SIGKILLed twice while the members run, and replaced each time
+    worker = workers.start("demo.record", "--threads", "8")
+    for done in (50, 150):
+        wait_for(lambda done=done: len(records(members)) >= done, timeout_s=30,
+                 message=f"{done} members to run")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        worker = workers.start("demo.record", "--threads", "8")
+    wait_for(lambda: records(then), timeout_s=60, message="`then` to run")
+    # Then `then` ran exactly once, after every member had succeeded
+    time.sleep(1)  # a second release, were there one, would run within the poll interval
+    assert len(records(then)) == 1
+    assert group.refresh().status == "succeeded" and group.succeeded == 300
+    assert records(then)[0]["start"] >= max(line["end"] for line in records(members))

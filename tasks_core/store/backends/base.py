@@ -29,6 +29,7 @@ from tasks_core.store.values import (
     Lease,
     LostAttempt,
     Starts,
+    Written,
 )
 
 #: Locks of `StoreBackend.exclusive` in this process, a key taking one by its hash (two keys
@@ -161,9 +162,9 @@ class StoreBackend(ABC):
         its attempt uncounted."""
 
     @abstractmethod
-    def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
+    def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, Written]:
         """processing -> each ending's status, with an attempt row, where the lease is current;
-        {id: whether the task has children} for those written."""
+        {id: whether the task has children, and its group} for those written."""
 
     # --- users and operators ----------------------------------------------------------------
 
@@ -189,6 +190,10 @@ class StoreBackend(ABC):
     @abstractmethod
     def parent_statuses(self, child_id: int) -> list[TaskStatus]:
         """The statuses of all of a task's parents."""
+
+    @abstractmethod
+    def group_of(self, task_id: int) -> int | None:
+        """The id of the group a task is a member of (None: none, or no such task)."""
 
     @abstractmethod
     def revive(self, child_id: int) -> bool:

@@ -31,6 +31,7 @@ from tasks_core.store.values import (
     LostAttempt,
     Outcome,
     Starts,
+    Written,
 )
 
 
@@ -41,14 +42,20 @@ def _assoc(change: AssocChange) -> dict[str, Any]:
 def _current(leases: Sequence[Lease], *statuses: TaskStatus, **filters: Any) -> list[int]:
     """Lock the tasks of `leases` that are in one of `statuses` with that lease, in id order;
     their ids."""
+    return list(_current_groups(leases, *statuses, **filters))
+
+
+def _current_groups(leases: Sequence[Lease], *statuses: TaskStatus,
+                    **filters: Any) -> dict[int, int | None]:
+    """`_current`, with the group each task is a member of (read by the same statement)."""
     wanted = {lease.task_id: lease.lease for lease in leases}
     rows = (
         TaskEntity.objects.select_for_update()
         .filter(pk__in=list(wanted), status__in=statuses, **filters)
         .order_by("pk")
-        .values_list("pk", "lease")
+        .values_list("pk", "lease", "group_id")
     )
-    return [pk for pk, lease in rows if wanted[pk] == lease]
+    return {pk: group_id for pk, lease, group_id in rows if wanted[pk] == lease}
 
 
 def due_row(pk: int, status: str, lease: int, collection: str, priority: str, attempts: int,
@@ -250,9 +257,10 @@ class OrmBackend(StoreBackend):
                                                          next_trigger_at=now)
         return len(ids)
 
-    def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
-        current = set(_current([Lease(e.task_id, e.lease) for e in endings],
-                               TaskStatus.PROCESSING))
+    def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, Written]:
+        groups = _current_groups([Lease(e.task_id, e.lease) for e in endings],
+                                 TaskStatus.PROCESSING)
+        current = set(groups)
         endings = [ending for ending in endings if ending.task_id in current]
         for ending in endings:
             changes = {"result": ending.result, "last_error": ending.error,
@@ -269,7 +277,11 @@ class OrmBackend(StoreBackend):
         )
         parents = set(TaskDependency.objects.filter(parent_id__in=current)
                       .values_list("parent_id", flat=True))
-        return {ending.task_id: ending.task_id in parents for ending in endings}
+        return {ending.task_id: Written(ending.task_id in parents, groups.get(ending.task_id))
+                for ending in endings}
+
+    def group_of(self, task_id: int) -> int | None:
+        return TaskEntity.objects.filter(pk=task_id).values_list("group_id", flat=True).first()
 
     # --- users and operators ----------------------------------------------------------------
 

@@ -31,7 +31,15 @@ from tasks_core.models import (
 from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store.backends.orm import OrmBackend, due_row
 from tasks_core.store.decisions import GATE_DROPPED
-from tasks_core.store.values import AssocChange, ClaimedTask, DueRow, Ending, Lease, Starts
+from tasks_core.store.values import (
+    AssocChange,
+    ClaimedTask,
+    DueRow,
+    Ending,
+    Lease,
+    Starts,
+    Written,
+)
 
 _TABLES = {
     "collection": Collection._meta.db_table,
@@ -87,15 +95,17 @@ WITH collections AS (
            r.task->>7 AS idempotency_key, (r.task->>8)::timestamptz AS finished_at,
            NULLIF(r.task->9, 'null'::jsonb) AS last_error, r.task->>10 AS assoc_status,
            (r.task->>11)::timestamptz AS next_trigger_at, (r.task->>12)::float8 AS timeout_s,
-           r.task->>13 AS limit_key, r.task->>14 AS debounce_key
+           r.task->>13 AS limit_key, r.task->>14 AS debounce_key,
+           (r.task->>15)::bigint AS group_id
     FROM jsonb_array_elements(%(tasks)s::jsonb) WITH ORDINALITY AS r(task, ord)
 ), entities AS (
     INSERT INTO {entity} (id, lambda_ref_id, collection, priority, payload, status, attempts,
                           max_attempts, run_at, idempotency_key, lease, worker, created_at,
-                          finished_at, last_error, timeout_s, limit_key, debounce_key)
+                          finished_at, last_error, timeout_s, limit_key, debounce_key,
+                          group_id)
     SELECT id, lambda_ref_id, collection, priority, payload, status, 0, max_attempts, run_at,
            idempotency_key, 0, '', %(created_at)s, finished_at, last_error, timeout_s,
-           limit_key, debounce_key FROM rows
+           limit_key, debounce_key, group_id FROM rows
 ), assocs AS (
     INSERT INTO {assoc} (task_id, lambda_ref_id, collection, priority, status, next_trigger_at,
                          shard)
@@ -309,7 +319,7 @@ WITH ending AS (
                           last_error = COALESCE(e.error, t.last_error),
                           finished_at = COALESCE(e.finished_at, t.finished_at)
     FROM ending e JOIN locked ON locked.id = e.id WHERE t.id = e.id
-    RETURNING t.id
+    RETURNING t.id, t.group_id
 ), assoc AS (
     UPDATE {assoc} a SET status = e.assoc_status, next_trigger_at = e.trigger
     FROM ending e JOIN written ON written.id = e.id WHERE a.task_id = e.id
@@ -321,7 +331,8 @@ WITH ending AS (
            e.worker, e.started_at, %(now)s, e.outcome, e.error
     FROM ending e JOIN written ON written.id = e.id
 )
-SELECT written.id, EXISTS (SELECT 1 FROM {dependency} d WHERE d.parent_id = written.id)
+SELECT written.id, EXISTS (SELECT 1 FROM {dependency} d WHERE d.parent_id = written.id),
+       written.group_id
 FROM written
 """)
 
@@ -366,7 +377,7 @@ def _batch(entities: Sequence[TaskEntity], assocs: Sequence[AssocChange],
     tasks = [
         [e.lambda_ref_id, e.collection, e.priority, e.payload, e.status, e.max_attempts,
          _iso(e.run_at), e.idempotency_key, _iso(e.finished_at), e.last_error, a.status,
-         _iso(a.next_trigger_at), e.timeout_s, e.limit_key, e.debounce_key]
+         _iso(a.next_trigger_at), e.timeout_s, e.limit_key, e.debounce_key, e.group_id]
         for e, a in zip(entities, assocs, strict=True)
     ]
     return {
@@ -409,7 +420,7 @@ class PostgresBackend(OrmBackend):
                collections: Sequence[tuple[int, str]] = ()) -> None:
         """One statement, whatever the number of tasks: the ORM's bulk_create spends most of
         its time preparing each field of each object, and needs a round trip per table."""
-        if len(entities) == 1:
+        if len(entities) == 1 and entities[0].group_id is None:
             rows = self._run(_INSERT_ONE, _one_row(entities[0], assocs[0],
                                                   new_collection=bool(collections)))
         else:
@@ -488,9 +499,9 @@ class PostgresBackend(OrmBackend):
                                                     json.loads(payload), *rest, started=True))
         return claimed, _starts(by_gate)
 
-    def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, bool]:
+    def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, Written]:
         endings = sorted(endings, key=lambda e: e.task_id)  # the lock order
-        return dict(self._run(_FINISH, {
+        rows = self._run(_FINISH, {
             "ids": [e.task_id for e in endings], "leases": [e.lease for e in endings],
             "statuses": [e.status for e in endings],
             "results": [_json(e.result) for e in endings],
@@ -501,4 +512,5 @@ class PostgresBackend(OrmBackend):
             "workers": [e.worker for e in endings],
             "started": [e.started_at for e in endings], "outcomes": [e.outcome for e in endings],
             "expected": TaskStatus.PROCESSING.value, "now": now,
-        }))
+        })
+        return {pk: Written(has_children, group_id) for pk, has_children, group_id in rows}

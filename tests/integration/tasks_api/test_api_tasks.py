@@ -158,7 +158,7 @@ def test_a_batch_shows_each_task_as_reading_it_back_would(alice: Member) -> None
     shown = response.json()["tasks"]
     # Then each is shown as GET shows it (the earlier one with its new child), history aside
     read = [alice.client.get(f"/api/v1/tasks/{task['id']}/").json() for task in shown]
-    history = {"attempt_history", "attempt_history_count"}
+    history = {"attempt_history", "attempt_history_count", "group", "progress", "steps"}
     assert shown == [{k: v for k, v in task.items() if k not in history} for task in read]
     assert shown[1]["id"] == earlier["id"] and shown[1]["children"] == [shown[0]["id"]]
     assert (shown[0]["parents"], shown[2]["parents"]) == ([earlier["id"]], [parent["id"]])

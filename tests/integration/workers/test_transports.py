@@ -8,6 +8,7 @@ call that one side carries out differently, fails here.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import threading
 import time
@@ -20,10 +21,11 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasks_core import atf, directory, lambda_sync, overrides, queues, store
-from tasks_core.context import TimeLimitExceeded
-from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity
+from tasks_core import atf, directory, groups, lambda_sync, overrides, queues, store
+from tasks_core.context import TaskContext, TimeLimitExceeded
+from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity, TaskStep
 from tasks_core.states import TaskStatus
+from tasks_core.store import guarded
 from tests.conftest import closing_connections, wait_for
 from tests.remote import worker_token
 from workers import interrupts, turns
@@ -415,3 +417,43 @@ def test_a_stopped_worker_leaves_no_database_connection_behind(queue: queues.Que
                  message="the worker's connections closed")
     finally:
         gc.enable()
+
+
+def test_a_groups_callback_reads_its_members_results_page_by_page(
+        transport: Transport, consumer: Consumer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a group of 5 whose members succeeded, results pages of 2, and its `then` claimed
+    monkeypatch.setattr(groups, "RESULTS_PAGE", 2)
+    group = atf.group([atf.call("demo.noop", {"n": n}) for n in range(5)],
+                      then=atf.call("demo.noop"))
+    for n, member in enumerate(group.members.order_by("pk")):
+        TaskEntity.objects.filter(pk=member.pk).update(status=TaskStatus.SUCCESS, result=n)
+    with transaction.atomic():
+        assert guarded.wake(group.then_id, timezone.now())
+    claimed = claim_one(transport, consumer)
+    assert claimed.task_id == group.then_id
+    # When it reads its parents' results over this transport, Then it gets all 5, in order
+    ctx = TaskContext(task_id=claimed.task_id, attempt=claimed.attempt,
+                      collection=claimed.collection, priority=claimed.priority,
+                      lambda_name=claimed.lambda_name, _lease=claimed.lease,
+                      _link=transport.task_link)
+    assert ctx.parent_results() == [0, 1, 2, 3, 4]
+
+
+def test_steps_are_recorded_under_the_lease_over_the_transport(
+        transport: Transport, consumer: Consumer) -> None:
+    # Given a running task claimed over this transport
+    task = atf.schedule("demo.noop")
+    claimed = claim_one(transport, consumer)
+    ctx = TaskContext(task_id=task.pk, attempt=claimed.attempt, collection=claimed.collection,
+                      priority=claimed.priority, lambda_name=claimed.lambda_name,
+                      _lease=claimed.lease, _link=transport.task_link)
+    # When it runs a step, Then the step is recorded, and read back by a later context
+    assert ctx.step("charge", lambda order: {"charged": order}, 7) == {"charged": 7}
+    again = dataclasses.replace(ctx, _steps=None)
+    assert again.step("charge", lambda order: pytest.fail("ran twice"), 7) == {"charged": 7}
+    # ...while an execution whose lease moved on records nothing
+    stale = dataclasses.replace(ctx, _lease=claimed.lease - 1, _steps=None)
+    with pytest.raises(atf.LeaseLost):
+        stale.step("refund", lambda: "refunded")
+    assert list(TaskStep.objects.filter(task_id=task.pk).values_list("name", flat=True)) == [
+        "charge"]
