@@ -24,7 +24,7 @@ from atf_project import database_url
 from tasks_core import directory, pooling, queues
 from tasks_core.conf import atf_settings
 from tasks_core.store import backends
-from workers import turns
+from workers import replacement, turns
 
 if TYPE_CHECKING:
     from tests.netns import WorkerHost
@@ -79,6 +79,24 @@ def _no_turns_connection_left() -> Iterator[None]:
     after each test, or the test database could not be dropped at the end."""
     yield
     turns.reset()
+
+
+@pytest.fixture(autouse=True)
+def _no_process_replacement(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A worker that runs inside the test process and would end its process (a lambda hung
+    past its time limit, its heartbeats lost: workers.replacement.end_process) fails its test
+    with the reason, instead of executing the test runner's own command line again as a
+    `runworker` would (pytest then stops the whole run on an unknown `--replaces` option).
+    Tests of the replacement itself run real `runworker` processes."""
+    reasons: list[str] = []
+
+    def refuse(reason: str, exit_code: int) -> None:
+        reasons.append(f"{reason} (exit status {exit_code})")
+        raise SystemExit(exit_code)  # ends the thread that asked, as the process would end
+
+    monkeypatch.setattr(replacement, "end_process", refuse)
+    yield
+    assert not reasons, f"an in-process worker would have ended the test process: {reasons}"
 
 
 #: Where the tests' database connections go: straight to PostgreSQL, or through a PgBouncer in
