@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tasks_core.states import TaskStatus
+
 REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tasks_api.authentication.ApiTokenAuthentication",
@@ -30,5 +32,8 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     "DESCRIPTION": "Schedule and follow asynchronous tasks.",
     "VERSION": "1.0.0",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"GateStateEnum": ["open", "paused", "dropped"]},
+    # Choice sets that share a field name with another ("state", "status") get names of their own.
+    "ENUM_NAME_OVERRIDES": {"GateStateEnum": ["open", "paused", "dropped"],
+                            "GroupStatusEnum": ["running", "succeeded", "failed"],
+                            "TaskStatusEnum": [status.value for status in TaskStatus]},
 }
