@@ -157,7 +157,7 @@ class ClaimView(WorkerView):
                     claimed = remote_workers.claim_popped(
                         worker, popped, queue=_shared_queue("waits"), max_count=room.count,
                         start=start)
-        if form.validated_data["trace"]:
+        if form.validated_data.get("trace"):
             claimed = tracing.with_context(claimed)
         return Response({"tasks": [task.as_json() for task in claimed],
                          "results": _finished(statuses)})
