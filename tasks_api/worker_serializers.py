@@ -79,7 +79,12 @@ def _wire_field(kind: Any) -> serializers.Field:
 #: A claimed task as the claim answers it: store.ClaimedTask's fields, so the API sends each
 #: one (the view answers `ClaimedTask.as_json()`; this is its schema).
 ClaimedTaskSerializer = type("ClaimedTaskSerializer", (serializers.Serializer,), {
-    name: _wire_field(kind) for name, kind in remote_workers.claimed_task_types().items()})
+    **{name: _wire_field(kind) for name, kind in remote_workers.claimed_task_types().items()},
+    "trace": serializers.DictField(
+        child=serializers.CharField(), required=False,
+        help_text="The W3C trace context it was scheduled in (traceparent, tracestate): only "
+        "for a claim that asked for it with `trace`, and only where the task has one."),
+})
 
 
 class StartedSerializer(serializers.Serializer):
@@ -122,6 +127,10 @@ class ClaimSerializer(WorkerIdSerializer, ReportsResults):
         default=False, help_text="Start the claimed tasks too (claimed and started in one "
         "step, for executors that are idle now): no start call follows, and a task whose lambda "
         "does not run is handed back with release.")
+
+    trace = serializers.BooleanField(
+        default=False, help_text="Answer each task's trace context (`trace`), for a worker "
+        "that traces its attempts with OpenTelemetry.")
 
     results = ShapeListField(
         remote_workers.RESULTS, required=False, default=list,

@@ -26,7 +26,7 @@ from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.scopes import WorkerOnly, worker_credential, worker_team_id
 from tasks_api.views import _errors
-from tasks_core import queues, remote_workers
+from tasks_core import queues, remote_workers, tracing
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import LambdaNotFound
 from tasks_core.models import Worker
@@ -157,6 +157,8 @@ class ClaimView(WorkerView):
                     claimed = remote_workers.claim_popped(
                         worker, popped, queue=_shared_queue("waits"), max_count=room.count,
                         start=start)
+        if form.validated_data.get("trace"):
+            claimed = tracing.with_context(claimed)
         return Response({"tasks": [task.as_json() for task in claimed],
                          "results": _finished(statuses)})
 

@@ -57,6 +57,7 @@ class TasksCoreConfig(AppConfig):
             lambda_sync,
             logs,
             registry,
+            tracing,
         )
 
         # After Django applied the project's LOGGING, which keeps any level it set.
@@ -73,3 +74,5 @@ class TasksCoreConfig(AppConfig):
             # or server loads the apps (a traceback through Django's app loading said no more).
             raise SystemExit(f"cannot load the lambdas: {exc}") from None
         post_migrate.connect(_sync_lambdas, sender=self)
+        # Once, here: where it is off, no task pays for tracing (tasks_core.tracing).
+        tracing.configure()

@@ -393,6 +393,16 @@ class TaskProgress(models.Model):
     updated_at = models.DateTimeField()
 
 
+class TaskTrace(models.Model):
+    """The W3C trace context a task was scheduled in (tasks_core.tracing): written only where
+    tracing is on, read by the workers that trace its attempts."""
+
+    task = models.OneToOneField(TaskEntity, on_delete=models.DO_NOTHING, primary_key=True,
+                                related_name="trace", db_constraint=False)
+    traceparent = models.CharField(max_length=55)
+    tracestate = models.CharField(max_length=512, blank=True, default="")
+
+
 class TaskAttempt(models.Model):
     """One attempt at a task, so a person can see why it was retried."""
 

@@ -27,6 +27,7 @@ from tasks_core.models import (
     TaskEntity,
     TaskProgress,
     TaskStep,
+    TaskTrace,
 )
 
 logger = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def prune_batch(*, now: datetime, batch_size: int = 1000,
             TaskAttempt.objects.filter(task_id__in=ids),
             TaskStep.objects.filter(task_id__in=ids),
             TaskProgress.objects.filter(task_id__in=ids),
+            TaskTrace.objects.filter(task_id__in=ids),
             TaskAssoc.objects.filter(task_id__in=ids),
         ):
             rows._raw_delete(rows.db)

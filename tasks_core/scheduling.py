@@ -19,7 +19,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import dateparse, timezone
 
-from tasks_core import debounce, directory, lambda_names, limits, store, wakeup
+from tasks_core import debounce, directory, lambda_names, limits, store, tracing, wakeup
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
 from tasks_core.gating import GateState
@@ -344,7 +344,12 @@ def wake_on_commit(entities: Sequence[TaskEntity], now: datetime) -> None:
 def create(tasks: Sequence[store.NewTask], now: datetime) -> list[TaskEntity]:
     """store.create(), making the Collection rows the tasks name where none is known yet."""
     missing = directory.unknown_collections((task.lambda_id, task.collection) for task in tasks)
-    entities = store.create(tasks, now=now, collections=missing)
+    if tracing.ENABLED:
+        with transaction.atomic():  # a task and the trace context it carries, together
+            entities = store.create(tasks, now=now, collections=missing)
+            tracing.record_scheduled(entities)
+    else:
+        entities = store.create(tasks, now=now, collections=missing)
     directory.remember_collections(missing)
     return entities
 

@@ -13,7 +13,7 @@ from concurrent.futures import Future, wait
 
 from django.utils import timezone
 
-from tasks_core import registry, store
+from tasks_core import registry, store, tracing
 from tasks_core.context import (
     AttemptStopped,
     Fatal,
@@ -90,6 +90,8 @@ class ExecutorThread(threading.Thread):
         self.task_link = task_link
         #: This executor's last result handed to the writer (its outcome once durable).
         self._last_result: Future[TaskStatus | None] | None = None
+        #: How it runs a lambda: in a span per attempt where tracing is on, decided here once.
+        self._run_lambda = tracing.traced(run_lambda) if tracing.ENABLED else run_lambda
 
     def run(self) -> None:
         """Run tasks until the worker closes the buffer; nothing else ends the thread."""
@@ -159,7 +161,7 @@ class ExecutorThread(threading.Thread):
         result = None
         try:
             self.buffer.begin(task, time.monotonic(), threading.get_ident())
-            result = run_lambda(task, ctx, worker=self.worker_id)
+            result = self._run_lambda(task, ctx, worker=self.worker_id)
         except AttemptStopped:
             pass  # the interrupt came just after the lambda returned: the stop still holds
         while True:

@@ -15,7 +15,7 @@ from typing import Any
 
 import requests
 
-from tasks_core import groups, store
+from tasks_core import groups, store, tracing
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from tasks_core.states import TaskStatus
@@ -158,6 +158,8 @@ class HttpTransport(Transport):
                                 "wait_s": wait_s, "start": True}
         if done:
             body["results"] = [_result(task, result) for task, result in done]
+        if tracing.ENABLED:
+            body["trace"] = True  # each task's trace context, for its attempt's span
         answer = self._post("claim/", body, timeout_s=wait_s + self.timeout_s)
         return (_statuses(answer, done),
                 [store.ClaimedTask.from_json(item) for item in answer["tasks"]])

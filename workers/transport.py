@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 
-from tasks_core import directory, queues, store, worker_registry
+from tasks_core import directory, queues, store, tracing, worker_registry
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.context import TaskLink
@@ -158,13 +158,15 @@ class DirectTransport(Transport):
     def claim(self, max_count: int) -> list[store.ClaimedTask]:
         assert self.claimer is not None, "register() comes first"
         with _store_errors():
-            return self.claimer.take(max_count, wait_s=self.claim_wait_s)
+            claimed = self.claimer.take(max_count, wait_s=self.claim_wait_s)
+            return tracing.with_context(claimed) if tracing.ENABLED else claimed
 
     def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
                          ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
         assert self.claimer is not None, "register() comes first"
         with _store_errors():
-            return self.claimer.finish_and_take(done, max_count)
+            statuses, claimed = self.claimer.finish_and_take(done, max_count)
+            return statuses, tracing.with_context(claimed) if tracing.ENABLED else claimed
 
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         # A broken connection (a terminated backend, a failover) gets one immediate retry on a

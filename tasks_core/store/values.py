@@ -78,6 +78,9 @@ class ClaimedTask:
     max_attempts: int
     timeout_s: float | None  #: seconds the attempt may run (task's, else lambda's); None: no limit
     heartbeat_timeout_s: float  #: seconds without a heartbeat after which the attempt is lost
+    #: The W3C trace context it was scheduled in ({"traceparent", "tracestate"?}), for a
+    #: worker that traces (tasks_core.tracing); None otherwise, and then not on the wire.
+    trace: dict[str, str] | None = None
 
     @classmethod
     def from_row(cls, task_id: int, lease: int, lambda_id: int, collection: str, priority: str,
@@ -96,12 +99,16 @@ class ClaimedTask:
 
     def as_json(self) -> dict[str, Any]:
         """The task as the worker API's claim answers it."""
-        return {_WIRE_NAMES.get(name, name): getattr(self, name) for name in _CLAIMED_FIELDS}
+        answer = {_WIRE_NAMES.get(name, name): getattr(self, name) for name in _CLAIMED_FIELDS}
+        if self.trace is not None:
+            answer["trace"] = self.trace
+        return answer
 
     @classmethod
     def from_json(cls, item: Mapping[str, Any]) -> ClaimedTask:
         """The task of one item of the worker API's claim answer (`as_json`'s inverse)."""
-        return cls(**{name: item[_WIRE_NAMES.get(name, name)] for name in _CLAIMED_FIELDS})
+        return cls(**{name: item[_WIRE_NAMES.get(name, name)] for name in _CLAIMED_FIELDS},
+                   trace=item.get("trace"))
 
     @classmethod
     def wire_types(cls) -> dict[str, Any]:
@@ -110,7 +117,8 @@ class ClaimedTask:
         return {_WIRE_NAMES.get(name, name): hints[name] for name in _CLAIMED_FIELDS}
 
 
-_CLAIMED_FIELDS = tuple(f.name for f in fields(ClaimedTask))
+#: The fields every claim answer carries (`trace` only where there is one).
+_CLAIMED_FIELDS = tuple(f.name for f in fields(ClaimedTask) if f.name != "trace")
 
 
 @dataclass(frozen=True, kw_only=True)
