@@ -9,7 +9,7 @@ from django import forms
 from django.utils import timezone
 
 from tasks_api.models import ApiToken
-from tasks_api.token_api import CreateTokenSerializer
+from tasks_api.token_serializers import CreateTokenSerializer
 from tasks_core import limits, periodic
 from tasks_core.exceptions import InvalidTask, LimitReached
 from tasks_core.models import PeriodicTask
