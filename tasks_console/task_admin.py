@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from tasks_console import display, filters
 from tasks_console.base import ConsoleAdmin, confirmation, report
@@ -166,7 +166,7 @@ class BigTaskListAdmin(ConsoleAdmin):
             "name", "attempt", "recorded_at", "size")[:MAX_SHOWN_STEPS])
         if not rows:
             return format_html("<em>{}</em>", "none")
-        return format_html_join(format_html("<br>"), "{} — attempt {}, {}, {} bytes", rows)
+        return format_html_join(mark_safe("<br>"), "{} — attempt {}, {}, {} bytes", rows)
 
     @admin.display(description="group")
     def group_link(self, task: TaskEntity) -> SafeString:

@@ -142,9 +142,11 @@ def test_the_processor_a_group_used_counts_its_children_in_their_own_group() -> 
         wait_until(lambda: cpu.sample({"child": child.pid}, "none")["child"] >= 0.3,
                    timeout_s=10, what="the child's 0.3 s")
         # Then its time is its group's, and the parent's group counts the parent's own time
+        # (at least: the suite's own servers, children of this process too, add theirs)
+        own = time.process_time()
         used = cpu.sample({"parent": os.getpid(), "child": child.pid}, "none")
         assert 0.3 <= used["child"] < 1.0
-        assert abs(used["parent"] - time.process_time()) < 0.2
+        assert used["parent"] >= own - 0.05
     finally:
         child.kill()
         child.wait()
