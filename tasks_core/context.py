@@ -69,7 +69,7 @@ class StoreLink:
     """A TaskLink to the store itself (a direct worker, the test helpers)."""
 
     def parent_results(self, task_id: int) -> list[Any]:
-        from tasks_core.groups import local_parent_results  # the store, only once asked
+        from tasks_core.waited_results import local_parent_results  # the store, once asked
 
         return local_parent_results(task_id)
 

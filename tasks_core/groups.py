@@ -9,20 +9,20 @@ member succeeded, `on_failure` once one ended fatal_failure, dead, cancelled or 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Collection as Many
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count
 from django.utils import timezone
 
 from tasks_core import directory, scheduling, store
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
-from tasks_core.models import TaskDependency, TaskEntity, TaskGroup
+from tasks_core.models import TaskEntity, TaskGroup
 from tasks_core.scheduling import TaskRequest
 from tasks_core.states import TaskStatus
 from tasks_core.store import groups as group_store
@@ -30,8 +30,6 @@ from tasks_core.store.decisions import UNSUCCESSFUL
 
 #: Members one group may have.
 MAX_MEMBERS = 100_000
-#: Results one page of `parent_results` reads.
-RESULTS_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,39 +159,3 @@ def member_counts(group: TaskGroup) -> dict[str, int]:
     """Its members' number in each status (statuses no member has are left out)."""
     return dict(TaskEntity.objects.filter(group_id=group.pk).values_list("status")
                 .annotate(n=Count("id")).order_by())
-
-
-def waited_for(task_id: int) -> QuerySet[TaskEntity]:
-    """The tasks `task_id` waited for: a group's members for its `then` or `on_failure`,
-    else its `after` parents."""
-    group_id = TaskGroup.objects.filter(Q(then_id=task_id) | Q(on_failure_id=task_id)) \
-        .values_list("pk", flat=True).first()
-    if group_id is not None:
-        return TaskEntity.objects.filter(group_id=group_id)
-    return TaskEntity.objects.filter(pk__in=TaskDependency.objects.filter(
-        child_id=task_id).values("parent_id"))
-
-
-def parent_results(task_id: int, *, after_id: int = 0) -> list[tuple[int, Any]]:
-    """(task id, result) of the tasks `task_id` waited for (`waited_for`), in order: the
-    first RESULTS_PAGE of those with an id over `after_id`."""
-    return list(waited_for(task_id).filter(pk__gt=after_id).order_by("pk")
-                .values_list("pk", "result")[:RESULTS_PAGE])
-
-
-def all_results(read_page: Callable[[int], Sequence[tuple[int, Any]]]) -> list[Any]:
-    """Every result of `read_page(after_id)`, page after page until one comes back short."""
-    results: list[Any] = []
-    after = 0
-    while True:
-        page = read_page(after)
-        results.extend(result for _pk, result in page)
-        if len(page) < RESULTS_PAGE:
-            return results
-        after = page[-1][0]
-
-
-def local_parent_results(task_id: int) -> list[Any]:
-    """Every result `parent_results` pages through, read from the store itself (a direct
-    worker, the test helpers)."""
-    return all_results(lambda after: parent_results(task_id, after_id=after))

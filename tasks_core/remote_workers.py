@@ -23,7 +23,15 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from tasks_core import directory, groups, json_fields, limits, queues, store, worker_registry
+from tasks_core import (
+    directory,
+    json_fields,
+    limits,
+    queues,
+    store,
+    waited_results,
+    worker_registry,
+)
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import LambdaNotFound, TaskNotFound, WorkerNotFound
@@ -376,10 +384,10 @@ def _check_running(task_id: int, teams: Teams, credential: str) -> None:
 
 def parent_results(task_id: int, *, after_id: int, teams: Teams,
                    credential: str) -> list[tuple[int, Any]]:
-    """A page of the results a running task waited for (tasks_core.groups.parent_results),
+    """A page of the results a running task waited for (tasks_core.waited_results.parent_results),
     for the worker that runs it (TaskNotFound otherwise)."""
     _check_running(task_id, teams, credential)
-    return groups.parent_results(task_id, after_id=after_id)
+    return waited_results.parent_results(task_id, after_id=after_id)
 
 
 def recorded_steps(task_id: int, *, teams: Teams, credential: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import requests
 
-from tasks_core import groups, store, tracing
+from tasks_core import store, tracing, waited_results
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from tasks_core.states import TaskStatus
@@ -189,7 +189,7 @@ class HttpTransport(Transport):
 
     def parent_results(self, task_id: int) -> list[Any]:
         """Page after page from the worker API (parent-results/)."""
-        return groups.all_results(lambda after: self._post(
+        return waited_results.all_results(lambda after: self._post(
             "parent-results/", {"id": task_id, "after": after})["results"])
 
     def recorded_steps(self, task_id: int, lease: int) -> dict[str, Any]:

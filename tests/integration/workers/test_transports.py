@@ -21,7 +21,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasks_core import atf, directory, groups, lambda_sync, overrides, queues, store
+from tasks_core import atf, directory, lambda_sync, overrides, queues, store, waited_results
 from tasks_core.context import TaskContext, TimeLimitExceeded
 from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity, TaskStep
 from tasks_core.states import TaskStatus
@@ -422,7 +422,7 @@ def test_a_stopped_worker_leaves_no_database_connection_behind(queue: queues.Que
 def test_a_groups_callback_reads_its_members_results_page_by_page(
         transport: Transport, consumer: Consumer, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a group of 5 whose members succeeded, results pages of 2, and its `then` claimed
-    monkeypatch.setattr(groups, "RESULTS_PAGE", 2)
+    monkeypatch.setattr(waited_results, "RESULTS_PAGE", 2)
     group = atf.group([atf.call("demo.noop", {"n": n}) for n in range(5)],
                       then=atf.call("demo.noop"))
     for n, member in enumerate(group.members.order_by("pk")):
