@@ -25,7 +25,7 @@ from tasks_core.exceptions import InvalidTask
 from tasks_core.models import TaskEntity, TaskGroup
 from tasks_core.scheduling import TaskRequest
 from tasks_core.states import TaskStatus
-from tasks_core.store import groups as group_store
+from tasks_core.store import guarded
 from tasks_core.store.decisions import UNSUCCESSFUL
 
 #: Members one group may have.
@@ -116,7 +116,7 @@ def schedule(request: GroupRequest, *, now: datetime | None = None,
         failed = [(group.pk, TaskStatus(entity.status)) for entity in entities
                   if entity.status in UNSUCCESSFUL]
         if failed:
-            group_store.members_ended(failed, now)
+            guarded.members_ended(failed, now)
         scheduling.wake_on_commit(entities, now)
     if failed:
         group.refresh_from_db()

@@ -6,7 +6,8 @@ statement more. Every member's end takes the group row's lock (SELECT ... FOR UP
 transaction that records the end, and the group leaves `running` under that lock: of two
 members ending at once, the second waits for the first to commit and then reads its count, so
 `then` (or `on_failure`) is released exactly once, by whichever end completes the group.
-The release itself is a guarded waiting -> new transition as well, a second fence.
+The release itself (store.guarded.release) is a guarded waiting -> new transition as well,
+a second fence.
 """
 
 from __future__ import annotations
@@ -17,33 +18,26 @@ from datetime import datetime
 
 from tasks_core.models import TaskGroup
 from tasks_core.states import TaskStatus
-from tasks_core.store import guarded
 from tasks_core.store.decisions import UNSUCCESSFUL
 
-#: The last_error of the callback that a group's end leaves out.
-NOT_NEEDED = {
-    TaskGroup.Status.SUCCEEDED: {"type": "GroupSucceeded", "traceback": "",
-                                 "message": "every member succeeded: on_failure does not run"},
-    TaskGroup.Status.FAILED: {"type": "GroupFailed", "traceback": "",
-                              "message": "a member did not succeed: then does not run"},
-}
 
-
-def members_ended(ends: Iterable[tuple[int, TaskStatus]], now: datetime) -> None:
+def members_ended(ends: Iterable[tuple[int, TaskStatus]], now: datetime) -> list[TaskGroup]:
     """Count members' final statuses, (group id, status) each, on their groups, inside the
-    caller's transaction; release a group's callback when its end completes it. Groups are
-    locked in id order (after the members' rows: the store's lock order)."""
+    caller's transaction; the groups these ends completed, whose callback is to be released
+    (store.guarded.members_ended does both). Groups are locked in id order (after the members'
+    rows: the store's lock order)."""
     by_group: defaultdict[int, list[TaskStatus]] = defaultdict(list)
     for group_id, status in ends:
         by_group[group_id].append(status)
-    for group_id in sorted(by_group):
-        _count(group_id, by_group[group_id], now)
+    return [group for group_id in sorted(by_group)
+            if (group := _count(group_id, by_group[group_id], now)) is not None]
 
 
-def _count(group_id: int, statuses: list[TaskStatus], now: datetime) -> None:
+def _count(group_id: int, statuses: list[TaskStatus], now: datetime) -> TaskGroup | None:
+    """Count the ends on the group's locked row; the group if they completed it."""
     group = TaskGroup.objects.select_for_update().filter(pk=group_id).first()
     if group is None:  # deleted (retention): nothing waits on it
-        return
+        return None
     group.succeeded += sum(status is TaskStatus.SUCCESS for status in statuses)
     group.failed += sum(status in UNSUCCESSFUL for status in statuses)
     ended = group.status == TaskGroup.Status.RUNNING and (
@@ -54,19 +48,4 @@ def _count(group_id: int, statuses: list[TaskStatus], now: datetime) -> None:
     TaskGroup.objects.filter(pk=group_id).update(
         succeeded=group.succeeded, failed=group.failed, status=group.status,
         finished_at=group.finished_at)
-    if ended:
-        release(group, now)
-
-
-def release(group: TaskGroup, now: datetime) -> None:
-    """Run the callback a group's end calls for (`then` or `on_failure`); the other one ends
-    `cancelled`, saying why."""
-    succeeded = group.status == TaskGroup.Status.SUCCEEDED
-    run, skip = (group.then_id, group.on_failure_id) if succeeded \
-        else (group.on_failure_id, group.then_id)
-    if run is not None:
-        guarded.wake(run, now)
-    if skip is not None:
-        guarded.transition(skip, expected=TaskStatus.WAITING, lease=None,
-                           target=TaskStatus.CANCELLED, now=now, finished_at=now,
-                           last_error=NOT_NEEDED[TaskGroup.Status(group.status)])
+    return group if ended else None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 
 from tasks_core import states, wakeup
+from tasks_core.models import TaskGroup
 from tasks_core.states import TaskStatus
 from tasks_core.store import backends, decisions, groups, timeouts
 from tasks_core.store.decisions import ChildStep
@@ -45,7 +47,7 @@ def after_final(task_id: int, status: TaskStatus, now: datetime) -> None:
         return
     wake_children(task_id, status, now)
     if (group_id := backends.current().group_of(task_id)) is not None:
-        groups.members_ended([(group_id, status)], now)
+        members_ended([(group_id, status)], now)
 
 
 def wake_children(task_id: int, status: TaskStatus, now: datetime) -> None:
@@ -90,3 +92,33 @@ def after_requeue(task_id: int, now: datetime) -> None:
         states.check_transition(TaskStatus.CANCELLED, TaskStatus.WAITING)
         if backend.revive(child):
             after_requeue(child, now)
+
+
+def members_ended(ends: Iterable[tuple[int, TaskStatus]], now: datetime) -> None:
+    """Count members' ends, (group id, status) each, on their groups, inside the caller's
+    transaction (store.groups), and release the callback of each group they completed."""
+    for group in groups.members_ended(ends, now):
+        release(group, now)
+
+
+#: The last_error of the callback that a group's end leaves out.
+NOT_NEEDED = {
+    TaskGroup.Status.SUCCEEDED: {"type": "GroupSucceeded", "traceback": "",
+                                 "message": "every member succeeded: on_failure does not run"},
+    TaskGroup.Status.FAILED: {"type": "GroupFailed", "traceback": "",
+                              "message": "a member did not succeed: then does not run"},
+}
+
+
+def release(group: TaskGroup, now: datetime) -> None:
+    """Run the callback a group's end calls for (`then` or `on_failure`); the other one ends
+    `cancelled`, saying why."""
+    succeeded = group.status == TaskGroup.Status.SUCCEEDED
+    run, skip = (group.then_id, group.on_failure_id) if succeeded \
+        else (group.on_failure_id, group.then_id)
+    if run is not None:
+        wake(run, now)
+    if skip is not None:
+        transition(skip, expected=TaskStatus.WAITING, lease=None, target=TaskStatus.CANCELLED,
+                   now=now, finished_at=now,
+                   last_error=NOT_NEEDED[TaskGroup.Status(group.status)])

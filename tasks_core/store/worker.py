@@ -13,7 +13,7 @@ from tasks_core import directory, flow, states
 from tasks_core.conf import atf_settings
 from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
-from tasks_core.store import backends, decisions, groups, guarded, timeouts
+from tasks_core.store import backends, decisions, guarded, timeouts
 from tasks_core.store.values import ClaimedTask, Ending, Lease, Result, Starts
 
 logger = logging.getLogger(__name__)
@@ -188,5 +188,5 @@ def _write_endings(backend: backends.StoreBackend, endings: Sequence[Ending],
         if followers.group_id is not None:
             members.append((followers.group_id, ending.status))
     if members:
-        groups.members_ended(members, now)
+        guarded.members_ended(members, now)
     return {ending.task_id: ending.status for ending in endings if ending.task_id in written}

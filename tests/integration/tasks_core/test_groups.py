@@ -18,8 +18,7 @@ from django.utils import timezone
 from tasks_core import atf, registry, store
 from tasks_core.gating import Decision
 from tasks_core.models import Lambda, TaskEntity, TaskGroup
-from tasks_core.store import backends
-from tasks_core.store import groups as group_store
+from tasks_core.store import backends, guarded
 from tasks_core.store.backends import postgres
 from tasks_core.store.backends.orm import OrmBackend
 from tests.conftest import race
@@ -134,8 +133,8 @@ def _finish_all_at_once(group: TaskGroup) -> None:
 def test_the_last_members_ending_at_once_release_then_exactly_once(
         group_lambdas: None, monkeypatch: pytest.MonkeyPatch) -> None:
     releases: list[int] = []
-    real_release = group_store.release
-    monkeypatch.setattr(group_store, "release",
+    real_release = guarded.release
+    monkeypatch.setattr(guarded, "release",
                         lambda group, now: (releases.append(group.pk), real_release(group, now)))
     for _round in range(5):
         group = atf.group([atf.call(ECHO, {"n": n}) for n in range(4)], then=atf.call(COLLECT))
