@@ -4,22 +4,7 @@ tasks still waiting: tasks of lambdas without limits never write them."""
 
 from django.db import migrations, models
 
-
-class ConcurrentIndex(migrations.AddIndex):
-    """AddIndex, built CONCURRENTLY on PostgreSQL (no lock that stops writes to the table)."""
-
-    def _options(self, schema_editor):
-        return {"concurrently": True} if schema_editor.connection.vendor == "postgresql" else {}
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.add_index(model, self.index, **self._options(schema_editor))
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        model = from_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.remove_index(model, self.index, **self._options(schema_editor))
+from tasks_core.concurrent_index import ConcurrentIndex
 
 
 class Migration(migrations.Migration):
