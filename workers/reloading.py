@@ -75,11 +75,17 @@ def _leave_ctrl_c_to_the_child(signum: int, frame: FrameType | None) -> None:
     _ctrl_c.set()
 
 
+#: How a child that Ctrl-C ended while it started exits: Python's KeyboardInterrupt (-SIGINT),
+#: or 1 when the signal came during the interpreter's own initialisation ("Fatal Python error:
+#: init_sys_streams"), before Python could raise it.
+_ENDED_BY_CTRL_C_AS_IT_STARTED = frozenset({-signal.SIGINT, 1})
+
+
 def _command_status(child_status: int) -> int:
     """The command's exit status for its child's: a child that Ctrl-C ended while it started
-    (Python's KeyboardInterrupt, before the worker could stop gracefully) was stopped as asked;
-    another signal's status is the shell's, 128 + its number."""
-    if child_status == -signal.SIGINT and _ctrl_c.is_set():
+    (before the worker could stop gracefully) was stopped as asked; another signal's status is
+    the shell's, 128 + its number."""
+    if child_status in _ENDED_BY_CTRL_C_AS_IT_STARTED and _ctrl_c.is_set():
         return 0
     return 128 - child_status if child_status < 0 else child_status
 
