@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -10,6 +11,7 @@ import time
 from typing import Any, TypeGuard
 
 import redis
+import redis.asyncio as aioredis
 from django.conf import settings
 
 from demo import CRASH_EXIT_STATUS
@@ -86,6 +88,17 @@ def record(ctx: atf.TaskContext, payload: Any) -> dict:
     with `started_key`, first append {task_id, attempt, start} to that list (a test's sign that
     the lambda runs). Both must start with RECORD_PREFIX (a payload must not name any other
     Redis key)."""
+    key, started_key = _record_keys(payload)
+    start = time.time()
+    if started_key is not None:
+        _redis().rpush(started_key, _started_line(ctx, start))
+    _sleep(ctx, _seconds(payload))
+    _redis().rpush(key, _record_line(ctx, start))
+    return {"recorded": key}
+
+
+def _record_keys(payload: Any) -> tuple[str, str | None]:
+    """demo.record's `key` and `started_key` (None if not given); Fatal if they are not ours."""
     key = payload.get("key") if isinstance(payload, dict) else None
     started_key = payload.get("started_key") if isinstance(payload, dict) else None
     if not _record_key(key):
@@ -93,15 +106,17 @@ def record(ctx: atf.TaskContext, payload: Any) -> dict:
     if started_key is not None and not _record_key(started_key):
         raise atf.Fatal(f"payload's 'started_key' must be a string that starts with "
                         f"{RECORD_PREFIX!r}")
-    start = time.time()
-    if started_key is not None:
-        _redis().rpush(started_key, json.dumps(
-            {"task_id": ctx.task_id, "attempt": ctx.attempt, "start": start}))
-    _sleep(ctx, _seconds(payload))
-    line = {"task_id": ctx.task_id, "attempt": ctx.attempt, "start": start, "end": time.time(),
-            "pid": os.getpid(), "host": socket.gethostname()}
-    _redis().rpush(key, json.dumps(line))
-    return {"recorded": key}
+    return key, started_key
+
+
+def _started_line(ctx: atf.TaskContext, start: float) -> str:
+    return json.dumps({"task_id": ctx.task_id, "attempt": ctx.attempt, "start": start})
+
+
+def _record_line(ctx: atf.TaskContext, start: float) -> str:
+    return json.dumps({"task_id": ctx.task_id, "attempt": ctx.attempt, "start": start,
+                       "end": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+                       "thread": threading.get_ident()})
 
 
 @atf.register("demo.steps", team=settings.ATF_DEMO_TEAM)
@@ -136,3 +151,39 @@ def hang(ctx: atf.TaskContext, payload: Any) -> dict:
     seconds = _seconds(payload)
     time.sleep(seconds)
     return {"slept": seconds}
+
+
+# --- Async lambdas: their coroutines run on the worker's event loop, many at once -------------
+
+
+@atf.register("demo.async_sleep", team=settings.ATF_DEMO_TEAM)
+async def async_sleep(ctx: atf.TaskContext, payload: Any) -> dict:
+    """`await asyncio.sleep(payload["seconds"])` (the worker heartbeats it)."""
+    seconds = _seconds(payload)
+    await asyncio.sleep(seconds)
+    return {"slept": seconds}
+
+
+@atf.register("demo.async_record", team=settings.ATF_DEMO_TEAM)
+async def async_record(ctx: atf.TaskContext, payload: Any) -> dict:
+    """demo.record as an async lambda: the same payload and lines, its sleep an
+    `await asyncio.sleep`."""
+    key, started_key = _record_keys(payload)
+    start = time.time()
+    client = aioredis.Redis.from_url(redis_url())
+    try:
+        if started_key is not None:
+            await client.rpush(started_key, _started_line(ctx, start))
+        await asyncio.sleep(_seconds(payload))
+        await client.rpush(key, _record_line(ctx, start))
+    finally:
+        await client.aclose()
+    return {"recorded": key}
+
+
+@atf.register("demo.async_fail", team=settings.ATF_DEMO_TEAM, max_attempts=5,
+              backoff_base=0.2, backoff_cap=2.0)
+async def async_fail(ctx: atf.TaskContext, payload: Any) -> dict:
+    """demo.fail as an async lambda (the same payload and outcomes)."""
+    await asyncio.sleep(0)
+    return fail(ctx, payload)

@@ -146,6 +146,9 @@ class AtfSettings:
     restart_delay_s: float = 1.0
     #: Executor threads per worker process.
     worker_threads: int = 8
+    #: Tasks a worker process whose lambdas are all async runs at once on its event loop
+    #: (workers.async_executor); a process with sync lambdas runs as many as it has threads.
+    worker_async_slots: int = 100
     #: Seconds a stopping worker lets running tasks finish before it exits.
     shutdown_grace_s: float = 30.0
     #: Remote workers (`runworker --api`): the ATF API's base URL; empty for a direct worker.

@@ -7,6 +7,7 @@ and tasks_core.apps wires in the scheduler behind `RegisteredLambda.schedule`.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ class RegisteredLambda:
         #: True when the lambda logs a failure that ends its task itself (the Django tasks
         #: backend does, through Django's signals): the worker then logs no second traceback.
         self.reports_failures = False
+        #: An `async def` lambda: a worker runs its coroutine on its event loop
+        #: (workers.async_executor), many at once on one thread.
+        self.is_async = inspect.iscoroutinefunction(func)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
 
@@ -96,6 +100,10 @@ def register(
     settled = LambdaOptions(team=team or atf_settings.default_team, **values)
 
     def decorate(func: LambdaFunction) -> RegisteredLambda:
+        if inspect.isasyncgenfunction(func):
+            raise InvalidLambdaDefinition(
+                f"lambda {name!r}: an async generator cannot be a lambda (a task has one "
+                f"result): return it from an async def")
         registered = RegisteredLambda(name, func, settled)
         with _lock:
             if name in _lambdas:

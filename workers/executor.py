@@ -4,12 +4,17 @@ No queue I/O here."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, wait
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
@@ -31,21 +36,33 @@ from workers.heartbeat import HeartbeatThread
 from workers.results import Tally, log_outcome
 from workers.transport import FinishedAttempt, Transport
 
+if TYPE_CHECKING:
+    from workers.async_executor import AsyncExecutor
+
 logger = logging.getLogger(__name__)
 
 Outcome = store.Outcome
 
 
 def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> store.Result:
-    """Call the task's lambda and turn what happened into a Result."""
-    started = timezone.now()
+    """Call the task's lambda and turn what happened into a Result. An async lambda's
+    coroutine is run to its end here, on a loop of its own (workers.testing); a worker runs
+    it on its event loop instead (workers.async_executor)."""
+    def call() -> Any:
+        value = registry.get(task.lambda_name)(ctx, task.payload)
+        return asyncio.run(value) if inspect.iscoroutine(value) else value
 
+    return lambda_result(call, started=timezone.now(), worker=worker)
+
+
+def lambda_result(call: Callable[[], Any], *, started: datetime, worker: str) -> store.Result:
+    """Turn what `call` (a lambda's run) returned or raised into a Result."""
     def failed(outcome: Outcome, exc: BaseException, delay_s: float | None = None) -> store.Result:
         return store.Result(outcome=outcome, error=store.error_info(exc), delay_s=delay_s,
                             started_at=started, worker=worker)
 
     try:
-        value = registry.get(task.lambda_name)(ctx, task.payload)
+        value = call()
     except Fatal as exc:
         return failed(Outcome.FATAL, exc)
     except Retry as exc:
@@ -79,7 +96,8 @@ class ExecutorThread(threading.Thread):
     def __init__(self, *, index: int, buffer: WorkBuffer, heartbeat: HeartbeatThread,
                  worker_id: str,
                  results: BatchWriterThread[FinishedAttempt, TaskStatus | None],
-                 tally: Tally, task_link: TaskLink | None = None) -> None:
+                 tally: Tally, task_link: TaskLink | None = None,
+                 async_lane: AsyncExecutor | None = None) -> None:
         super().__init__(name=f"ExecutorThread-{index}", daemon=True)
         self.buffer = buffer
         self.heartbeat = heartbeat
@@ -88,6 +106,8 @@ class ExecutorThread(threading.Thread):
         self.tally = tally
         #: Where its lambdas' parent results, steps and progress go (None: the store).
         self.task_link = task_link
+        #: Where the tasks of async lambdas go to run (None: this worker serves none).
+        self.async_lane = async_lane
         #: This executor's last result handed to the writer (its outcome once durable).
         self._last_result: Future[TaskStatus | None] | None = None
         #: How it runs a lambda: in a span per attempt where tracing is on, decided here once.
@@ -114,6 +134,8 @@ class ExecutorThread(threading.Thread):
                 if self.buffer.closed:
                     return
                 continue
+            if self.async_lane is not None and self.async_lane.start(task):
+                continue  # an async lambda's task: it runs on the worker's event loop
             try:
                 self.execute(task)
             except BaseException:  # noqa: BLE001 - the executor outlives anything

@@ -20,12 +20,20 @@ _clear.argtypes = (ctypes.c_ulong, ctypes.c_void_p)
 _clear.restype = ctypes.c_int
 
 
+#: The thread of an attempt that runs on no thread of its own (an async lambda's coroutine, on
+#: the worker's event loop): interrupts of it reach no thread, its runner stops it instead
+#: (workers.async_executor). Never passed to CPython: a thread state not yet bound to its
+#: thread has the id 0.
+NO_THREAD = 0
+
+
 def interrupt(thread_id: int, reason: type[AttemptStopped]) -> bool:
     """Raise `reason` (TimeLimitExceeded, TaskCancelled) in the thread `thread_id`; whether
     such a thread exists."""
-    return _raise(thread_id, reason) == 1
+    return thread_id != NO_THREAD and _raise(thread_id, reason) == 1
 
 
 def cancel(thread_id: int) -> None:
     """Withdraw an interrupt of `thread_id` that has not been raised yet."""
-    _clear(thread_id, None)
+    if thread_id != NO_THREAD:
+        _clear(thread_id, None)

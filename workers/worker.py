@@ -23,6 +23,7 @@ from tasks_core.exceptions import AtfError, ConfigurationError
 from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 from tasks_core.store import ClaimedTask
 from workers import replacement
+from workers.async_executor import AsyncExecutor, async_lambdas
 from workers.buffer import WorkBuffer
 from workers.controller import ControllerThread, claims_outage
 from workers.executor import ExecutorThread, result_writer
@@ -60,7 +61,7 @@ def check_heartbeat_timeouts(timeouts_s: Mapping[str, float], interval_s: float)
 
 class WorkerProcess:
     def __init__(self, lambda_names: Sequence[str], *, threads: int,
-                 transport: Transport) -> None:
+                 transport: Transport, async_slots: int | None = None) -> None:
         self.lambda_names = list(lambda_names)
         self.transport = transport
         self.interval_s = atf_settings.heartbeat_interval_s
@@ -70,7 +71,16 @@ class WorkerProcess:
                                      f"team's: {', '.join(missing)}")
         check_heartbeat_timeouts(timeouts_s, self.interval_s)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.buffer = WorkBuffer(priorities=atf_settings.priorities, executors=threads)
+        # Async lambdas run on the process's event loop (workers.async_executor). A process of
+        # async lambdas only runs `async_slots` tasks at once; one with sync lambdas too runs
+        # as many as it has threads, whichever kind they are: a claim cannot choose the kind
+        # of its tasks, so more would leave sync tasks waiting in the buffer for a thread.
+        async_names = async_lambdas(self.lambda_names)
+        only_async = bool(async_names) and async_names >= set(self.lambda_names)
+        #: Tasks the process runs at once (its buffer's slots).
+        self.capacity = ((atf_settings.worker_async_slots if async_slots is None else async_slots)
+                         if only_async else threads)
+        self.buffer = WorkBuffer(priorities=atf_settings.priorities, executors=self.capacity)
         self.tally = Tally()
         self.results = result_writer(transport, self.buffer)
         self.heartbeat = HeartbeatThread(buffer=self.buffer, interval_s=self.interval_s,
@@ -79,10 +89,14 @@ class WorkerProcess:
         self.controllers = [ControllerThread(buffer=self.buffer, transport=transport,
                                              results=self.results, index=i, outage=claims)
                             for i in range(CONTROLLERS)]
+        self.async_lane = AsyncExecutor(
+            lambda_names=async_names, buffer=self.buffer, heartbeat=self.heartbeat,
+            worker_id=self.worker_id, results=self.results, tally=self.tally,
+            task_link=transport.task_link) if async_names else None
         self.executors = [
             ExecutorThread(index=i, buffer=self.buffer, heartbeat=self.heartbeat,
                            worker_id=self.worker_id, results=self.results, tally=self.tally,
-                           task_link=transport.task_link)
+                           task_link=transport.task_link, async_lane=self.async_lane)
             for i in range(threads)
         ]
         self.time_limits = AttemptStops(buffer=self.buffer, results=self.results,
@@ -91,16 +105,23 @@ class WorkerProcess:
         self.exit_code = 0
         self._stop = threading.Event()
 
+    @property
+    def lambda_threads(self) -> list[threading.Thread]:
+        """The threads that run lambdas: the executors, and the async lambdas' event loop."""
+        return [*self.executors, *([self.async_lane.thread] if self.async_lane else [])]
+
     def run(self) -> int:
         """Work until stop() is called, then shut down gracefully; the exit status."""
         self.transport.register(WorkerInfo(
             worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
-            lambdas=tuple(self.lambda_names), threads=len(self.executors),
+            lambdas=tuple(self.lambda_names), threads=self.capacity,
         ))
-        logger.info("worker %s started: %d thread(s) for %s", self.worker_id,
-                    len(self.executors), ", ".join(self.lambda_names))
+        logger.info("worker %s started: %d thread(s), %d task(s) at once%s, for %s",
+                    self.worker_id, len(self.executors), self.capacity,
+                    " on its event loop" if self.async_lane else "",
+                    ", ".join(self.lambda_names))
         for thread in (self.heartbeat, self.results, *self.controllers,
-                       *self.executors):
+                       *self.lambda_threads):
             thread.start()
         summarised_s = time.monotonic()
         while not self._stop.wait(WATCH_INTERVAL_S):
@@ -121,10 +142,11 @@ class WorkerProcess:
             self.abandon(f"the lambda of task(s) {', '.join(str(r.task.task_id) for r in hung)} "
                          f"did not stop within {self.time_limits.grace_s:g}s of its time limit or "
                          f"cancel")
-        alive = sum(thread.is_alive() for thread in self.executors)
-        if alive < len(self.executors) and not self._stop.is_set():
+        alive = sum(thread.is_alive() for thread in self.lambda_threads)
+        if alive < len(self.lambda_threads) and not self._stop.is_set():
             logger.critical("%d of %d executor threads died; stopping so that a fresh process "
-                            "takes over", len(self.executors) - alive, len(self.executors),
+                            "takes over", len(self.lambda_threads) - alive,
+                            len(self.lambda_threads),
                             extra={"action": "worker_executor_lost"})
             self.exit_code = EXIT_EXECUTOR_LOST
             self.stop()
@@ -169,7 +191,7 @@ class WorkerProcess:
         logger.info("worker stopping: handed back %d buffered task(s), waiting for %d running",
                     released, running)
         deadline = time.monotonic() + atf_settings.shutdown_grace_s
-        for thread in self.executors:
+        for thread in self.lambda_threads:
             while thread.is_alive() and time.monotonic() < deadline:
                 thread.join(WATCH_INTERVAL_S)
                 self.watch()

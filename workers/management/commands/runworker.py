@@ -1,5 +1,5 @@
-"""`manage.py runworker [LAMBDA ...] [--threads N] [--processes N] [--api URL --token TOKEN]
-[--with-consumer] [--reload]`."""
+"""`manage.py runworker [LAMBDA ...] [--threads N] [--async-slots N] [--processes N]
+[--api URL --token TOKEN] [--with-consumer] [--reload]`."""
 
 from __future__ import annotations
 
@@ -36,6 +36,11 @@ class Command(checks.LongRunningCommand):
                             default=checks.setting_default(atf_settings.worker_threads),
                             metavar="N",
                             help="executor threads per process (default %(default)s)")
+        parser.add_argument("--async-slots", type=checks.positive_int,
+                            default=checks.setting_default(atf_settings.worker_async_slots),
+                            metavar="N",
+                            help="tasks a process whose lambdas are all async runs at once "
+                                 "on its event loop (default %(default)s)")
         parser.add_argument("--processes", type=checks.positive_int, default=1, metavar="N",
                             help="worker processes, restarted when they die (default 1: this "
                                  "process works itself)")
@@ -119,7 +124,8 @@ class Command(checks.LongRunningCommand):
             lambda_sync.sync_to_store()
         if not options["lambdas"]:  # all registered: those the transport may run
             names = self._runnable(names, transport)
-        return WorkerProcess(names, threads=options["threads"], transport=transport)
+        return WorkerProcess(names, threads=options["threads"], transport=transport,
+                             async_slots=options["async_slots"])
 
     @staticmethod
     def _runnable(names: list[str], transport: Transport) -> list[str]:
@@ -152,6 +158,7 @@ class Command(checks.LongRunningCommand):
 
     def _supervise(self, names: list[str], options: dict[str, Any]) -> None:
         child_args = ["runworker", *names, "--threads", str(options["threads"]),
+                      "--async-slots", str(options["async_slots"]),
                       "--verbosity", str(options["verbosity"]), replacement.SUPERVISED_OPTION]
         if options["api"]:
             # Children read the token from the environment they inherit, never a command line.
