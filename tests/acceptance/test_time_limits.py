@@ -32,13 +32,24 @@ def attempts(task: TaskEntity) -> list[TaskAttempt]:
     return list(TaskAttempt.objects.filter(task_id=task.pk).order_by("number"))
 
 
+#: A sync lambda's worker of one thread; an async lambda's worker of one slot on its event loop
+#: (its coroutine is cancelled at the limit: workers/async_executor.py).
+ONE_AT_A_TIME = {
+    "sync": ("demo.sleep", "demo.noop", ("--threads", "1")),
+    "async": ("demo.async_sleep", "demo.async_sleep", ("--async-slots", "1")),
+}
+
+
+@pytest.mark.parametrize("kind", ONE_AT_A_TIME)
 def test_an_attempt_past_its_time_limit_ends_timeout_and_its_executor_goes_on(
-        processes: Processes, env: dict[str, str]) -> None:
+        processes: Processes, env: dict[str, str], kind: str) -> None:
+    sleep, next_lambda, one_at_a_time = ONE_AT_A_TIME[kind]
     # Given a task that would sleep 30 s (heartbeating), with a time limit of 1 s, 2 attempts
-    slow = atf.schedule("demo.sleep", {"seconds": 30}, timeout=1, max_attempts=2)
-    # When a consumer and a single-threaded worker run it
+    slow = atf.schedule(sleep, {"seconds": 30}, timeout=1, max_attempts=2)
+    # When a consumer and a worker that runs one task at a time run it
     processes.start("runconsumer", env=env)
-    worker = processes.start("runworker", "demo.sleep", "demo.noop", "--threads", "1", env=env)
+    worker = processes.start("runworker", *dict.fromkeys((sleep, next_lambda)), *one_at_a_time,
+                             env=env)
     wait_for(lambda: status(slow) == "dead", timeout_s=60, message="the task dead")
     # Then each attempt ended `timeout` about a second after it began
     first, second = attempts(slow)
@@ -48,8 +59,8 @@ def test_an_attempt_past_its_time_limit_ends_timeout_and_its_executor_goes_on(
     assert TaskEntity.objects.get(pk=slow.pk).last_error["type"] == "TimeLimitExceeded"
     # ...the retry waited at least twice the grace, so the interrupted lambda had stopped
     assert (second.started_at - first.ended_at).total_seconds() >= 2
-    # ...and the one executor was freed: it runs the next task, in the same process
-    after = atf.schedule("demo.noop")
+    # ...and the one executor (or slot) was freed: it runs the next task, in the same process
+    after = atf.schedule(next_lambda)
     wait_for(lambda: status(after) == "success", message="the next task")
     assert worker.poll() is None
 

@@ -88,17 +88,18 @@ def overlapping(lines: list[dict]) -> list[int]:
 
 
 @pytest.mark.pooled
+@pytest.mark.parametrize("fail", ["demo.fail", "demo.async_fail"])
 def test_outcomes_end_in_the_right_status_with_the_right_attempts(
-        processes: Processes, env: dict[str, str], workers: Workers) -> None:
-    # Given one task of each kind of outcome
-    fatal = atf.schedule("demo.fail", {"mode": "fatal"})
-    retried = atf.schedule("demo.fail", {"mode": "retriable", "times": 2})
-    crashed = atf.schedule("demo.fail", {"mode": "crash", "times": 1})
-    dead = atf.schedule("demo.fail", {"mode": "retriable", "times": 99}, max_attempts=3)
+        processes: Processes, env: dict[str, str], workers: Workers, fail: str) -> None:
+    # Given one task of each kind of outcome, of a sync lambda or of its async twin
+    fatal = atf.schedule(fail, {"mode": "fatal"})
+    retried = atf.schedule(fail, {"mode": "retriable", "times": 2})
+    crashed = atf.schedule(fail, {"mode": "crash", "times": 1})
+    dead = atf.schedule(fail, {"mode": "retriable", "times": 99}, max_attempts=3)
     # When a consumer and a supervised worker (which restarts a crashed process) run
     processes.start("runconsumer", env=env)
-    # One thread per process: a crash takes down only its own task
-    workers.start("demo.fail", "--processes", "2", "--threads", "1")
+    # One task at a time per process: a crash takes down only its own task
+    workers.start(fail, "--processes", "2", "--threads", "1", "--async-slots", "1")
     wait_for(lambda: all_final(4), timeout_s=90, message="four final tasks")
 
     # Then each ends as its lambda decided, with its attempts on record

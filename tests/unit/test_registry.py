@@ -1,12 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from tasks_core import atf, conf, periodic, registry
 from tasks_core.context import TaskContext
-from tasks_core.exceptions import ConfigurationError, DuplicateLambda, LambdaNotFound
+from tasks_core.exceptions import (
+    ConfigurationError,
+    DuplicateLambda,
+    InvalidLambdaDefinition,
+    LambdaNotFound,
+)
 
 
 @pytest.fixture
@@ -122,3 +127,24 @@ def test_register_holds_the_code_to_the_options_bounds(options: dict, message: s
     with pytest.raises(ValueError) as raised:
         atf.register("tests.bounded", **options)
     assert str(raised.value) == f"lambda 'tests.bounded': {message}"
+
+
+def test_an_async_lambda_is_marked_and_an_async_generator_is_refused_in_one_line() -> None:
+    async def summarise(ctx: TaskContext, payload: dict) -> dict:
+        return {}
+
+    async def stream(ctx: TaskContext, payload: dict) -> AsyncIterator[int]:
+        yield 1
+
+    try:
+        assert registry.register("tests.async_summarise")(summarise).is_async
+        assert not registry.register("tests.sync_noop")(lambda ctx, payload: None).is_async
+        with pytest.raises(InvalidLambdaDefinition) as refused:
+            registry.register("tests.async_stream")(stream)
+        assert str(refused.value) == ("lambda 'tests.async_stream': an async generator cannot be "
+                                      "a lambda (a task has one result): return it from an "
+                                      "async def")
+        assert "tests.async_stream" not in registry.names()
+    finally:
+        for name in ("tests.async_summarise", "tests.sync_noop"):
+            registry.unregister(name)

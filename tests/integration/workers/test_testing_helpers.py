@@ -4,6 +4,7 @@ start, run, result), from pytest and from Django's TestCase."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -28,11 +29,17 @@ from workers.testing import TaskOutcome, run_due_tasks
 pytestmark = pytest.mark.sqlite
 
 GREET, FLAKY = "tests.testing.greet", "tests.testing.flaky"
+ASYNC_GREET = "tests.testing.async_greet"
 RunDueTasks = Callable[..., list[TaskOutcome]]
 
 
 def greet(ctx: atf.TaskContext, payload: Any) -> dict:
     return {"greeting": f"hello {payload['name']}"}
+
+
+async def async_greet(ctx: atf.TaskContext, payload: Any) -> dict:
+    await asyncio.sleep(0)
+    return greet(ctx, payload)
 
 
 def flaky(ctx: atf.TaskContext, payload: Any) -> str:
@@ -45,20 +52,22 @@ def flaky(ctx: atf.TaskContext, payload: Any) -> str:
 def lambdas(redis_client: redis.Redis) -> Iterator[None]:
     registry.register(GREET, team="testing")(greet)
     registry.register(FLAKY, team="testing", max_attempts=3, backoff_base=60.0)(flaky)
+    registry.register(ASYNC_GREET, team="testing")(async_greet)
     yield
-    for name in (GREET, FLAKY):
+    for name in (GREET, FLAKY, ASYNC_GREET):
         registry.unregister(name)
 
 
+@pytest.mark.parametrize("lambda_name", [GREET, ASYNC_GREET])
 def test_a_task_scheduled_in_a_transaction_runs_and_reports_its_outcome(
-        run_due_tasks: RunDueTasks) -> None:
-    # Given a task scheduled in a transaction of the test's own
+        run_due_tasks: RunDueTasks, lambda_name: str) -> None:
+    # Given a task scheduled in a transaction of the test's own (of a sync or async lambda)
     with transaction.atomic():
-        task = atf.schedule(GREET, {"name": "ann"})
+        task = atf.schedule(lambda_name, {"name": "ann"})
     # When the test runs the due tasks
-    outcomes = run_due_tasks(lambdas=[GREET, FLAKY])
+    outcomes = run_due_tasks(lambdas=[lambda_name, FLAKY])
     # Then the task ran once, through the store, and its outcome says how
-    assert outcomes == [TaskOutcome(task_id=task.pk, lambda_name=GREET, attempt=1,
+    assert outcomes == [TaskOutcome(task_id=task.pk, lambda_name=lambda_name, attempt=1,
                                     status=TaskStatus.SUCCESS,
                                     value={"greeting": "hello ann"}, error=None)]
     task.refresh_from_db()
