@@ -35,14 +35,13 @@ from concurrent.futures import Future
 from typing import Any, NoReturn
 
 from tasks_core import registry, store
-from tasks_core.context import LeaseLost, TaskContext, TaskLink
+from tasks_core.context import LeaseLost, TaskContext
 from tasks_core.states import TaskStatus
 from workers import db, interrupts
 from workers.batching import BatchWriterThread
 from workers.buffer import Running, WorkBuffer
 from workers.executor import lambda_result
-from workers.heartbeat import HeartbeatThread
-from workers.results import Tally, log_outcome
+from workers.results import Tally, recorded
 from workers.transport import FinishedAttempt
 
 logger = logging.getLogger(__name__)
@@ -65,17 +64,12 @@ def _raise(exc: BaseException) -> NoReturn:
 class AsyncExecutor:
     """One event-loop thread that runs the coroutines of a worker process's async lambdas."""
 
-    def __init__(self, *, lambda_names: Collection[str], buffer: WorkBuffer,
-                 heartbeat: HeartbeatThread, worker_id: str,
-                 results: BatchWriterThread[FinishedAttempt, TaskStatus | None], tally: Tally,
-                 task_link: TaskLink | None = None) -> None:
-        self.lambda_names = frozenset(lambda_names)
-        self.buffer = buffer
-        self.heartbeat = heartbeat
+    def __init__(self, *, lambda_names: Collection[str], buffer: WorkBuffer, worker_id: str,
+                 results: BatchWriterThread[FinishedAttempt, TaskStatus | None],
+                 tally: Tally) -> None:
+        self.lambda_names = frozenset(lambda_names)  #: the async lambdas it runs
+        self.buffer, self.results, self.tally = buffer, results, tally
         self.worker_id = worker_id
-        self.results = results
-        self.tally = tally
-        self.task_link = task_link
         self.thread = threading.Thread(target=self._run, name="AsyncLambdaLoop", daemon=True)
         self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()
@@ -92,9 +86,11 @@ class AsyncExecutor:
 
     # --- the executor threads' side ------------------------------------------------------
 
-    def start(self, task: store.ClaimedTask) -> bool:
-        """Run `task` on the loop if its lambda is async; False (the caller runs it) if not,
-        or once the loop has ended (an executor then runs the coroutine on its own thread)."""
+    def start(self, task: store.ClaimedTask,
+              context: Callable[[store.ClaimedTask], TaskContext]) -> bool:
+        """Run `task` on the loop, with the `ctx` that `context` makes, if its lambda is async;
+        False (the caller runs it) if not, or once the loop has ended (an executor then runs
+        the coroutine on its own thread)."""
         if task.lambda_name not in self.lambda_names:
             return False
         with self._lock:
@@ -102,12 +98,7 @@ class AsyncExecutor:
                 return False
             self._started += 1
         running = self.buffer.begin(task, time.monotonic(), interrupts.NO_THREAD)
-        ctx = TaskContext(task_id=task.task_id, attempt=task.attempt, collection=task.collection,
-                          priority=task.priority, lambda_name=task.lambda_name,
-                          _heartbeat=lambda: self.heartbeat.beat_one(task),
-                          _cancelled=lambda: self.buffer.cancel_requested(task.task_id),
-                          _lease=task.lease, _link=self.task_link)
-        self._loop.call_soon_threadsafe(self._launch, task, running, ctx)
+        self._loop.call_soon_threadsafe(self._launch, task, running, context(task))
         return True
 
     # --- the loop's side -----------------------------------------------------------------
@@ -179,10 +170,4 @@ class AsyncExecutor:
     def _recorded(self, task: store.ClaimedTask, result: store.Result,
                   future: Future[TaskStatus | None]) -> None:
         """The result writer's answer about one result (in the writer's thread)."""
-        self.buffer.end(task)
-        if (exc := future.exception()) is not None:
-            logger.error("task %d: its result could not be recorded (%s); it runs again after "
-                         "its heartbeat timeout", task.task_id, exc,
-                         extra={"action": "result_unrecorded", "task_id": task.task_id})
-            return
-        log_outcome(task, result, future.result(), self.tally)
+        recorded(self.buffer, self.tally, task, result, future)

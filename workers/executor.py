@@ -33,7 +33,7 @@ from workers import db
 from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.heartbeat import HeartbeatThread
-from workers.results import Tally, log_outcome
+from workers.results import Tally, recorded
 from workers.transport import FinishedAttempt, Transport
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class ExecutorThread(threading.Thread):
                 if self.buffer.closed:
                     return
                 continue
-            if self.async_lane is not None and self.async_lane.start(task):
+            if self.async_lane is not None and self.async_lane.start(task, self.context):
                 continue  # an async lambda's task: it runs on the worker's event loop
             try:
                 self.execute(task)
@@ -164,22 +164,20 @@ class ExecutorThread(threading.Thread):
     def _recorded(self, task: store.ClaimedTask, result: store.Result,
                   future: Future[TaskStatus | None]) -> None:
         """The result writer's answer about one result (in the writer's thread)."""
-        self.buffer.end(task)
-        if (exc := future.exception()) is not None:
-            logger.error("task %d: its result could not be recorded (%s); it runs again after "
-                         "its heartbeat timeout", task.task_id, exc,
-                         extra={"action": "result_unrecorded", "task_id": task.task_id})
-            return
-        log_outcome(task, result, future.result(), self.tally)
+        recorded(self.buffer, self.tally, task, result, future)
+
+    def context(self, task: store.ClaimedTask) -> TaskContext:
+        """The `ctx` of a started task's lambda: its heartbeat and cancel are this worker's."""
+        return TaskContext(task_id=task.task_id, attempt=task.attempt, collection=task.collection,
+                           priority=task.priority, lambda_name=task.lambda_name,
+                           _heartbeat=lambda: self.heartbeat.beat_one(task),
+                           _cancelled=lambda: self.buffer.cancel_requested(task.task_id),
+                           _lease=task.lease, _link=self.task_link)
 
     def attempt(self, task: store.ClaimedTask) -> store.Result | None:
         """Run the lambda of a started task; its outcome, or None when that must not be
         recorded (the lease was lost, or the time limit ended the attempt and recorded it)."""
-        ctx = TaskContext(task_id=task.task_id, attempt=task.attempt, collection=task.collection,
-                          priority=task.priority, lambda_name=task.lambda_name,
-                          _heartbeat=lambda: self.heartbeat.beat_one(task),
-                          _cancelled=lambda: self.buffer.cancel_requested(task.task_id),
-                          _lease=task.lease, _link=self.task_link)
+        ctx = self.context(task)
         result = None
         try:
             self.buffer.begin(task, time.monotonic(), threading.get_ident())

@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from concurrent.futures import Future
 
 from tasks_core import registry, store
 from tasks_core.states import TaskStatus
+from workers.buffer import WorkBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +54,19 @@ def log_outcome(task: store.ClaimedTask, result: store.Result, status: TaskStatu
                        error.get("message"), extra=extra)
     else:
         logger.debug("task %d (%s) succeeded", task.task_id, task.lambda_name, extra=extra)
+
+
+def recorded(buffer: WorkBuffer, tally: Tally, task: store.ClaimedTask, result: store.Result,
+             future: Future[TaskStatus | None]) -> None:
+    """The result writer's answer about a lambda's result: the task leaves the buffer (its
+    end is durable, or it runs again after its heartbeat timeout), and its outcome is logged."""
+    buffer.end(task)
+    if (exc := future.exception()) is not None:
+        logger.error("task %d: its result could not be recorded (%s); it runs again after "
+                     "its heartbeat timeout", task.task_id, exc,
+                     extra={"action": "result_unrecorded", "task_id": task.task_id})
+        return
+    log_outcome(task, result, future.result(), tally)
 
 
 def _reported(task: store.ClaimedTask) -> bool:

@@ -90,9 +90,8 @@ class WorkerProcess:
                                              results=self.results, index=i, outage=claims)
                             for i in range(CONTROLLERS)]
         self.async_lane = AsyncExecutor(
-            lambda_names=async_names, buffer=self.buffer, heartbeat=self.heartbeat,
-            worker_id=self.worker_id, results=self.results, tally=self.tally,
-            task_link=transport.task_link) if async_names else None
+            lambda_names=async_names, buffer=self.buffer, worker_id=self.worker_id,
+            results=self.results, tally=self.tally) if async_names else None
         self.executors = [
             ExecutorThread(index=i, buffer=self.buffer, heartbeat=self.heartbeat,
                            worker_id=self.worker_id, results=self.results, tally=self.tally,

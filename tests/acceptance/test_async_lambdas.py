@@ -14,6 +14,7 @@ from django.db.models import F
 
 from tasks_core import atf
 from tasks_core.models import TaskAttempt, TaskEntity
+from tests.acceptance.test_flow import most_at_once
 from tests.acceptance.test_workers import FAST
 from tests.conftest import Processes, subprocess_env, wait_for
 from tests.remote import Workers
@@ -34,17 +35,6 @@ def status(task: TaskEntity) -> str:
 
 def lines(redis_client: redis.Redis, key: str) -> list[dict]:
     return [json.loads(line) for line in redis_client.lrange(key, 0, -1)]
-
-
-def most_at_once(spans: list[tuple[float, float]]) -> int:
-    """The most [start, end] intervals that share a moment."""
-    events = sorted([(start, 1) for start, _end in spans] + [(end, -1) for _start, end in spans],
-                    key=lambda event: (event[0], event[1]))
-    running = most = 0
-    for _moment, change in events:
-        running += change
-        most = max(most, running)
-    return most
 
 
 @pytest.mark.parametrize("kind", ["direct", "remote"])
@@ -77,7 +67,7 @@ def test_sixty_async_tasks_run_at_once_on_one_thread_of_one_worker(
     records = lines(redis_client, ENDED)
     assert len(records) == 60
     assert len({(line["pid"], line["thread"]) for line in records}) == 1
-    assert most_at_once([(line["start"], line["end"]) for line in records]) >= 50
+    assert most_at_once(records) >= 50
 
 
 @pytest.mark.parametrize(("lambda_name", "slot", "cancelled"), [
