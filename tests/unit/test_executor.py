@@ -16,9 +16,9 @@ from tasks_core.context import TaskContext, TimeLimitExceeded
 from tasks_core.states import TaskStatus
 from tasks_core.store import ClaimedTask, Outcome
 from tests.conftest import wait_for
+from workers import executor as executor_module
 from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
-from workers import executor as executor_module
 from workers.executor import ExecutorThread, run_lambda
 from workers.results import Tally
 
