@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Sequence
 
 from tasks_core import registry, store
+from tasks_core.exceptions import LambdaNotFound
 from tasks_core.states import TaskStatus
+from workers.transport import FinishedAttempt
 
 logger = logging.getLogger(__name__)
 
@@ -19,9 +22,9 @@ class Tally:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
 
-    def add(self, outcome: str) -> None:
+    def add(self, outcome: str, count: int = 1) -> None:
         with self._lock:
-            self._counts[outcome] += 1
+            self._counts[outcome] += count
 
     def take(self) -> Counter[str]:
         with self._lock:
@@ -29,10 +32,27 @@ class Tally:
             return counts
 
 
+def log_outcomes(finished: Sequence[FinishedAttempt], statuses: Sequence[TaskStatus | None],
+                 tally: Tally) -> None:
+    """Count a run's outcomes (one tally update for its successes) and log the notable ones;
+    a success costs nothing more unless DEBUG is on."""
+    successes = 0
+    debug = logger.isEnabledFor(logging.DEBUG)
+    for (task, result), status in zip(finished, statuses, strict=True):
+        if status is TaskStatus.SUCCESS and not debug:
+            successes += 1
+        else:
+            log_outcome(task, result, status, tally)
+    if successes:
+        tally.add(str(TaskStatus.SUCCESS), successes)
+
+
 def log_outcome(task: store.ClaimedTask, result: store.Result, status: TaskStatus | None,
                 tally: Tally) -> None:
     """One line per notable outcome: dead and fatal at ERROR, retries at WARNING."""
     tally.add(str(status or "stale"))
+    if status is TaskStatus.SUCCESS and not logger.isEnabledFor(logging.DEBUG):
+        return
     extra = {"action": f"task_{status or 'stale'}", "task_id": task.task_id}
     error = result.error or {}
     if status is None:
@@ -56,5 +76,7 @@ def log_outcome(task: store.ClaimedTask, result: store.Result, status: TaskStatu
 
 def _reported(task: store.ClaimedTask) -> bool:
     """Whether the task's lambda logged its failure itself, traceback and all."""
-    return (task.lambda_name in registry.names()
-            and registry.get(task.lambda_name).reports_failures)
+    try:
+        return registry.get(task.lambda_name).reports_failures
+    except LambdaNotFound:
+        return False
