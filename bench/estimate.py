@@ -30,6 +30,9 @@ FLEET_S = 10.0
 GENERATE_PER_S = 35_000
 VACUUM_PER_S = 100_000
 
+#: Seconds to create a private PostgreSQL cluster, migrate it and remove it.
+PRIVATE_CLUSTER_S = 20.0
+
 Estimator = Callable[["Plan", str], float]
 
 
@@ -85,6 +88,8 @@ PER_SYSTEM: dict[str, Estimator] = {
                               + plan.ramp_observe_s),
     "scale_curve": _atf_only(lambda plan, s: _drain_s(plan, s) * len(plan.scale_workers)
                              * len(plan.scale_consumers)),
+    "drain_cpu_scaling": _atf_only(lambda plan, s: PRIVATE_CLUSTER_S + _drain_s(plan, s)
+                                   * len(plan.scale_workers)),
     "store_size": _atf_only(_store_size_s),
     "store_cost_per_task": lambda plan, system: (
         plan.cost_n / ENQUEUE[system] + plan.cost_n / DRAIN[system] + 2 * FLEET_S

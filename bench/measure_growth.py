@@ -40,7 +40,7 @@ def scale_key(workers: int, consumers: int) -> str:
     return f"scale_w{workers}_c{consumers}"
 
 
-def _scaled_fleet(target: Target, workers: int, consumers: int) -> Fleet:
+def scaled_fleet(target: Target, workers: int, consumers: int) -> Fleet:
     """`workers` runworker processes of the main drain's thread count, and `consumers`."""
     consumer, worker = target.driver.worker_commands(target.env)
     return Fleet(target.name, [consumer] * consumers + [worker] * workers)
@@ -50,7 +50,7 @@ def scale_curve(target: Target, plan: Plan) -> dict[str, float]:
     """The drain with each number of worker processes and consumers (ATF)."""
     if not _is_atf(target):
         return {}
-    return {scale_key(w, c): drain_with(target, plan, _scaled_fleet(target, w, c))
+    return {scale_key(w, c): drain_with(target, plan, scaled_fleet(target, w, c))
             for w in plan.scale_workers for c in plan.scale_consumers}
 
 

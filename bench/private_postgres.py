@@ -11,6 +11,7 @@ except autovacuum, which is off so that a measurement window holds only the syst
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import os
 import shutil
@@ -18,8 +19,13 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bench.services import free_port, wait_for_port
+from bench.procs import run_once
+from bench.services import ensure_database, free_port, wait_for_port
+
+if TYPE_CHECKING:
+    from bench.measure import Target
 
 #: Settings of the private cluster beside initdb's defaults.
 SETTINGS = {
@@ -77,6 +83,23 @@ def private_cluster() -> Iterator[tuple[str, Path]]:
         subprocess.run(_as_postgres([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast",
                                      "-w", "stop"]), capture_output=True, check=False)
         shutil.rmtree(home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_target(target: Target, database: str) -> Iterator[tuple[Target, Path]]:
+    """A copy of `target` whose store is `database` on a new private cluster, its schema set
+    up by the driver, and the cluster's data directory; what went short there (the copy's
+    notes) is added to `target`'s notes at the end."""
+    with private_cluster() as (server, data):
+        dsn = ensure_database(server, database)
+        here = dataclasses.replace(target, env=dataclasses.replace(target.env, pg_dsn=dsn),
+                                   notes=[])
+        for command in target.driver.setup_commands(here.env):
+            run_once(command)
+        try:
+            yield here, data
+        finally:
+            target.notes.extend(here.notes)
 
 
 def postmaster_pid(data: Path) -> int:

@@ -12,6 +12,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from bench.scaling_figures import cpu_key, scaling_key, worker_counts
+
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The peers whose drain rate ours is compared with (the fastest Redis peers).
 REDIS_RIVALS = ("huey", "dramatiq")
@@ -119,6 +121,10 @@ def percent_of_limit(value: float, limit: float) -> str:
 #: tasks): its target is not to exceed it.
 DRAIN_CPU_BEFORE_US = 225
 
+#: The most a task's CPU (every process together) may grow as worker processes are added, as a
+#: multiple of the one-process drain's (issue 38).
+SCALING_CPU_LIMIT = 1.25
+
 METRICS = (
     Metric(key="enqueue_single", label="enqueue, one call per task (`schedule()` in its own "
            "transaction)", unit="tasks/s", higher_is_better=True,
@@ -149,6 +155,10 @@ METRICS = (
     Metric(key="cost_drain_cpu_us", label="the store's CPU per drained task (PostgreSQL)",
            unit="µs", higher_is_better=False, target=f"≤ {DRAIN_CPU_BEFORE_US} µs (before "
            "round three)", met=_at_most(DRAIN_CPU_BEFORE_US)),
+    *(Metric(key=cpu_key(workers, "ratio"), label=f"drain's CPU per task with {workers} "
+             "worker processes, as a multiple of one process's (private PostgreSQL)", unit="×",
+             higher_is_better=False, target=f"≤ {SCALING_CPU_LIMIT}×",
+             met=_at_most(SCALING_CPU_LIMIT)) for workers in (2, 4)),
     Metric(key="ramp_s", label="backlog ramp: release of the backlog → full drain speed",
            unit="s", higher_is_better=False, target="≤ 2 s", met=_at_most(2)),
     Metric(key="ramp_steady", label="backlog ramp: steady drain rate", unit="tasks/s",
@@ -187,7 +197,7 @@ METRICS = (
 
 
 def _number(value: float, unit: str) -> str:
-    if unit == "ms/call":
+    if unit in ("ms/call", "×"):
         return f"{value:.2f}"
     if unit in ("ms", "s") and abs(value) < 100:
         return f"{value:.1f}"
@@ -280,6 +290,33 @@ def scale_table(summaries: Summaries) -> str:
     for workers in sorted({w for w, _c in cells}):
         lines.append(f"| {workers} | " + " | ".join(cells.get((workers, c), "—")
                                                   for c in consumers) + " |")
+    return "\n".join(lines)
+
+
+def scaling_table(summaries: Summaries) -> str:
+    """The drain's rate and CPU per task by process with each count of worker processes
+    (columns), their sum, and that sum as a multiple of the one-process drain's."""
+    ours = summaries.get("atf", {})
+    counts = worker_counts(ours)
+    if not counts:
+        return ""
+
+    def row(label: str, keys: list[str], unit: str) -> str:
+        return f"| {label} | " + " | ".join(
+            _cell(ours[key], unit) if key in ours else "—" for key in keys) + " |"
+
+    lines = ["| per drained task | " + " | ".join(
+        f"{count} worker process{'es' * (count > 1)}" for count in counts) + " |",
+             "|---|" + "---|" * len(counts),
+             row("drain (tasks/s)", [scaling_key(count) for count in counts], "tasks/s")]
+    for role, label in CPU_ROLES:
+        keys = [cpu_key(count, role) for count in counts]
+        if any(key in ours for key in keys):
+            lines.append(row(f"{label} (µs)", keys, "µs"))
+    lines.append(row("**all of them** (µs)", [cpu_key(count, "total") for count in counts],
+                     "µs"))
+    lines.append(row(f"all of them ÷ one process's (target ≤ {SCALING_CPU_LIMIT}×)",
+                     [cpu_key(count, "ratio") for count in counts], "×"))
     return "\n".join(lines)
 
 
@@ -395,6 +432,8 @@ CPU_ROLES = (("worker", "worker processes"), ("consumer", "consumer"),
              ("api", "API (gunicorn), for the remote worker"), ("postgres", "PostgreSQL server"),
              ("redis", "Redis server"))
 CPU_TITLE = "CPU per drained task, by process (µs)"
+SCALING_TITLE = "ATF's drain and its CPU per task by worker processes (one consumer, private " \
+    "PostgreSQL)"
 
 
 def cpu_table(summaries: Summaries, drivers: list[ModuleType]) -> str:
@@ -468,6 +507,7 @@ def write(summaries: Summaries, drivers: list[ModuleType], *, plan: Mapping[str,
         f"{table(summaries, drivers)}\n\n"
         f"{_section('The machine’s own limits (one client)', limits_table(summaries))}"
         f"{_section('Scale curve: ATF drain (tasks/s) by processes', scale_table(summaries))}"
+        f"{_section(SCALING_TITLE, scaling_table(summaries))}"
         f"{_section('Store size: ATF with finished tasks in the table', store_table(summaries))}"
         f"{_section(CPU_TITLE, cpu_table(summaries, drivers))}"
         f"{_section(COST_TITLE, cost_table(summaries, drivers))}"

@@ -19,7 +19,17 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from bench import drivers, estimate, limits, measure, measure_growth, report, services, stats
+from bench import (
+    drain_scaling,
+    drivers,
+    estimate,
+    limits,
+    measure,
+    measure_growth,
+    report,
+    services,
+    stats,
+)
 from bench.drivers.base import REDIS_DB, Env
 
 logger = logging.getLogger("bench")
@@ -44,7 +54,7 @@ DEFAULT_SYSTEMS = ("atf", "celery", "dramatiq", "huey", "procrastinate")
 MACHINE_LIMITS = "machine_limits"
 #: Every measurement, in the order they run.
 MEASUREMENTS = (*measure.MEASUREMENTS, measure_growth.backlog_ramp, measure_growth.scale_curve,
-                measure_growth.store_size)
+                drain_scaling.drain_cpu_scaling, measure_growth.store_size)
 #: Measurements run once per run, not once per repetition (their sizes are generated once,
 #: or they only draw a curve).
 ONCE = ("scale_curve", "store_size")

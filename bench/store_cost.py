@@ -32,9 +32,7 @@ from typing import TYPE_CHECKING
 import psutil
 import psycopg
 
-from bench import services
-from bench.private_postgres import postmaster_pid, private_cluster
-from bench.procs import run_once
+from bench.private_postgres import postmaster_pid, private_target
 
 if TYPE_CHECKING:
     from bench.measure import Target
@@ -145,14 +143,10 @@ def measure(target: Target, n: int, *, timeout_s: float) -> dict[str, float]:
     PostgreSQL)."""
     if not target.driver.SCHEMA:
         return {}
-    with private_cluster() as (server, data):
-        dsn = services.ensure_database(server, f"cost_{target.name}")
+    with private_target(target, f"cost_{target.name}") as (here, data):
+        dsn = here.env.pg_dsn
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        here = dataclasses.replace(target, env=dataclasses.replace(target.env, pg_dsn=dsn),
-                                   notes=[])
-        for command in target.driver.setup_commands(here.env):
-            run_once(command)
         here.reset()
         figures: dict[str, float] = {}
         _checkpoint(dsn)
@@ -164,7 +158,6 @@ def measure(target: Target, n: int, *, timeout_s: float) -> dict[str, float]:
         with here.fleet() as fleet:
             here.wait_records("cost", n, timeout_s=timeout_s, fleet=fleet)
         drained = read(dsn, data)
-        target.notes.extend(here.notes)
         for phase, (first, last) in {"enqueue": (before, enqueued),
                                      "drain": (start_of_drain, drained)}.items():
             for name, value in first.per_task(last, n).items():

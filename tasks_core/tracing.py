@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tasks_core import directory
 from tasks_core.models import TaskEntity, TaskTrace
@@ -106,7 +106,7 @@ def traced(run: Callable[..., store.Result]) -> Callable[..., store.Result]:
     w3c = TraceContextTextMapPropagator()
 
     def run_in_span(task: store.ClaimedTask, ctx: TaskContext, *, worker: str,
-                    ) -> store.Result:
+                    **options: Any) -> store.Result:
         scheduled = w3c.extract(task.trace) if task.trace else None
         first = task.attempt == 1
         links = []
@@ -123,7 +123,7 @@ def traced(run: Callable[..., store.Result]) -> Callable[..., store.Result]:
                     "messaging.message.id": str(task.task_id),
                     "atf.task.attempt": task.attempt, "atf.task.collection": task.collection,
                     "atf.task.priority": task.priority}) as span:
-            result = run(task, ctx, worker=worker)
+            result = run(task, ctx, worker=worker, **options)
             span.set_attribute("atf.task.outcome", str(result.outcome))
             if result.error is not None:
                 span.add_event("exception", {

@@ -31,7 +31,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from concurrent.futures import Future
 from typing import Any, NoReturn
 
 from tasks_core import registry, store
@@ -164,10 +163,6 @@ class AsyncExecutor:
                              task.task_id, extra={"action": "result_discarded"})
             self.buffer.end(task)
             return
-        self.results.submit((task, result)).add_done_callback(
-            functools.partial(self._recorded, task, result))
-
-    def _recorded(self, task: store.ClaimedTask, result: store.Result,
-                  future: Future[TaskStatus | None]) -> None:
-        """The result writer's answer about one result (in the writer's thread)."""
-        recorded(self.buffer, self.tally, task, result, future)
+        finished = [(task, result)]
+        self.results.submit(finished).add_done_callback(
+            functools.partial(recorded, self.buffer, self.tally, finished))

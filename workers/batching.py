@@ -1,8 +1,9 @@
 """Batch writers: several executors hand them writes; each batch is one transaction.
 
 A batch is everything that arrived while the previous one was being written, so a busy worker
-writes many tasks per commit and an idle one still writes at once. Each submitter waits on its
-own future, so nothing it hands over is lost before it is durable.
+writes many tasks per commit and an idle one still writes at once. A submitter hands over a
+run of writes (an executor's run of tasks) with one future for them all, and waits on it, so
+nothing it hands over is lost before it is durable; a run is never split between batches.
 
 A claim can carry what is waiting (`carry`): the controller records it in its claim's commit
 and settles the futures itself. The writer leaves what arrives to the controllers while a claim
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 Item = TypeVar("Item")
 Out = TypeVar("Out")
+#: A run of writes handed over together, and the future of their outcomes (in their order).
+Entry = tuple[list[Item], Future[list[Out]]]
 
 #: Writes in one transaction at the most.
 MAX_BATCH = 200
@@ -58,22 +61,23 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         self.reset = reset  #: drops this thread's connection after a failed write
         self.free_slots = free_slots  #: executors free for a claim (WorkBuffer.free_slots)
         self._changed = threading.Condition()
-        self._pending: deque[tuple[Item, Future[Out]]] = deque()
+        self._pending: deque[Entry[Item, Out]] = deque()
         self._carriers: set[object] = set()  #: controllers whose claim in flight carries writes
         self._idle: set[object] = set()  #: controllers waiting for a free executor
         self._stopping = False
 
-    def submit(self, item: Item) -> Future[Out]:
-        """Queue a write; the future holds its outcome once the batch is committed."""
-        future: Future[Out] = Future()
+    def submit(self, items: Sequence[Item]) -> Future[list[Out]]:
+        """Queue a run of writes (at most MAX_BATCH); the future holds their outcomes, in
+        their order, once the batch is committed."""
+        future: Future[list[Out]] = Future()
         with self._changed:
-            self._pending.append((item, future))
+            self._pending.append((list(items), future))
             self._changed.notify()
         return future
 
     # --- claims that carry writes (the controllers' side) ------------------------------------
 
-    def carry(self, carrier: object) -> list[tuple[Item, Future[Out]]]:
+    def carry(self, carrier: object) -> list[Entry[Item, Out]]:
         """What is waiting, for `carrier`'s claim to record in its commit; it then settles
         each future (`settle`), or gives the batch back (`give_back`). While it carries a
         batch, what arrives waits for its next claim; with nothing to carry, it carries no
@@ -98,7 +102,7 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         with self._changed:
             self._drop(carrier)
 
-    def give_back(self, carrier: object, batch: list[tuple[Item, Future[Out]]]) -> None:
+    def give_back(self, carrier: object, batch: list[Entry[Item, Out]]) -> None:
         """A carried batch whose claim failed: the writer writes it (first), as it would have."""
         with self._changed:
             self._pending.extendleft(reversed(batch))
@@ -106,10 +110,19 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
             self._changed.notify()
 
     @staticmethod
-    def settle(batch: list[tuple[Item, Future[Out]]], outcomes: Sequence[Out]) -> None:
-        """Hand each write of a committed batch its outcome."""
-        for (_item, future), outcome in zip(batch, outcomes, strict=True):
-            future.set_result(outcome)
+    def items(batch: list[Entry[Item, Out]]) -> list[Item]:
+        """The writes of a batch, in order."""
+        return [item for items, _future in batch for item in items]
+
+    @staticmethod
+    def settle(batch: list[Entry[Item, Out]], outcomes: Sequence[Out]) -> None:
+        """Hand each run of a committed batch its outcomes."""
+        if len(outcomes) != sum(len(items) for items, _future in batch):
+            raise ValueError(f"{len(outcomes)} outcome(s) for a batch of another size")
+        start = 0
+        for items, future in batch:
+            future.set_result(list(outcomes[start:start + len(items)]))
+            start += len(items)
 
     def _drop(self, carrier: object) -> None:
         if carrier in self._carriers or carrier in self._idle:
@@ -121,10 +134,14 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         """Whether a claim that takes what is waiting is sure to start at once."""
         return bool(self._carriers) or (bool(self._idle) and self.free_slots() > 0)
 
-    def _take(self) -> list[tuple[Item, Future[Out]]]:
-        batch: list[tuple[Item, Future[Out]]] = []
-        while self._pending and len(batch) < MAX_BATCH:
-            batch.append(self._pending.popleft())
+    def _take(self) -> list[Entry[Item, Out]]:
+        """Whole runs, up to MAX_BATCH writes (a first run is taken whatever its size)."""
+        batch: list[Entry[Item, Out]] = []
+        count = 0
+        while self._pending and (not batch or count + len(self._pending[0][0]) <= MAX_BATCH):
+            entry = self._pending.popleft()
+            batch.append(entry)
+            count += len(entry[0])
         return batch
 
     # --- the writer's own writes -------------------------------------------------------------
@@ -136,7 +153,7 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         finally:
             self.reset()  # a thread that ends lets go of its connection
 
-    def _next_batch(self) -> list[tuple[Item, Future[Out]]] | None:
+    def _next_batch(self) -> list[Entry[Item, Out]] | None:
         """The waiting writes that no claim in flight will carry (blocking until there are
         some); None once stopped and drained."""
         with self._changed:
@@ -148,8 +165,8 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
                 return None
             return self._take()
 
-    def _write(self, batch: list[tuple[Item, Future[Out]]]) -> None:
-        items = [item for item, _future in batch]
+    def _write(self, batch: list[Entry[Item, Out]]) -> None:
+        items = self.items(batch)
         deadline_s = time.monotonic() + retry_budget_s()
         delay_s = RETRY_FIRST_S
         for attempt in itertools.count(1):
@@ -161,14 +178,14 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
                                len(items), attempt, exc)
                 self.reset()
                 if time.monotonic() + delay_s > deadline_s:
-                    for _item, future in batch:
+                    for _items, future in batch:
                         future.set_exception(exc)
                     return
                 time.sleep(delay_s)
                 delay_s = min(delay_s * 2, RETRY_MOST_S)
             except Exception as exc:  # noqa: BLE001 - handed to every submitter, who logs it
                 self.reset()
-                for _item, future in batch:
+                for _items, future in batch:
                     future.set_exception(exc)
                 return
         self.settle(batch, outcomes)

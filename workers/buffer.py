@@ -105,16 +105,19 @@ class WorkBuffer:
         with self._lock:
             self._work_waiting.wait_for(lambda: self.closed or self._buffered() > 0,
                                         timeout=timeout_s)
-            for queue in self._waiting.values():
-                if queue:
-                    self._held += 1
-                    return queue.popleft()
-            return None
+            return self._next()
 
-    def begin(self, task: ClaimedTask, started_s: float, thread_id: int) -> Running:
+    def take_waiting(self) -> ClaimedTask | None:
+        """The next task if one is waiting, without waiting for one (an executor's run)."""
+        with self._lock:
+            return self._next()
+
+    def begin(self, task: ClaimedTask, started_s: float, thread_id: int,
+              started_at: datetime | None = None) -> Running:
         with self._lock:
             running = self._running[task.task_id] = Running(
-                task=task, thread_id=thread_id, started_s=started_s, started_at=timezone.now()
+                task=task, thread_id=thread_id, started_s=started_s,
+                started_at=started_at or timezone.now()
             )
             return running
 
@@ -237,6 +240,13 @@ class WorkBuffer:
             self._work_waiting.notify_all()
             self._slot_free.notify_all()
             return unstarted
+
+    def _next(self) -> ClaimedTask | None:
+        for queue in self._waiting.values():
+            if queue:
+                self._held += 1
+                return queue.popleft()
+        return None
 
     def _free(self) -> int:
         return self.executors - self._held - self._buffered() - self._reserved

@@ -25,7 +25,7 @@ from workers.transport import FinishedAttempt, Transport, TransportUnavailable
 
 logger = logging.getLogger(__name__)
 
-Carried = list[tuple[FinishedAttempt, Future[TaskStatus | None]]]
+Carried = list[tuple[list[FinishedAttempt], Future[list[TaskStatus | None]]]]
 
 
 def claims_outage() -> OutageLog:
@@ -88,7 +88,7 @@ class ControllerThread(threading.Thread):
         try:
             if carried:
                 statuses, claimed = self.transport.finish_and_claim(
-                    [attempt for attempt, _future in carried], free)
+                    BatchWriterThread.items(carried), free)
             else:
                 claimed = self.transport.claim(free)
             self.outage.succeeded()

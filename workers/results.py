@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 from tasks_core import registry, store
+from tasks_core.exceptions import LambdaNotFound
 from tasks_core.states import TaskStatus
 from workers.buffer import WorkBuffer
+from workers.transport import FinishedAttempt
 
 logger = logging.getLogger(__name__)
 
@@ -21,9 +24,9 @@ class Tally:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
 
-    def add(self, outcome: str) -> None:
+    def add(self, outcome: str, count: int = 1) -> None:
         with self._lock:
-            self._counts[outcome] += 1
+            self._counts[outcome] += count
 
     def take(self) -> Counter[str]:
         with self._lock:
@@ -31,10 +34,27 @@ class Tally:
             return counts
 
 
+def log_outcomes(finished: Sequence[FinishedAttempt], statuses: Sequence[TaskStatus | None],
+                 tally: Tally) -> None:
+    """Count a run's outcomes (one tally update for its successes) and log the notable ones;
+    a success costs nothing more unless DEBUG is on."""
+    successes = 0
+    debug = logger.isEnabledFor(logging.DEBUG)
+    for (task, result), status in zip(finished, statuses, strict=True):
+        if status is TaskStatus.SUCCESS and not debug:
+            successes += 1
+        else:
+            log_outcome(task, result, status, tally)
+    if successes:
+        tally.add(str(TaskStatus.SUCCESS), successes)
+
+
 def log_outcome(task: store.ClaimedTask, result: store.Result, status: TaskStatus | None,
                 tally: Tally) -> None:
     """One line per notable outcome: dead and fatal at ERROR, retries at WARNING."""
     tally.add(str(status or "stale"))
+    if status is TaskStatus.SUCCESS and not logger.isEnabledFor(logging.DEBUG):
+        return
     extra = {"action": f"task_{status or 'stale'}", "task_id": task.task_id}
     error = result.error or {}
     if status is None:
@@ -56,20 +76,25 @@ def log_outcome(task: store.ClaimedTask, result: store.Result, status: TaskStatu
         logger.debug("task %d (%s) succeeded", task.task_id, task.lambda_name, extra=extra)
 
 
-def recorded(buffer: WorkBuffer, tally: Tally, task: store.ClaimedTask, result: store.Result,
-             future: Future[TaskStatus | None]) -> None:
-    """The result writer's answer about a lambda's result: the task leaves the buffer (its
-    end is durable, or it runs again after its heartbeat timeout), and its outcome is logged."""
-    buffer.end(task)
+def recorded(buffer: WorkBuffer, tally: Tally, finished: list[FinishedAttempt],
+             future: Future[list[TaskStatus | None]]) -> None:
+    """The result writer's answer about results handed over together (in the writer's
+    thread): their tasks leave the buffer (their ends are durable, or they run again after
+    their heartbeat timeout), and their outcomes are logged."""
+    for task, _result in finished:
+        buffer.end(task)
     if (exc := future.exception()) is not None:
-        logger.error("task %d: its result could not be recorded (%s); it runs again after "
-                     "its heartbeat timeout", task.task_id, exc,
-                     extra={"action": "result_unrecorded", "task_id": task.task_id})
+        logger.error("%d task(s) (%s): their results could not be recorded (%s); they run "
+                     "again after their heartbeat timeout", len(finished),
+                     ", ".join(str(task.task_id) for task, _result in finished), exc,
+                     extra={"action": "result_unrecorded", "task_id": finished[0][0].task_id})
         return
-    log_outcome(task, result, future.result(), tally)
+    log_outcomes(finished, future.result(), tally)
 
 
 def _reported(task: store.ClaimedTask) -> bool:
     """Whether the task's lambda logged its failure itself, traceback and all."""
-    return (task.lambda_name in registry.names()
-            and registry.get(task.lambda_name).reports_failures)
+    try:
+        return registry.get(task.lambda_name).reports_failures
+    except LambdaNotFound:
+        return False

@@ -70,15 +70,16 @@ class AttemptStops:
                                "interrupted", task.task_id, task.lambda_name, task.timeout_s,
                                extra={"action": "task_timeout", "task_id": task.task_id})
             result = stopped_result(running, worker=self.worker_id)
-            self.results.submit((task, result)).add_done_callback(
+            self.results.submit([(task, result)]).add_done_callback(
                 functools.partial(self._recorded, task, result)
             )
         return self.buffer.hung(now_s, self.grace_s)
 
     def _recorded(self, task: store.ClaimedTask, result: store.Result,
-                  future: Future[TaskStatus | None]) -> None:
+                  future: Future[list[TaskStatus | None]]) -> None:
         if (exc := future.exception()) is not None:
             logger.error("task %d: its stop could not be recorded (%s); it will be retried "
                          "after its heartbeat timeout", task.task_id, exc)
             return
-        log_outcome(task, result, future.result(), self.tally)
+        (status,) = future.result()
+        log_outcome(task, result, status, self.tally)

@@ -46,7 +46,7 @@ def writer(recorder: Recorder) -> Iterator[BatchWriterThread[str, str]]:
     carried)."""
     thread: BatchWriterThread[str, str] = BatchWriterThread(name="TestWriter", write=recorder,
                                                             reset=lambda: None)
-    thread.submit("first")
+    thread.submit(["first"])
     (carried,) = thread.carry(CONTROLLER)
     thread.start()
     yield thread
@@ -55,30 +55,31 @@ def writer(recorder: Recorder) -> Iterator[BatchWriterThread[str, str]]:
     thread.join(5)
 
 
-def settled(futures: Sequence[Future[str]]) -> list[str]:
-    return [future.result(timeout=5) for future in futures]
+def settled(futures: Sequence[Future[list[str]]]) -> list[str]:
+    """The outcomes of the runs handed over, in order."""
+    return [outcome for future in futures for outcome in future.result(timeout=5)]
 
 
 def test_what_arrives_while_a_claim_carries_results_is_left_to_its_next_claim(
         writer: BatchWriterThread[str, str], recorder: Recorder) -> None:
     # Given a controller whose claim in flight carries results
     # When results arrive meanwhile
-    second, third = writer.submit("b"), writer.submit("c")
+    second, third = writer.submit(["b"]), writer.submit(["c"])
     # Then the writer leaves them to that controller's next claim
     assert not recorder.wrote.wait(0.3)
     taken = writer.carry(CONTROLLER)
-    assert [item for item, _future in taken] == ["b", "c"]
+    assert BatchWriterThread.items(taken) == ["b", "c"]
     BatchWriterThread.settle(taken, ["c:b", "c:c"])
     assert settled([second, third]) == ["c:b", "c:c"]
     # ...and once a claim finds nothing to carry, the writer writes what arrives, at once
     assert writer.carry(CONTROLLER) == []
-    assert settled([writer.submit("d")]) == ["w:d"]
+    assert settled([writer.submit(["d"])]) == ["w:d"]
     assert recorder.batches == [["d"]]
 
 
 def test_once_no_claim_carries_results_the_writer_writes_what_waits(
         writer: BatchWriterThread[str, str], recorder: Recorder) -> None:
-    waiting = writer.submit("b")
+    waiting = writer.submit(["b"])
     # When the controller claims no more for a while (no free executor, or a stop)
     writer.drop_carrier(CONTROLLER)
     # Then the writer writes what waited for it
@@ -87,7 +88,7 @@ def test_once_no_claim_carries_results_the_writer_writes_what_waits(
 
 def test_a_batch_whose_claim_failed_is_written_by_the_writer(
         writer: BatchWriterThread[str, str], recorder: Recorder) -> None:
-    waiting = writer.submit("b")
+    waiting = writer.submit(["b"])
     taken = writer.carry(CONTROLLER)
     writer.give_back(CONTROLLER, taken)
     assert settled([waiting]) == ["w:b"]
@@ -95,7 +96,7 @@ def test_a_batch_whose_claim_failed_is_written_by_the_writer(
 
 def test_a_stop_writes_what_waits_even_for_a_carrier(
         writer: BatchWriterThread[str, str], recorder: Recorder) -> None:
-    waiting = writer.submit("b")
+    waiting = writer.submit(["b"])
     writer.stop()
     assert settled([waiting]) == ["w:b"]
 
@@ -110,7 +111,7 @@ def test_a_write_waits_for_a_controller_about_to_claim_for_a_free_executor_only(
         # Given a controller waiting for a free executor, and one free (it is waking up)
         writer.await_slot(CONTROLLER)
         # When a result arrives, Then the writer leaves it to that controller's claim
-        waiting = writer.submit("a")
+        waiting = writer.submit(["a"])
         assert not recorder.wrote.wait(0.3)
         # ...but once no executor is free (another claim took it), the writer writes it
         free[0] = 0
@@ -158,7 +159,7 @@ def test_a_controller_claims_with_the_waiting_results_and_settles_them(
     # Given a result waiting in a writer that has not started, and a free executor
     writer: BatchWriterThread = BatchWriterThread(name="TestWriter", write=recorder,
                                                   reset=lambda: None)
-    future = writer.submit("a")
+    future = writer.submit(["a"])
     buffer = WorkBuffer(priorities=["default"], executors=1)
     transport = FakeTransport(fail=fail)
     controller = ControllerThread(buffer=buffer, transport=transport,  # type: ignore[arg-type]
@@ -173,11 +174,11 @@ def test_a_controller_claims_with_the_waiting_results_and_settles_them(
     try:
         if fail:
             # Then a failed claim gives the result back, and the writer writes it
-            assert future.result(timeout=5) == "w:a"
+            assert future.result(timeout=5) == ["w:a"]
             assert buffer.free_slots() == 1
         else:
             # Then the claim carried it and settled its future, and its task is buffered
-            assert future.result(timeout=5) == "carried"
+            assert future.result(timeout=5) == ["carried"]
             assert transport.carried == ["a"]
             assert buffer.take(timeout_s=1) == TASK
             assert recorder.batches == []

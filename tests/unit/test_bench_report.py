@@ -146,3 +146,29 @@ def test_cpu_table_sums_each_drains_processes_and_divides_the_cores_by_it(monkey
     assert "| drain those allow on 2 cores (tasks/s) | 4,000 | 8,000 | 2,000 |" in lines
     assert lines[-1] == "| drain measured (tasks/s) | 1,500 | 4,000 | 1,000 |"
     assert report.cpu_table({"huey": {}}, [_driver("huey", "Huey")]) == ""
+
+
+def test_cpu_scaling_target_is_a_quarter_more_than_one_process():
+    for workers in (2, 4):
+        met = _metric(f"cpu_scaling_w{workers}_ratio").met
+        assert met(1.25, {}) is True
+        assert met(1.26, {}) is False
+
+
+def test_scaling_table_has_a_column_per_worker_count_and_the_ratio_row():
+    summaries = {"atf": {"scaling_w1": _summary(1000), "scaling_w4": _summary(1400),
+                         "cpu_scaling_w1_worker": _summary(500),
+                         "cpu_scaling_w4_worker": _summary(640),
+                         "cpu_scaling_w4_redis": _summary(60),
+                         "cpu_scaling_w1_total": _summary(500),
+                         "cpu_scaling_w4_total": _summary(700),
+                         "cpu_scaling_w1_ratio": _summary(1.0),
+                         "cpu_scaling_w4_ratio": _summary(1.4)}}
+    lines = report.scaling_table(summaries).splitlines()
+    assert lines[0] == "| per drained task | 1 worker process | 4 worker processes |"
+    assert lines[2] == "| drain (tasks/s) | 1,000 | 1,400 |"
+    assert "| worker processes (µs) | 500 | 640 |" in lines
+    assert "| Redis server (µs) | — | 60 |" in lines
+    assert not any(line.startswith("| consumer") for line in lines)  # measured in none
+    assert lines[-1] == "| all of them ÷ one process's (target ≤ 1.25×) | 1.00 | 1.40 |"
+    assert report.scaling_table({"atf": {"drain": _summary(1000)}}) == ""

@@ -23,7 +23,7 @@ def _status_of_a_python_interrupted_as_it_initialises() -> int:
     """Python's own status for a SIGINT that came during its initialisation, or during its
     first instruction: sent until one lands before the interpreter can raise KeyboardInterrupt."""
     statuses = set()
-    for attempt in range(200):
+    for _ in range(200):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"],
                                  stderr=subprocess.DEVNULL)
         child.send_signal(signal.SIGINT)
