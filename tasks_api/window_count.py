@@ -29,7 +29,7 @@ def _redis_client(key: str) -> Any | None:
     """The raw Redis client that the default cache keeps `key` on, or None for a cache that
     is not Redis (or whose client shards or wraps the keys otherwise)."""
     try:
-        from django_redis.client import DefaultClient
+        from django_redis.client import DefaultClient  # type: ignore[import-untyped]
     except ImportError:  # django-redis is optional for a host project
         DefaultClient = None  # noqa: N806
     backend: Any = cache
