@@ -413,7 +413,8 @@ BATCH = "/api/v1/tasks/batch/"
 
 
 def rest(target: Target, plan: Plan) -> dict[str, float]:
-    """Requests/s of single POSTs and tasks/s through the batch endpoint (ATF only)."""
+    """Requests/s of single POSTs (and the API's CPU µs per POST) and tasks/s through the
+    batch endpoint (ATF only)."""
     if not hasattr(target.driver, "api_command"):
         return {}
     target.reset()
@@ -421,13 +422,18 @@ def rest(target: Target, plan: Plan) -> dict[str, float]:
     port = services.free_port()
     single = json.dumps({"lambda": "demo.noop", "payload": {}}).encode()
     batch = json.dumps({"tasks": [{"lambda": "demo.noop", "payload": {}}] * REST_BATCH}).encode()
-    with Fleet(target.name, [target.driver.api_command(target.env, port)]):
+    with Fleet(target.name, [target.driver.api_command(target.env, port)]) as api:
         services.wait_for_port(port, timeout_s=30)
         _post_many(port, SINGLE, single, token, 20, REST_CLIENT_THREADS)  # warm both workers up
+        started = time.time()
         single_s = _post_many(port, SINGLE, single, token, plan.rest_single_n, REST_CLIENT_THREADS)
+        ended = time.time()
         batches = max(1, plan.rest_batch_n // REST_BATCH)
         batch_s = _post_many(port, BATCH, batch, token, batches, 2)
+    # The API's CPU per single POST: what a loaded machine's requests/s leave out.
+    api_s = sum(api.cpu_between(started, ended).values())
     return {"rest_single": plan.rest_single_n / single_s,
+            "cpu_rest_single_api": api_s * 1e6 / plan.rest_single_n,
             "rest_batch": batches * REST_BATCH / batch_s}
 
 

@@ -123,6 +123,9 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds recorded (8)")
     parser.add_argument("--top", type=int, default=15, help="functions shown per process")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432")
+    parser.add_argument("--db-prefix", default="profile",
+                        help="prefix of the database's name (profile): one of its own for each "
+                        "profile that runs at once on this server")
     return parser.parse_args(argv)
 
 
@@ -179,7 +182,7 @@ def main(argv: list[str]) -> None:
     plan = measure.Plan(**{**QUICK.__dict__, "drain_n": args.tasks})
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as scratch:
         redis_url = stack.enter_context(services.PrivateRedis())
-        (target,) = _targets(["atf"], redis_url, args.pg_url, plan, prefix="profile")
+        (target,) = _targets(["atf"], redis_url, args.pg_url, plan, prefix=args.db_prefix)
         target.reset()
         profile = _profile_rest if args.rest else _profile_drain
         profile(target, args, Path(scratch), stack)

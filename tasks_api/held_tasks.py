@@ -132,8 +132,9 @@ def counted(row: Worker, wanted: int, reported_ends: Sequence[remote_workers.Rep
         yield Room(count=wanted, held=0)
         return
     with remote_workers.token_turn(row.credential):
-        room = room_left(row, wanted, remote_workers.held(row, reported_ends,
-                                                          whole_token=bool(ceiling())))
+        room = room_left(row, wanted, remote_workers.held(
+            row, reported_ends, whole_token=bool(ceiling()), worker_most=bound(row) or None,
+            token_most=ceiling() or None))
         if not room.count and refuse:
             _refused(row, room.setting or SETTING)
         yield room

@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.metadata import BaseMetadata, SimpleMetadata
-from rest_framework.negotiation import BaseContentNegotiation, DefaultContentNegotiation
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.pagination import BasePagination
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
@@ -27,6 +27,7 @@ from rest_framework.versioning import BaseVersioning
 
 from tasks_api import admission, fair_share
 from tasks_api.defaults import REST_FRAMEWORK
+from tasks_api.renderers import PlainNegotiation
 
 if TYPE_CHECKING:
     from django.http import HttpRequest, HttpResponseBase
@@ -64,7 +65,7 @@ class ApiPolicy(_View):
     parser_classes: Sequence[type[BaseParser]] = _classes("DEFAULT_PARSER_CLASSES")
     renderer_classes: Sequence[type[BaseRenderer]] = _classes("DEFAULT_RENDERER_CLASSES")
     throttle_classes: Sequence[type[BaseThrottle]] = _classes("DEFAULT_THROTTLE_CLASSES")
-    content_negotiation_class: type[BaseContentNegotiation] = DefaultContentNegotiation
+    content_negotiation_class: type[BaseContentNegotiation] = PlainNegotiation
     metadata_class: str | type[BaseMetadata] | None = SimpleMetadata
     versioning_class: type[BaseVersioning] | None = None
     # A list view names its own pagination; filters are its query serializers' job.

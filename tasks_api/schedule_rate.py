@@ -29,7 +29,7 @@ from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 
 from tasks_api.models import ApiToken
-from tasks_api.throttling import count_in_window
+from tasks_api.window_count import count_in_window
 from tasks_core import access
 from tasks_core.conf import atf_settings
 

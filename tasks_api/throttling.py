@@ -6,11 +6,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.throttling import BaseThrottle
 
 from tasks_api.models import ApiToken
+from tasks_api.window_count import count_in_window
 from tasks_core.conf import atf_settings
 
 if TYPE_CHECKING:
@@ -33,26 +33,12 @@ def parse_rate(rate: str) -> tuple[int, int]:
         ) from None
 
 
-def count_in_window(key: str, amount: int, *, timeout_s: int) -> int | None:
-    """Add `amount` to the counter `key` (made, expiring after `timeout_s`, by the first
-    count); its new value, or None when the cache cannot count (unreachable, or the key
-    vanished): callers then let the request through. One round trip, two for a key's first."""
-    try:
-        return cache.incr(key, amount)
-    except ValueError:  # the key's first count
-        cache.add(key, 0, timeout=timeout_s)
-        try:
-            return cache.incr(key, amount)
-        except ValueError:
-            return None
-
-
 class TokenRateThrottle(BaseThrottle):
     """At most ATF_API_THROTTLE_RATE requests per token (per user for a session) and window.
 
     One counter per window costs one cache round trip per request (two for the window's
-    first), whatever the rate; an unreachable cache lets requests through rather than
-    refusing them.
+    first), whatever the rate, and no script (tasks_api/window_count.py); an unreachable
+    cache lets requests through rather than refusing them.
     """
 
     def __init__(self) -> None:

@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks_api import fair_share, held_tasks
+from tasks_api import fair_share, held_tasks, worker_forms
 from tasks_api import worker_serializers as shapes
 from tasks_api.memory import ShortMemory
 from tasks_api.openapi import extend_schema
@@ -57,9 +57,8 @@ def _shared_queue(kind: str = "requests") -> queues.QueueBackend:
 
 
 def _form(serializer_class: type[shapes.StrictSerializer], request: Request) -> Any:
-    form = serializer_class(data=request.data)
-    form.is_valid(raise_exception=True)
-    return form
+    """The body read as `serializer_class` reads it (the hot ones in plain code)."""
+    return worker_forms.read(serializer_class, request.data)
 
 
 def _finished(statuses: Mapping[int, TaskStatus | None]) -> list[dict[str, Any]]:
@@ -81,11 +80,12 @@ class WorkerView(ApiPolicy, APIView):
     def credential(self) -> str:
         return worker_credential(self.request)
 
-    def worker(self, form: shapes.WorkerIdSerializer) -> Worker:
-        """The caller's running worker named in `form`, registered with the caller's token (404
-        otherwise: another token's worker is refused like a missing one). Remembered for
-        ATF_API_AUTH_CACHE_S seconds: a worker marked stopped by another process (the consumer,
-        for one not seen for ATF_WORKER_STALE_S) is refused at most that much later."""
+    def worker(self, form: Any) -> Worker:
+        """The caller's running worker named in `form` (a read body), registered with the
+        caller's token (404 otherwise: another token's worker is refused like a missing one).
+        Remembered for ATF_API_AUTH_CACHE_S seconds: a worker marked stopped by another process
+        (the consumer, for one not seen for ATF_WORKER_STALE_S) is refused at most that much
+        later."""
         key = (form.validated_data["worker"], self.teams(), self.credential())
         if (row := _workers.get(key)) is None:
             row = remote_workers.worker(*key)

@@ -8,10 +8,8 @@ treated as unknown: not started, lost, refused, not released.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -20,7 +18,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from tasks_core import (
@@ -209,10 +207,6 @@ def claim_popped(row: Worker, popped: Sequence[queues.Popped], *, queue: queues.
     return claimer.claim(taken) if taken else []
 
 
-#: The statuses of the tasks a worker holds (those the partial index task_held covers).
-HELD = (TaskStatus.CLAIMED, TaskStatus.PROCESSING)
-
-
 @dataclass(frozen=True)
 class Holding:
     """Tasks held, claimed or processing: by one worker, and by every worker of its token."""
@@ -228,24 +222,17 @@ def token_turn(credential: str) -> AbstractContextManager[None]:
 
 
 def held(row: Worker, reported_ends: Sequence[ReportedEnd] = (), *,
-         whole_token: bool = False) -> Holding:
+         whole_token: bool = False, worker_most: int | None = None,
+         token_most: int | None = None) -> Holding:
     """Tasks `row` holds, and with `whole_token` those every worker of its token holds (0
-    without), once `reported_ends` (with their current leases) are recorded. One read by the
-    index of held tasks (task_held), which visits these workers' rows only."""
-    mine = Q(worker=row.worker_id)
-    counts = {"by_worker": Count("pk", filter=mine)}
-    if whole_token:
-        counts["by_token"] = Count("pk")
-    if reported_ends:
-        ending = functools.reduce(operator.or_, (Q(pk=end.task_id, lease=end.lease)
-                                                 for end in reported_ends))
-        counts["freed"] = Count("pk", filter=mine & Q(status=TaskStatus.PROCESSING) & ending)
-    found = TaskEntity.objects.filter(
-        Q(worker__in=_workers_of(row.credential)) if whole_token else mine,
-        status__in=HELD).aggregate(**counts)
-    freed = found.get("freed", 0)
-    return Holding(worker=found["by_worker"] - freed,
-                   token=max(0, found.get("by_token", 0) - freed))
+    without), once `reported_ends` (with their current leases) are recorded. One statement
+    (tasks_core.store.held), by the index of held tasks (task_held): a count may stop past
+    `worker_most` (`token_most`), the bound that the caller holds it to."""
+    mine, token = store.held(row.worker_id, [store.Lease(end.task_id, end.lease)
+                                             for end in reported_ends],
+                             credential=row.credential if whole_token else None,
+                             worker_most=worker_most, token_most=token_most)
+    return Holding(worker=mine, token=token)
 
 
 def _claim_ready(claimer: Claimer, max_count: int,

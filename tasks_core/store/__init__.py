@@ -38,6 +38,7 @@ from tasks_core.store.worker import (
     finish_and_claim,
     finish_many,
     heartbeat,
+    held,
     release,
     start,
     start_many,
@@ -46,6 +47,6 @@ from tasks_core.store.worker import (
 __all__ = [
     "CLAIMED_COLUMNS", "ClaimedTask", "DueBatch", "Lease", "NewTask", "Outcome", "Result",
     "cancel", "claim", "create", "discard", "enqueue_due", "error_info", "exclusive", "finish",
-    "finish_and_claim", "finish_many", "heartbeat", "release", "requeue", "retrigger",
+    "finish_and_claim", "finish_many", "heartbeat", "held", "release", "requeue", "retrigger",
     "run_now", "start", "start_many", "stop_requested", "transition",
 ]

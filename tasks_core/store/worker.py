@@ -36,6 +36,14 @@ def exclusive(key: str) -> contextlib.AbstractContextManager[None]:
     return backends.current().exclusive(key)
 
 
+def held(worker: str, ending: Sequence[Lease], *, credential: str | None = None,
+         worker_most: int | None = None, token_most: int | None = None) -> tuple[int, int]:
+    """Tasks `worker`, and every worker of `credential` (0 without), hold once the `ending`
+    ones are taken off (StoreBackend.held: a count may stop past its bound)."""
+    return backends.current().held(worker, ending, credential=credential,
+                                   worker_most=worker_most, token_most=token_most)
+
+
 def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int],
           now: datetime, start: bool = False) -> list[ClaimedTask]:
     """Claim the tasks of `messages` whose lease is current; stale messages are left out.

@@ -36,6 +36,9 @@ from tasks_core.store.values import (
 #: that share one wait for each other, which is only slower).
 _EXCLUSIVE_LOCKS = [threading.Lock() for _ in range(64)]
 
+#: The statuses of the tasks a worker holds (those the partial index task_held covers).
+HELD = (TaskStatus.CLAIMED, TaskStatus.PROCESSING)
+
 
 class StoreBackend(ABC):
     """The state changes of the task store on one kind of database."""
@@ -148,6 +151,32 @@ class StoreBackend(ABC):
                             {task.task_id: assocs[directory.by_name(task.lambda_name).id]
                              for task in claimed}, now=now)
         return [task for task in claimed if task.task_id in starts.started], starts
+
+    def held(self, worker: str, ending: Sequence[Lease], *, credential: str | None = None,
+             worker_most: int | None = None, token_most: int | None = None) -> tuple[int, int]:
+        """Tasks held (claimed or processing) by `worker`, and by every worker `credential`
+        registered (0 without one), once the `ending` ones (the worker's processing tasks at
+        those leases) are taken off. A count may stop past `worker_most` (`token_most`) plus
+        `len(ending)` tasks: a caller bounded by it learns that much is held, no more. Here the
+        ORM's exact counts; a backend may stop where allowed."""
+        from django.db.models import Count, Q
+
+        from tasks_core.models import Worker
+
+        mine = Q(worker=worker)
+        counts = {"by_worker": Count("pk", filter=mine)}
+        if credential is not None:
+            counts["by_token"] = Count("pk")
+        if ending:
+            leases = Q()
+            for lease in ending:
+                leases |= Q(pk=lease.task_id, lease=lease.lease)
+            counts["freed"] = Count("pk", filter=mine & Q(status=TaskStatus.PROCESSING) & leases)
+        workers = Q(worker__in=Worker.objects.filter(credential=credential).values("worker_id")) \
+            if credential is not None else mine
+        found = TaskEntity.objects.filter(workers, status__in=HELD).aggregate(**counts)
+        freed = found.get("freed", 0)
+        return found["by_worker"] - freed, max(0, found.get("by_token", 0) - freed)
 
     @abstractmethod
     def heartbeat(self, leases: Sequence[Lease], *, now: datetime,

@@ -27,6 +27,7 @@ from tasks_core.models import (
     TaskAttempt,
     TaskDependency,
     TaskEntity,
+    Worker,
 )
 from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store.backends.orm import OrmBackend, due_row
@@ -48,6 +49,7 @@ _TABLES = {
     "assoc": TaskAssoc._meta.db_table,
     "attempt": TaskAttempt._meta.db_table,
     "dependency": TaskDependency._meta.db_table,
+    "worker": Worker._meta.db_table,
 }
 
 
@@ -393,6 +395,26 @@ EXCLUSIVE_SPACE = 0x415446
 EXCLUSIVE = "SELECT pg_advisory_xact_lock(%(space)s, hashtext(%(key)s))"
 
 
+#: What a worker, and its token's workers, hold: each count stops at its LIMIT (NULL: none), a
+#: bound past which the caller learns no more; the statuses are literals, as the partial index
+#: task_held names them, so that even a prepared statement's generic plan reads only it. The
+#: ending tasks are found by id, and taken off where the worker processes them at that lease.
+HELD_COUNTS = _sql("""
+SELECT
+  (SELECT count(*) FROM (SELECT 1 FROM {entity}
+     WHERE worker = %(worker)s AND status IN ('claimed', 'processing')
+     LIMIT %(worker_most)s) AS mine),
+  (SELECT count(*) FROM (SELECT 1 FROM {entity}
+     WHERE worker = ANY(ARRAY(SELECT worker_id FROM {worker} WHERE credential = %(credential)s))
+       AND status IN ('claimed', 'processing')
+     LIMIT %(token_most)s) AS token),
+  (SELECT count(*) FROM {entity} AS t
+     JOIN unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS e(id, lease)
+       ON t.id = e.id AND t.lease = e.lease
+     WHERE t.worker = %(worker)s AND t.status = 'processing')
+""")
+
+
 class PostgresBackend(OrmBackend):
     """The ORM backend with its hot batch steps replaced by the statements above; `prepare`:
     each statement is prepared once per connection (off behind a transaction-mode pooler)."""
@@ -415,6 +437,20 @@ class PostgresBackend(OrmBackend):
         with transaction.atomic():
             self._run(EXCLUSIVE, {"space": EXCLUSIVE_SPACE, "key": key})
             yield
+
+    def held(self, worker: str, ending: Sequence[Lease], *, credential: str | None = None,
+             worker_most: int | None = None, token_most: int | None = None) -> tuple[int, int]:
+        """One statement with constant text (the ORM's builds an OR of every ending task, and
+        reads every held row): each count stops at its bound plus the ending tasks."""
+        extra = len(ending)
+        ((mine, token, freed),) = self._run(HELD_COUNTS, {
+            "worker": worker, "credential": credential or "",
+            "worker_most": None if worker_most is None else worker_most + extra,
+            "token_most": 0 if credential is None else
+            None if token_most is None else token_most + extra,
+            "ids": [lease.task_id for lease in ending],
+            "leases": [lease.lease for lease in ending]})
+        return mine - freed, max(0, token - freed)
 
     def insert(self, entities: Sequence[TaskEntity], assocs: Sequence[AssocChange], *,
                collections: Sequence[tuple[int, str]] = ()) -> None:
