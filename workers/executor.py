@@ -5,7 +5,6 @@ No queue I/O here."""
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
@@ -58,12 +57,13 @@ def run_lambda(task: store.ClaimedTask, ctx: TaskContext, *, worker: str) -> sto
         # whatever a lambda raises fails its attempt (retriable), never its executor thread
         return failed(Outcome.RETRY, exc)
     try:
-        json.dumps(value, allow_nan=False)
+        value_json = store.encode(value)  # the text the store writes: encoded once, here
     except (TypeError, ValueError, RecursionError) as exc:
         error = {"type": "ResultNotJSON", "traceback": "",
                  "message": f"the lambda returned a value that is not JSON: {exc}"}
         return store.Result(outcome=Outcome.FATAL, error=error, started_at=started, worker=worker)
-    return store.Result(outcome=Outcome.SUCCESS, value=value, started_at=started, worker=worker)
+    return store.Result(outcome=Outcome.SUCCESS, value=value, value_json=value_json,
+                        started_at=started, worker=worker)
 
 
 def result_writer(transport: Transport, buffer: WorkBuffer | None = None,

@@ -178,19 +178,19 @@ UPDATE {assoc} SET status = %(assoc_status)s, next_trigger_at = %(trigger)s
 WHERE task_id = ANY(%(bump)s::bigint[] || %(keep)s::bigint[])
 """)
 
+#: The compare-and-set of the statements below is each UPDATE's own WHERE (the lease and the
+#: status the caller expects): no row is locked first. In READ COMMITTED, an UPDATE that meets
+#: a row another transaction changed meanwhile waits for it and evaluates its WHERE again on
+#: the newest version, so a lease that moved on leaves the row alone, as a `FOR UPDATE` read
+#: first would, at half the row visits and without the lock's WAL record. The rows are
+#: visited in the order of `wanted` (ids sorted: the lock order), one primary-key probe each.
 _CLAIM = _sql("""
-WITH wanted AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS w(id, lease)
-), locked AS (
-    SELECT t.id FROM wanted w CROSS JOIN LATERAL (
-        SELECT id FROM {entity} WHERE id = w.id AND lease = w.lease AND status = %(expected)s
-                                  AND lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
-        FOR UPDATE
-    ) t
-), claimed AS (
+WITH claimed AS (
     UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
                           claimed_at = %(now)s
-    FROM locked WHERE t.id = locked.id
+    FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS w(id, lease)
+    WHERE t.id = w.id AND t.lease = w.lease AND t.status = %(expected)s
+          AND t.lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
     RETURNING t.id, t.lease, t.lambda_ref_id, t.collection, t.priority, t.payload::text,
               t.attempts, t.max_attempts, t.timeout_s
 ), assoc AS (
@@ -200,34 +200,44 @@ WITH wanted AS (
 SELECT * FROM claimed ORDER BY id
 """)
 
-#: Gates are read in the statement itself (two primary-key probes a task), so a task of a lambda
-#: or collection paused a moment ago never starts: it goes back to `new`, or ends `dropped`.
-#: The pieces below are shared by the start and by the claim that starts at once: `locked`
-#: (the CTE they build) holds each guarded task's id and what its gates say.
-_GATE = """
-    CASE WHEN %(dropped)s IN (lg.gate, cg.gate) THEN %(dropped)s
-         WHEN %(paused)s IN (lg.gate, cg.gate) THEN %(paused)s
-         ELSE %(open)s END AS gate"""
-_GATE_JOINS = """
+#: Gates are read in the statement itself, so a task of a lambda or collection paused a moment
+#: ago never starts: it goes back to `new`, or ends `dropped`. They are read once per (lambda,
+#: collection) of the batch, not once per task. The pieces below are shared by the start and
+#: by the claim that starts at once: `current` (the CTE they build: each task whose lease and
+#: status match, read without a lock) becomes `decided`, with what its gates say; each UPDATE
+#: then checks lease and status again (the compare-and-set).
+_GATES = """
+gates AS (
+    SELECT k.lambda_ref_id, k.collection,
+           CASE WHEN %(dropped)s IN (lg.gate, cg.gate) THEN %(dropped)s
+                WHEN %(paused)s IN (lg.gate, cg.gate) THEN %(paused)s
+                ELSE %(open)s END AS gate
+    FROM (SELECT DISTINCT lambda_ref_id, collection FROM current) k
     -- A gate whose `until` has passed is open (tasks_core.gating.effective).
     CROSS JOIN LATERAL (
         SELECT CASE WHEN gate_until <= %(now)s THEN %(open)s ELSE gate END AS gate
-        FROM {lambda} WHERE id = t.lambda_ref_id
+        FROM {lambda} WHERE id = k.lambda_ref_id
     ) lg
     LEFT JOIN LATERAL (
         SELECT CASE WHEN gate_until <= %(now)s THEN %(open)s ELSE gate END AS gate
-        FROM {collection} WHERE lambda_ref_id = t.lambda_ref_id AND name = t.collection
-    ) cg ON true"""
+        FROM {collection} WHERE lambda_ref_id = k.lambda_ref_id AND name = k.collection
+    ) cg ON true
+), decided AS (
+    SELECT current.*, gates.gate FROM current JOIN gates USING (lambda_ref_id, collection)
+    ORDER BY current.id
+)"""
 #: A paused gate sends the task back to `new`, due at once; a dropped one ends it `dropped`.
 _GATE_STOPS = """
 held AS (
     UPDATE {entity} t SET status = %(new)s, worker = ''
-    FROM locked WHERE t.id = locked.id AND locked.gate = %(paused)s
+    FROM decided d WHERE t.id = d.id AND t.lease = d.lease AND t.status = %(expected)s
+                         AND d.gate = %(paused)s
     RETURNING t.id
 ), dropped AS (
     UPDATE {entity} t SET status = %(dropped_status)s, finished_at = %(now)s,
                           last_error = %(dropped_error)s::jsonb
-    FROM locked WHERE t.id = locked.id AND locked.gate = %(dropped)s
+    FROM decided d WHERE t.id = d.id AND t.lease = d.lease AND t.status = %(expected)s
+                         AND d.gate = %(dropped)s
     RETURNING t.id
 ), held_assoc AS (
     UPDATE {assoc} a SET status = %(assoc_new)s, next_trigger_at = %(now)s
@@ -238,25 +248,20 @@ held AS (
 )"""
 
 _START = _sql("""
-WITH wanted AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(assoc_statuses)s::varchar[],
-                         %(triggers)s::timestamptz[])
-        AS w(id, lease, assoc_status, trigger)
-), locked AS (
-    SELECT t.id, w.assoc_status, w.trigger, """ + _GATE + """
-    FROM wanted w CROSS JOIN LATERAL (
-        SELECT id, lambda_ref_id, collection FROM {entity}
-        WHERE id = w.id AND lease = w.lease AND status = %(expected)s
-        FOR UPDATE
-    ) t""" + _GATE_JOINS + """
-), started AS (
+WITH current AS (
+    SELECT t.id, t.lease, t.lambda_ref_id, t.collection, w.assoc_status, w.trigger
+    FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(assoc_statuses)s::varchar[],
+                %(triggers)s::timestamptz[]) AS w(id, lease, assoc_status, trigger)
+    JOIN {entity} t ON t.id = w.id AND t.lease = w.lease AND t.status = %(expected)s
+), """ + _GATES + """, started AS (
     UPDATE {entity} t SET status = %(target)s, attempts = t.attempts + 1, started_at = %(now)s,
                           heartbeat_at = %(now)s
-    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
+    FROM decided d WHERE t.id = d.id AND t.lease = d.lease AND t.status = %(expected)s
+                         AND d.gate = %(open)s
     RETURNING t.id
 ), assoc AS (
-    UPDATE {assoc} a SET status = locked.assoc_status, next_trigger_at = locked.trigger
-    FROM started JOIN locked ON locked.id = started.id WHERE a.task_id = started.id
+    UPDATE {assoc} a SET status = d.assoc_status, next_trigger_at = d.trigger
+    FROM started JOIN decided d ON d.id = started.id WHERE a.task_id = started.id
 ), """ + _GATE_STOPS + """
 SELECT id, %(open)s::text FROM started
 UNION ALL SELECT id, %(paused)s::text FROM held
@@ -269,24 +274,20 @@ UNION ALL SELECT id, %(dropped)s::text FROM dropped
 #: by lambda). Rows: the started tasks (CLAIMED_COLUMNS, gate open) and then the ids a gate
 #: held or dropped.
 _CLAIM_START = _sql("""
-WITH wanted AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS w(id, lease)
+WITH current AS (
+    SELECT t.id, t.lease, t.lambda_ref_id, t.collection
+    FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS w(id, lease)
+    JOIN {entity} t ON t.id = w.id AND t.lease = w.lease AND t.status = %(expected)s
+                       AND t.lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
 ), triggers AS (
     SELECT * FROM unnest(%(trigger_lambda_ids)s::bigint[], %(triggers)s::timestamptz[])
         AS g(lambda_id, trigger)
-), locked AS (
-    SELECT t.id, """ + _GATE + """
-    FROM wanted w CROSS JOIN LATERAL (
-        SELECT id, lambda_ref_id, collection FROM {entity}
-        WHERE id = w.id AND lease = w.lease AND status = %(expected)s
-              AND lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
-        FOR UPDATE
-    ) t""" + _GATE_JOINS + """
-), started AS (
+), """ + _GATES + """, started AS (
     UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
                           claimed_at = %(now)s, attempts = t.attempts + 1, started_at = %(now)s,
                           heartbeat_at = %(now)s
-    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
+    FROM decided d WHERE t.id = d.id AND t.lease = d.lease AND t.status = %(expected)s
+                         AND d.gate = %(open)s
     RETURNING t.id, t.lease, t.lambda_ref_id, t.collection, t.priority, t.payload::text,
               t.attempts, t.max_attempts, t.timeout_s
 ), assoc AS (
@@ -300,25 +301,22 @@ UNION ALL SELECT %(dropped)s::text, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM dropped ORDER BY 2
 """)
 
+#: The endings come as one JSON array of arrays, each in _endings()'s order, the result last
+#: (its JSON text as the executor encoded it, spliced in, never decoded and encoded again):
+#: one text to send, where eleven arrays cost the worker far more to build and bind.
 _FINISH = _sql("""
 WITH ending AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(statuses)s::varchar[],
-                         %(results)s::jsonb[], %(errors)s::jsonb[],
-                         %(finished)s::timestamptz[], %(assoc_statuses)s::varchar[],
-                         %(triggers)s::timestamptz[], %(workers)s::varchar[],
-                         %(started)s::timestamptz[], %(outcomes)s::varchar[])
-        AS e(id, lease, status, result, error, finished_at, assoc_status, trigger, worker,
-             started_at, outcome)
-), locked AS (
-    SELECT t.id FROM ending e CROSS JOIN LATERAL (
-        SELECT id FROM {entity} WHERE id = e.id AND lease = e.lease AND status = %(expected)s
-        FOR UPDATE
-    ) t
+    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS lease, e->>2 AS status,
+           NULLIF(e->3, 'null'::jsonb) AS error, (e->>4)::timestamptz AS finished_at,
+           e->>5 AS assoc_status, (e->>6)::timestamptz AS trigger, e->>7 AS worker,
+           (e->>8)::timestamptz AS started_at, e->>9 AS outcome,
+           NULLIF(e->10, 'null'::jsonb) AS result
+    FROM jsonb_array_elements(%(endings)s::jsonb) AS e
 ), written AS (
     UPDATE {entity} t SET status = e.status, result = COALESCE(e.result, t.result),
                           last_error = COALESCE(e.error, t.last_error),
                           finished_at = COALESCE(e.finished_at, t.finished_at)
-    FROM ending e JOIN locked ON locked.id = e.id WHERE t.id = e.id
+    FROM ending e WHERE t.id = e.id AND t.lease = e.lease AND t.status = %(expected)s
     RETURNING t.id, t.group_id
 ), assoc AS (
     UPDATE {assoc} a SET status = e.assoc_status, next_trigger_at = e.trigger
@@ -337,6 +335,17 @@ FROM written
 """)
 
 
+def _endings(endings: Sequence[Ending]) -> str:
+    """_FINISH's document: per ending an array of its values, its result's JSON text last."""
+    rows = []
+    for e in endings:
+        values = json.dumps([e.task_id, e.lease, e.status, e.error, _iso(e.finished_at),
+                             e.assoc.status, _iso(e.assoc.next_trigger_at), e.worker,
+                             _iso(e.started_at), e.outcome])
+        rows.append(f"{values[:-1]},{e.result_json or 'null'}]")
+    return f"[{','.join(rows)}]"
+
+
 def _one_row(entity: TaskEntity, assoc: AssocChange, *, new_collection: bool) -> dict[str, Any]:
     """_INSERT_ONE's values of one task (plain values: each array costs more to send)."""
     return {
@@ -353,7 +362,7 @@ def _one_row(entity: TaskEntity, assoc: AssocChange, *, new_collection: bool) ->
 
 
 def _gate_params() -> dict[str, Any]:
-    """The values _GATE and _GATE_STOPS name."""
+    """The values _GATES and _GATE_STOPS name."""
     return {
         "new": TaskStatus.NEW.value, "dropped_status": TaskStatus.DROPPED.value,
         "open": GateState.OPEN.value, "paused": GateState.PAUSED.value,
@@ -501,16 +510,6 @@ class PostgresBackend(OrmBackend):
 
     def finish(self, endings: Sequence[Ending], *, now: datetime) -> dict[int, Written]:
         endings = sorted(endings, key=lambda e: e.task_id)  # the lock order
-        rows = self._run(_FINISH, {
-            "ids": [e.task_id for e in endings], "leases": [e.lease for e in endings],
-            "statuses": [e.status for e in endings],
-            "results": [_json(e.result) for e in endings],
-            "errors": [_json(e.error) for e in endings],
-            "finished": [e.finished_at for e in endings],
-            "assoc_statuses": [e.assoc.status for e in endings],
-            "triggers": [e.assoc.next_trigger_at for e in endings],
-            "workers": [e.worker for e in endings],
-            "started": [e.started_at for e in endings], "outcomes": [e.outcome for e in endings],
-            "expected": TaskStatus.PROCESSING.value, "now": now,
-        })
+        rows = self._run(_FINISH, {"endings": _endings(endings), "now": now,
+                                   "expected": TaskStatus.PROCESSING.value})
         return {pk: Written(has_children, group_id) for pk, has_children, group_id in rows}
