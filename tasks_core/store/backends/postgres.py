@@ -312,11 +312,19 @@ WITH ending AS (
            (e->>8)::timestamptz AS started_at, e->>9 AS outcome,
            NULLIF(e->10, 'null'::jsonb) AS result
     FROM jsonb_array_elements(%(endings)s::jsonb) AS e
+), locked AS (
+    -- Locked first, one primary-key probe a row in id order: without it the planner may
+    -- reach `processing` rows through a status index instead (more buffers a row, measured),
+    -- and lock them in another order.
+    SELECT t.id FROM ending e CROSS JOIN LATERAL (
+        SELECT id FROM {entity} WHERE id = e.id AND lease = e.lease AND status = %(expected)s
+        FOR UPDATE
+    ) t
 ), written AS (
     UPDATE {entity} t SET status = e.status, result = COALESCE(e.result, t.result),
                           last_error = COALESCE(e.error, t.last_error),
                           finished_at = COALESCE(e.finished_at, t.finished_at)
-    FROM ending e WHERE t.id = e.id AND t.lease = e.lease AND t.status = %(expected)s
+    FROM ending e JOIN locked ON locked.id = e.id WHERE t.id = e.id
     RETURNING t.id, t.group_id
 ), assoc AS (
     UPDATE {assoc} a SET status = e.assoc_status, next_trigger_at = e.trigger
