@@ -1,12 +1,11 @@
 """The store's hot batch statements on PostgreSQL: one statement, one round trip, per batch.
 
-Each statement locks the rows it will change in id order (the lock order of tasks_core.store),
-changes only those whose status and lease still match (the compare-and-set), updates their
-assoc rows in the same statement, and returns what changed. Rows come in as arrays (`unnest`)
-or, for new tasks, one JSON document, so a batch of any size is one statement, and no model
-object is built on the way. Everything
-else (heartbeat, release, operators' actions, chains) is the ORM backend's, which serves both.
-"""
+Each statement changes, in id order (the lock order of tasks_core.store), only the rows whose
+status and lease still match (the compare-and-set, in the guarded UPDATE's own WHERE), updates
+their assoc rows in the same statement, and returns what changed. Rows come in as arrays
+(`unnest`) or, for new tasks and endings, one JSON document, so a batch of any size is one
+statement, and no model object is built on the way. Everything else (heartbeat, release,
+operators' actions, chains) is the ORM backend's, which serves both."""
 
 from __future__ import annotations
 
@@ -218,7 +217,7 @@ SELECT * FROM claimed ORDER BY id
 #: status match, read without a lock) becomes `decided`, with what its gates say; each UPDATE
 #: then checks lease and status again (the compare-and-set).
 _GATES = """
-gates AS (
+gates AS MATERIALIZED (  -- else the planner looks the gates up again for every task
     SELECT k.lambda_ref_id, k.collection,
            CASE WHEN %(dropped)s IN (lg.gate, cg.gate) THEN %(dropped)s
                 WHEN %(paused)s IN (lg.gate, cg.gate) THEN %(paused)s
