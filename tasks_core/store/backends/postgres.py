@@ -1,11 +1,12 @@
 """The store's hot batch statements on PostgreSQL: one statement, one round trip, per batch.
 
-Each statement changes, in id order (the lock order of tasks_core.store), only the rows whose
-status and lease still match (the compare-and-set, in the guarded UPDATE's own WHERE), updates
-their assoc rows in the same statement, and returns what changed. Rows come in as arrays
-(`unnest`) or, for new tasks and endings, one JSON document, so a batch of any size is one
-statement, and no model object is built on the way. Everything else (heartbeat, release,
-operators' actions, chains) is the ORM backend's, which serves both."""
+Each statement locks the rows it will change in id order (the lock order of tasks_core.store),
+changes only those whose status and lease still match (the compare-and-set), updates their
+assoc rows in the same statement, and returns what changed. Rows come in as arrays (`unnest`)
+or, for new tasks and endings, one JSON document, so a batch of any size is one statement, and no model
+object is built on the way. Everything
+else (heartbeat, release, operators' actions, chains) is the ORM backend's, which serves both.
+"""
 
 from __future__ import annotations
 
@@ -177,30 +178,19 @@ UPDATE {assoc} SET status = %(assoc_status)s, next_trigger_at = %(trigger)s
 WHERE task_id = ANY(%(bump)s::bigint[] || %(keep)s::bigint[])
 """)
 
-#: The tasks of `wanted` whose lease and status match, read without a lock, each by a
-#: primary-key probe through a LATERAL join (a plain join let the planner walk a status index
-#: on a stale estimate), in id order. Followed by the statement's own conditions, then `) t`.
-_CURRENT = """
-    SELECT t.* FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) WITH ORDINALITY
-        AS w(id, lease, n)
-    CROSS JOIN LATERAL (
-        SELECT id, lease, lambda_ref_id, collection, w.n FROM {entity}
-        WHERE id = w.id AND lease = w.lease AND status = %(expected)s"""
-
-#: The compare-and-set of the claim and start statements is each UPDATE's own WHERE (the
-#: lease and the status the caller expects): no row is locked before its UPDATE. In READ
-#: COMMITTED, an UPDATE that meets a row another transaction changed meanwhile waits for it and
-#: evaluates its WHERE again on the newest version, so a lease that moved on leaves the row
-#: alone, as a `FOR UPDATE` read first would, without that lock's WAL record and dirtied page.
-#: The UPDATE visits the rows in the order of `current` (ids sorted: the lock order).
 _CLAIM = _sql("""
-WITH current AS (""" + _CURRENT + """
-          AND lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
+WITH wanted AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS w(id, lease)
+), locked AS (
+    SELECT t.id FROM wanted w CROSS JOIN LATERAL (
+        SELECT id FROM {entity} WHERE id = w.id AND lease = w.lease AND status = %(expected)s
+                                  AND lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
+        FOR UPDATE
     ) t
 ), claimed AS (
     UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
                           claimed_at = %(now)s
-    FROM current c WHERE t.id = c.id AND t.lease = c.lease AND t.status = %(expected)s
+    FROM locked WHERE t.id = locked.id
     RETURNING t.id, t.lease, t.lambda_ref_id, t.collection, t.priority, t.payload::text,
               t.attempts, t.max_attempts, t.timeout_s
 ), assoc AS (
@@ -210,44 +200,34 @@ WITH current AS (""" + _CURRENT + """
 SELECT * FROM claimed ORDER BY id
 """)
 
-#: Gates are read in the statement itself, so a task of a lambda or collection paused a moment
-#: ago never starts: it goes back to `new`, or ends `dropped`. They are read once per (lambda,
-#: collection) of the batch, not once per task. The pieces below are shared by the start and
-#: by the claim that starts at once: `current` (the CTE they build: each task whose lease and
-#: status match, read without a lock) becomes `decided`, with what its gates say; each UPDATE
-#: then checks lease and status again (the compare-and-set).
-_GATES = """
-gates AS MATERIALIZED (  -- else the planner looks the gates up again for every task
-    SELECT k.lambda_ref_id, k.collection,
-           CASE WHEN %(dropped)s IN (lg.gate, cg.gate) THEN %(dropped)s
-                WHEN %(paused)s IN (lg.gate, cg.gate) THEN %(paused)s
-                ELSE %(open)s END AS gate
-    FROM (SELECT DISTINCT lambda_ref_id, collection FROM current) k
+#: Gates are read in the statement itself (two primary-key probes a task), so a task of a lambda
+#: or collection paused a moment ago never starts: it goes back to `new`, or ends `dropped`.
+#: The pieces below are shared by the start and by the claim that starts at once: `locked`
+#: (the CTE they build) holds each guarded task's id and what its gates say.
+_GATE = """
+    CASE WHEN %(dropped)s IN (lg.gate, cg.gate) THEN %(dropped)s
+         WHEN %(paused)s IN (lg.gate, cg.gate) THEN %(paused)s
+         ELSE %(open)s END AS gate"""
+_GATE_JOINS = """
     -- A gate whose `until` has passed is open (tasks_core.gating.effective).
     CROSS JOIN LATERAL (
         SELECT CASE WHEN gate_until <= %(now)s THEN %(open)s ELSE gate END AS gate
-        FROM {lambda} WHERE id = k.lambda_ref_id
+        FROM {lambda} WHERE id = t.lambda_ref_id
     ) lg
     LEFT JOIN LATERAL (
         SELECT CASE WHEN gate_until <= %(now)s THEN %(open)s ELSE gate END AS gate
-        FROM {collection} WHERE lambda_ref_id = k.lambda_ref_id AND name = k.collection
-    ) cg ON true
-), decided AS (
-    SELECT current.*, gates.gate FROM current JOIN gates USING (lambda_ref_id, collection)
-    ORDER BY current.id
-)"""
+        FROM {collection} WHERE lambda_ref_id = t.lambda_ref_id AND name = t.collection
+    ) cg ON true"""
 #: A paused gate sends the task back to `new`, due at once; a dropped one ends it `dropped`.
 _GATE_STOPS = """
 held AS (
     UPDATE {entity} t SET status = %(new)s, worker = ''
-    FROM decided d WHERE t.id = d.id AND t.lease = d.lease AND t.status = %(expected)s
-                         AND d.gate = %(paused)s
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(paused)s
     RETURNING t.id
 ), dropped AS (
     UPDATE {entity} t SET status = %(dropped_status)s, finished_at = %(now)s,
                           last_error = %(dropped_error)s::jsonb
-    FROM decided d WHERE t.id = d.id AND t.lease = d.lease AND t.status = %(expected)s
-                         AND d.gate = %(dropped)s
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(dropped)s
     RETURNING t.id
 ), held_assoc AS (
     UPDATE {assoc} a SET status = %(assoc_new)s, next_trigger_at = %(now)s
@@ -258,21 +238,25 @@ held AS (
 )"""
 
 _START = _sql("""
-WITH current AS (""" + _CURRENT + """
-    ) t
-), changes AS (
-    SELECT * FROM unnest(%(assoc_statuses)s::varchar[], %(triggers)s::timestamptz[])
-        WITH ORDINALITY AS c(assoc_status, trigger, n)
-), """ + _GATES + """, started AS (
+WITH wanted AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(assoc_statuses)s::varchar[],
+                         %(triggers)s::timestamptz[])
+        AS w(id, lease, assoc_status, trigger)
+), locked AS (
+    SELECT t.id, w.assoc_status, w.trigger, """ + _GATE + """
+    FROM wanted w CROSS JOIN LATERAL (
+        SELECT id, lambda_ref_id, collection FROM {entity}
+        WHERE id = w.id AND lease = w.lease AND status = %(expected)s
+        FOR UPDATE
+    ) t""" + _GATE_JOINS + """
+), started AS (
     UPDATE {entity} t SET status = %(target)s, attempts = t.attempts + 1, started_at = %(now)s,
                           heartbeat_at = %(now)s
-    FROM decided d WHERE t.id = d.id AND t.lease = d.lease AND t.status = %(expected)s
-                         AND d.gate = %(open)s
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
     RETURNING t.id
 ), assoc AS (
-    UPDATE {assoc} a SET status = c.assoc_status, next_trigger_at = c.trigger
-    FROM started JOIN decided d ON d.id = started.id JOIN changes c ON c.n = d.n
-    WHERE a.task_id = started.id
+    UPDATE {assoc} a SET status = locked.assoc_status, next_trigger_at = locked.trigger
+    FROM started JOIN locked ON locked.id = started.id WHERE a.task_id = started.id
 ), """ + _GATE_STOPS + """
 SELECT id, %(open)s::text FROM started
 UNION ALL SELECT id, %(paused)s::text FROM held
@@ -285,18 +269,24 @@ UNION ALL SELECT id, %(dropped)s::text FROM dropped
 #: by lambda). Rows: the started tasks (CLAIMED_COLUMNS, gate open) and then the ids a gate
 #: held or dropped.
 _CLAIM_START = _sql("""
-WITH current AS (""" + _CURRENT + """
-          AND lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
-    ) t
+WITH wanted AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS w(id, lease)
 ), triggers AS (
     SELECT * FROM unnest(%(trigger_lambda_ids)s::bigint[], %(triggers)s::timestamptz[])
         AS g(lambda_id, trigger)
-), """ + _GATES + """, started AS (
+), locked AS (
+    SELECT t.id, """ + _GATE + """
+    FROM wanted w CROSS JOIN LATERAL (
+        SELECT id, lambda_ref_id, collection FROM {entity}
+        WHERE id = w.id AND lease = w.lease AND status = %(expected)s
+              AND lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
+        FOR UPDATE
+    ) t""" + _GATE_JOINS + """
+), started AS (
     UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
                           claimed_at = %(now)s, attempts = t.attempts + 1, started_at = %(now)s,
                           heartbeat_at = %(now)s
-    FROM decided d WHERE t.id = d.id AND t.lease = d.lease AND t.status = %(expected)s
-                         AND d.gate = %(open)s
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
     RETURNING t.id, t.lease, t.lambda_ref_id, t.collection, t.priority, t.payload::text,
               t.attempts, t.max_attempts, t.timeout_s
 ), assoc AS (
@@ -383,7 +373,7 @@ def _one_row(entity: TaskEntity, assoc: AssocChange, *, new_collection: bool) ->
 
 
 def _gate_params() -> dict[str, Any]:
-    """The values _GATES and _GATE_STOPS name."""
+    """The values _GATE and _GATE_STOPS name."""
     return {
         "new": TaskStatus.NEW.value, "dropped_status": TaskStatus.DROPPED.value,
         "open": GateState.OPEN.value, "paused": GateState.PAUSED.value,
