@@ -3,10 +3,9 @@
 Each statement locks the rows it will change in id order (the lock order of tasks_core.store),
 changes only those whose status and lease still match (the compare-and-set), updates their
 assoc rows in the same statement, and returns what changed. Rows come in as arrays (`unnest`)
-or, for new tasks and endings, one JSON document, so a batch of any size is one statement, and no model
-object is built on the way. Everything
-else (heartbeat, release, operators' actions, chains) is the ORM backend's, which serves both.
-"""
+or, for new tasks and endings, one JSON document, so a batch of any size is one statement,
+and no model object is built on the way. Everything else (heartbeat, release, operators'
+actions, chains) is the ORM backend's, which serves both."""
 
 from __future__ import annotations
 
