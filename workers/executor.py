@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 import logging
 import threading
 import time
@@ -99,12 +98,13 @@ def lambda_result(call: Callable[[], Any], *, started: datetime, worker: str) ->
         # whatever a lambda raises fails its attempt (retriable), never its executor thread
         return failed(Outcome.RETRY, exc)
     try:
-        json.dumps(value, allow_nan=False)
+        value_json = store.encode(value)  # the text the store writes: encoded once, here
     except (TypeError, ValueError, RecursionError) as exc:
         error = {"type": "ResultNotJSON", "traceback": "",
                  "message": f"the lambda returned a value that is not JSON: {exc}"}
         return store.Result(outcome=Outcome.FATAL, error=error, started_at=started, worker=worker)
-    return store.Result(outcome=Outcome.SUCCESS, value=value, started_at=started, worker=worker)
+    return store.Result(outcome=Outcome.SUCCESS, value=value, value_json=value_json,
+                        started_at=started, worker=worker)
 
 
 def result_writer(transport: Transport, buffer: WorkBuffer | None = None,

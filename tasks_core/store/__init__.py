@@ -29,6 +29,7 @@ from tasks_core.store.values import (
     NewTask,
     Outcome,
     Result,
+    encode,
     error_info,
 )
 from tasks_core.store.worker import (
@@ -46,7 +47,8 @@ from tasks_core.store.worker import (
 
 __all__ = [
     "CLAIMED_COLUMNS", "ClaimedTask", "DueBatch", "Lease", "NewTask", "Outcome", "Result",
-    "cancel", "claim", "create", "discard", "enqueue_due", "error_info", "exclusive", "finish",
-    "finish_and_claim", "finish_many", "heartbeat", "held", "release", "requeue", "retrigger",
+    "cancel", "claim", "create", "discard", "encode", "enqueue_due", "error_info", "exclusive",
+    "finish", "finish_and_claim", "finish_many", "heartbeat", "held", "release", "requeue",
+    "retrigger",
     "run_now", "start", "start_many", "stop_requested", "transition",
 ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,6 +26,7 @@ from tasks_core.store.values import (
     LostAttempt,
     Outcome,
     Result,
+    encode,
 )
 
 #: Statuses a parent can end in that cancel its waiting children.
@@ -116,16 +116,30 @@ def plan_due(rows: Sequence[DueRow], *, decide: Callable[[str], Decision],
 
 
 def bounded(result: Result, *, max_result_bytes: int) -> Result:
-    """`result`, or a fatal ResultTooLarge in its place when its value's JSON text is over
-    `max_result_bytes` (the same result would come back from every retry)."""
+    """`result` with its value's JSON text (`value_json`, encoded here unless the executor
+    encoded it), or a fatal ResultTooLarge in its place when that text is over
+    `max_result_bytes` (the same result would come back from every retry), or a fatal
+    ResultNotJSON when the value has no JSON text (NaN, from a remote worker)."""
     if result.outcome is not Outcome.SUCCESS:
         return result
-    size = len(json.dumps(result.value, separators=(",", ":")).encode())
+    text = result.value_json
+    if text is None:
+        try:
+            text = encode(result.value)
+        except ValueError as exc:
+            return _fatal(result, "ResultNotJSON",
+                          f"the lambda returned a value that is not JSON: {exc}")
+    size = len(text.encode())
     if size <= max_result_bytes:
-        return result
-    message = f"the result is {size} bytes; the limit is {max_result_bytes} (ATF_MAX_RESULT_BYTES)"
-    return dataclasses.replace(result, outcome=Outcome.FATAL, value=None, error={
-        "type": "ResultTooLarge", "message": message, "traceback": ""})
+        return result if result.value_json is not None \
+            else dataclasses.replace(result, value_json=text)
+    return _fatal(result, "ResultTooLarge", f"the result is {size} bytes; the limit is "
+                  f"{max_result_bytes} (ATF_MAX_RESULT_BYTES)")
+
+
+def _fatal(result: Result, kind: str, message: str) -> Result:
+    return dataclasses.replace(result, outcome=Outcome.FATAL, value=None, value_json=None,
+                               error={"type": kind, "message": message, "traceback": ""})
 
 
 def ending(task: ClaimedTask, result: Result, *, now: datetime, timeouts: states.Timeouts,
@@ -159,9 +173,12 @@ def ending(task: ClaimedTask, result: Result, *, now: datetime, timeouts: states
         if result.outcome is Outcome.TIMEOUT:
             delay_s = max(delay_s, 2 * timeout_grace_s)
     states.check_transition(TaskStatus.PROCESSING, target)
+    succeeded = target is TaskStatus.SUCCESS
     return Ending(
         task_id=task.task_id, lease=task.lease, status=target,
-        result=result.value if target is TaskStatus.SUCCESS else None, error=result.error,
+        result=result.value if succeeded else None,
+        result_json=result.value_json if succeeded and result.value is not None else None,
+        error=result.error,
         finished_at=now if target in states.FINAL else None,
         assoc=assoc_change(target, now=now, timeouts=timeouts, delay_s=delay_s),
         worker=result.worker, started_at=result.started_at or now,

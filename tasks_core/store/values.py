@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import traceback as traceback_module
 from collections import defaultdict
 from collections.abc import Mapping
@@ -136,6 +137,9 @@ class Result:
 
     outcome: Outcome
     value: Any = None  #: the JSON result, on success
+    #: `value` as compact JSON text (`encode`), where the executor has encoded it already: the
+    #: store writes this text and never encodes the value again (None: encoded when needed).
+    value_json: str | None = None
     error: dict[str, str] | None = None  #: {"type", "message", "traceback"}
     delay_s: float | None = None  #: an explicit retry delay (atf.Retry(delay=...))
     started_at: datetime | None = None
@@ -193,12 +197,20 @@ class Ending:
     lease: int
     status: TaskStatus
     result: Any
+    result_json: str | None  #: `result` as JSON text (None: no result, the column stays)
     error: dict[str, str] | None  #: the attempt's error; also the task's last_error when set
     finished_at: datetime | None
     assoc: AssocChange
     worker: str
     started_at: datetime
     outcome: str  #: the attempt row's outcome
+
+
+def encode(value: Any) -> str:
+    """A result's JSON text: compact, the form whose size ATF_MAX_RESULT_BYTES bounds and the
+    one the store writes. NaN and infinities are refused (ValueError): PostgreSQL's jsonb
+    takes neither."""
+    return json.dumps(value, allow_nan=False, separators=(",", ":"))
 
 
 def error_info(exc: BaseException) -> dict[str, str]:

@@ -19,7 +19,7 @@ from tasks_core.store.decisions import (
     plan_due,
     revives,
 )
-from tasks_core.store.values import DueRow, LostAttempt, Outcome
+from tasks_core.store.values import DueRow, LostAttempt, Outcome, encode
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 TIMEOUTS = states.Timeouts(enqueue_s=60, claim_s=30, heartbeat_s=20)
@@ -119,6 +119,25 @@ def test_a_result_over_the_limit_ends_the_attempt_as_a_fatal_failure(value: obje
     if status is TaskStatus.FATAL_FAILURE:
         assert (e.result, e.outcome, e.error["type"]) == (None, Outcome.FATAL, "ResultTooLarge")
         assert "the limit is 64 (ATF_MAX_RESULT_BYTES)" in e.error["message"]
+
+
+def test_a_result_is_written_as_the_text_the_executor_encoded_or_encoded_once_here() -> None:
+    # The executor's text is kept as it is (its size is what the limit counts)...
+    given = ending(claimed(), Result(outcome=Outcome.SUCCESS, value={"a": 1},
+                                     value_json='{"a":1}'), **POLICY)
+    assert given.result_json == '{"a":1}'
+    # ...and a result without one (a remote worker's) is encoded here, compact.
+    encoded = ending(claimed(), Result(outcome=Outcome.SUCCESS, value={"a": [1, "é"]}),
+                     **POLICY)
+    assert encoded.result_json == encode({"a": [1, "é"]}) == '{"a":[1,"\\u00e9"]}'
+    none = ending(claimed(), Result(outcome=Outcome.SUCCESS, value=None), **POLICY)
+    assert none.result_json is None  # no result: the column stays as it is
+
+
+def test_a_result_with_no_json_text_ends_the_attempt_as_a_fatal_failure() -> None:
+    e = ending(claimed(), Result(outcome=Outcome.SUCCESS, value=float("nan")), **POLICY)
+    assert (e.status, e.result, e.result_json, e.error["type"]) == (
+        TaskStatus.FATAL_FAILURE, None, None, "ResultNotJSON")
 
 
 def test_a_retry_waits_its_explicit_delay_or_the_backoff() -> None:
