@@ -10,6 +10,7 @@ import signal
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
@@ -140,14 +141,18 @@ def test_a_key_concurrency_holds_each_key_and_the_keys_run_side_by_side(
 
 def test_a_mixed_fleet_of_two_consumers_and_direct_and_remote_workers_shares_one_limit(
         processes: Processes, env: dict[str, str], records: Callable[..., list[dict]]) -> None:
-    # Given concurrency 2 and 40 tasks of 0.1 s
+    # Given concurrency 2, two consumers, and a direct and a remote worker (through the API),
+    # both started (on a loaded machine the API's start can take seconds: tasks due before it
+    # would all go to the direct worker)
     limit(concurrency=2)
+    processes.start("runconsumer", env=env)
+    processes.start("runconsumer", env=env)
+    fleet = [Workers("direct", processes, env).start("demo.record", "--threads", "8"),
+             Workers("remote", processes, env).start("demo.record", "--threads", "8")]
+    wait_for(lambda: all("started: 8 thread(s)" in Path(worker.log_path).read_text()  # type: ignore[attr-defined]
+                         for worker in fleet), timeout_s=60, message="both workers to start")
+    # When 40 tasks of 0.1 s come due
     schedule(40, 0.1)
-    # When two consumers, a direct and a remote worker (through the API) run them
-    processes.start("runconsumer", env=env)
-    processes.start("runconsumer", env=env)
-    Workers("direct", processes, env).start("demo.record", "--threads", "8")
-    Workers("remote", processes, env).start("demo.record", "--threads", "8")
     wait_for(lambda: succeeded(40), timeout_s=60, message="40 tasks done")
     lines = records()
     # Then the fleet together never ran more than 2, and both kinds of worker took tasks
