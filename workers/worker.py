@@ -115,10 +115,12 @@ class WorkerProcess:
             worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
             lambdas=tuple(self.lambda_names), threads=self.capacity,
         ))
-        logger.info("worker %s started: %d thread(s), %d task(s) at once%s, for %s",
-                    self.worker_id, len(self.executors), self.capacity,
-                    " on its event loop" if self.async_lane else "",
-                    ", ".join(self.lambda_names))
+        # The line's start is what operators' scripts and the docs know; the event loop's
+        # slots come after it, only where the process has one
+        logger.info("worker %s started: %d thread(s) for %s%s", self.worker_id,
+                    len(self.executors), ", ".join(self.lambda_names),
+                    f"; {self.capacity} task(s) at once on its event loop"
+                    if self.async_lane else "")
         for thread in (self.heartbeat, self.results, *self.controllers,
                        *self.lambda_threads):
             thread.start()

