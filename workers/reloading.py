@@ -39,9 +39,13 @@ class _Work:
     def __init__(self, work: Callable[[OnStop], int]) -> None:
         self.work = work
         self.stop_work: Callable[[], None] | None = None
+        self.started = threading.Event()
+        self.stopping = False
         self.done = threading.Event()
+        self._lock = threading.Lock()
 
     def main(self) -> None:
+        self.started.set()
         try:
             if exit_code := self.work(self.on_stop):
                 logger.error("worker exited with status %d; it starts again when the code "
@@ -52,13 +56,25 @@ class _Work:
             self.done.set()
 
     def on_stop(self, stop: Callable[[], None]) -> None:
-        self.stop_work = stop
+        """The worker's stop, once it is built; called at once if a stop came while it was
+        being built (a Ctrl-C as the child starts: the worker would otherwise run on)."""
+        with self._lock:
+            self.stop_work = stop
+            stopping = self.stopping
+        if stopping:
+            stop()
 
     def stop(self) -> None:
-        """Stop the worker, if it started, and wait until it has."""
-        if self.stop_work is not None and not self.done.is_set():
-            self.stop_work()
-            self.done.wait()
+        """Stop the worker, if its thread started (also while it is still being built), and
+        wait until it has."""
+        with self._lock:
+            self.stopping = True
+            stop_work = self.stop_work
+        if not self.started.is_set() or self.done.is_set():
+            return
+        if stop_work is not None:
+            stop_work()
+        self.done.wait()
 
 
 def in_worker_process() -> bool:

@@ -1,10 +1,13 @@
-"""The exit status of `runworker --reload` for the status its child process ended with."""
+"""`runworker --reload`: the command's exit status for its child's, and a stop that comes while the
+child's worker is still being built."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -50,3 +53,40 @@ def test_every_status_python_ends_with_on_an_early_ctrl_c_counts_as_stopped() ->
 def test_without_ctrl_c_the_child_status_is_the_command_status(child_status: int,
                                                                 command_status: int) -> None:
     assert reloading._command_status(child_status) == command_status
+
+
+def test_a_stop_that_comes_while_the_worker_is_being_built_stops_it_once_built() -> None:
+    # Given the child's worker thread, still building its worker when Ctrl-C comes
+    building = threading.Event()
+    stopped = threading.Event()
+
+    def work(on_stop: reloading.OnStop) -> int:
+        building.wait(timeout=30)
+        on_stop(stopped.set)
+        return 0 if stopped.wait(timeout=30) else 1
+
+    running = reloading._Work(work)
+    thread = threading.Thread(target=running.main)
+    thread.start()
+    running.started.wait(timeout=30)
+    # When the stop comes before the worker registered how to stop it
+    stopper = threading.Thread(target=running.stop)
+    stopper.start()
+    wait_until = time.monotonic() + 30
+    while not running.stopping and time.monotonic() < wait_until:
+        time.sleep(0.001)
+    building.set()
+    stopper.join(timeout=30)
+    thread.join(timeout=30)
+    # Then the worker is stopped as soon as it is built, and the stop returns once it has ended
+    assert stopped.is_set()
+    assert running.done.is_set()
+    assert not stopper.is_alive()
+
+
+def test_a_stop_in_the_commands_own_process_returns_at_once() -> None:
+    # Given the command's process, where the worker never runs
+    running = reloading._Work(lambda on_stop: 0)
+    # When it stops (its child ended), Then it does not wait for a worker of its own
+    running.stop()
+    assert not running.done.is_set()
