@@ -16,10 +16,14 @@ from django.db import migrations
 class ConcurrentIndex(migrations.AddIndex):
     """`AddIndex`, built and dropped CONCURRENTLY on PostgreSQL."""
 
+    def _model(self, app_label: str, schema_editor: Any, state: Any) -> Any | None:
+        """The indexed model in `state`, or None where this database does not migrate it."""
+        model = state.apps.get_model(app_label, self.model_name)
+        return model if self.allow_migrate_model(schema_editor.connection.alias, model) else None
+
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
                           to_state: Any) -> None:
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+        if (model := self._model(app_label, schema_editor, to_state)) is None:
             return
         if schema_editor.connection.vendor != "postgresql":
             schema_editor.add_index(model, self.index)
@@ -30,10 +34,9 @@ class ConcurrentIndex(migrations.AddIndex):
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:
-        model = from_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+        if (model := self._model(app_label, schema_editor, from_state)) is None:
             return
         if schema_editor.connection.vendor != "postgresql":
             schema_editor.remove_index(model, self.index)
-            return
-        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {self.index.name}")
+        else:
+            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {self.index.name}")
