@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 from types import ModuleType
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
+from django.apps.registry import Apps
 from django.conf import settings
 from django.db.models.signals import post_migrate
 
@@ -11,15 +13,42 @@ from tasks_core import conf
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidLambdaDefinition
 
+logger = logging.getLogger(__name__)
+
 #: The module of the Django tasks backend, which registers the lambdas its tasks run as.
 DJANGO_TASKS_BRIDGE = "tasks_core.contrib.django_tasks"
 #: The backend's paths in TASKS: its module's, and the short alias (tasks_core/backend.py).
 BACKEND_PATHS = (f"{DJANGO_TASKS_BRIDGE}.", "tasks_core.backend.")
 
 
+#: The models the lambda sync writes (tasks_core.lambda_sync, tasks_core.periodic).
+SYNCED_MODELS = ("Team", "Lambda", "PeriodicTask")
+
+
+def _columns(registry: Apps, model: str) -> set[str]:
+    return {field.column for field in registry.get_model("tasks_core", model)._meta.concrete_fields}
+
+
+def _at_latest_schema(migrated: Apps) -> bool:
+    """Whether the tables `migrate` left have every column the sync's models have today.
+
+    After `migrate tasks_core 0018` (a rolled-back deploy) they lack later columns, and the
+    sync's queries would fail on them."""
+    try:
+        return all(_columns(migrated, model) >= _columns(apps, model) for model in SYNCED_MODELS)
+    except LookupError:  # a model the rolled-back schema does not have yet
+        return False
+
+
 def _sync_lambdas(sender: AppConfig, **kwargs: object) -> None:
     from tasks_core import lambda_sync, periodic
 
+    # `migrate` passes the state it migrated to; a flush (TransactionTestCase) passes none.
+    migrated = kwargs.get("apps")
+    if isinstance(migrated, Apps) and not _at_latest_schema(migrated):
+        logger.warning("lambdas not synced: the database is not at tasks_core's latest "
+                       "migration (a later `migrate` syncs them)")
+        return
     lambda_sync.sync_to_store()
     periodic.sync_code_schedules()
 

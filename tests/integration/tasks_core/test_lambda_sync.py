@@ -6,7 +6,11 @@ import dataclasses
 from collections.abc import Iterator
 
 import pytest
+from django.apps import apps as django_apps
+from django.apps.registry import Apps
+from django.db.migrations.loader import MigrationLoader
 
+from tasks_core import apps as apps_module
 from tasks_core import atf, directory, lambda_sync, overrides, registry
 from tasks_core.context import TaskContext
 from tasks_core.exceptions import LambdaNotFound
@@ -66,3 +70,22 @@ def test_each_declared_option_has_its_code_value_its_column_and_its_cached_field
     columns = {f.name for f in Lambda._meta.get_fields()}
     for option in overrides.OPTIONS:
         assert option.column in code_fields & info_fields & columns, option.name
+
+
+def _migrated_to(migration: str | None) -> Apps:
+    """The models as `migrate` leaves them at tasks_core's `migration` (None: the latest)."""
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    return loader.project_state(("tasks_core", migration) if migration else None).apps
+
+
+def test_a_database_migrated_back_is_left_alone_until_it_is_migrated_forward_again(
+        late_lambda: registry.RegisteredLambda, caplog: pytest.LogCaptureFixture) -> None:
+    # `migrate tasks_core 0018` (a rolled-back deploy) leaves tables without later columns:
+    # the sync's queries would fail on them, so it waits for the next `migrate`.
+    tasks_core_app = django_apps.get_app_config("tasks_core")
+    apps_module._sync_lambdas(tasks_core_app, apps=_migrated_to("0018_outcome_rollup"))
+    assert not Lambda.objects.filter(name=NAME).exists()
+    assert "not at tasks_core's latest migration" in caplog.text
+
+    apps_module._sync_lambdas(tasks_core_app, apps=_migrated_to(None))
+    assert Lambda.objects.filter(name=NAME).exists()
