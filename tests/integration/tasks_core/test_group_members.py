@@ -5,12 +5,14 @@ key returns the first group."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import redis
+from django.apps import apps
 from django.db import transaction
 from django.utils import timezone
 
@@ -269,3 +271,17 @@ def test_a_groups_own_key_returns_the_first_group(member_lambdas: None) -> None:
     again = atf.group([atf.call(ECHO, {"n": n}) for n in range(5)], idempotency_key="album-7")
     assert again.pk == first.pk and again.total == 3
     assert TaskEntity.objects.count() == 4 and TaskGroup.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_migration_numbers_the_members_of_earlier_groups_by_id(member_lambdas: None) -> None:
+    # Given two groups whose members have no place yet (made before positions were kept)
+    groups = [atf.group([atf.call(ECHO, {"n": n}) for n in range(3)]) for _ in range(2)]
+    TaskEntity.objects.update(group_position=None)
+    migration = importlib.import_module("tasks_core.migrations.0027_group_member_positions")
+    # When the migration numbers them
+    migration.number_members(apps, None)
+    # Then each group's members are 1, 2, 3 in id order
+    for group in groups:
+        assert list(group.members.order_by("pk").values_list("group_position", flat=True)) == [
+            1, 2, 3]
