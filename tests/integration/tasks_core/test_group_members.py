@@ -6,49 +6,30 @@ key returns the first group."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
-import redis
 from django.apps import apps
 from django.db import transaction
 from django.utils import timezone
 
-from tasks_core import atf, registry, store
+from tasks_core import atf, store
 from tasks_core.exceptions import InvalidTask
 from tasks_core.gating import Decision
 from tasks_core.models import Lambda, TaskEntity, TaskGroup
 from tasks_core.store.backends import postgres
+from tests.integration.tasks_core.test_groups import (  # noqa: F401 - group_lambdas: a fixture
+    COLLECT,
+    ECHO,
+    FAILED,
+    SEEN,
+    group_lambdas,
+)
 from workers.testing import TaskOutcome
 
-ECHO, COLLECT, FAILED = "members.echo", "members.collect", "members.failed"
-#: What each callback read of its parents' results, by task id.
-SEEN: dict[int, list[Any]] = {}
-
-
-def echo(ctx: atf.TaskContext, payload: Any) -> Any:
-    if payload.get("fail"):
-        raise atf.Fatal("asked to fail")
-    return payload["n"]
-
-
-def collect(ctx: atf.TaskContext, payload: Any) -> int:
-    SEEN[ctx.task_id] = ctx.parent_results()
-    return len(SEEN[ctx.task_id])
-
-
-@pytest.fixture
-def member_lambdas(redis_client: redis.Redis) -> Iterator[None]:
-    registry.register(ECHO, team="members")(echo)
-    registry.register(COLLECT, team="members")(collect)
-    registry.register(FAILED, team="members")(collect)
-    SEEN.clear()
-    yield
-    for name in (ECHO, COLLECT, FAILED):
-        registry.unregister(name)
-
+pytestmark = pytest.mark.usefixtures("group_lambdas")
 
 Run = Callable[..., list[TaskOutcome]]
 
@@ -67,8 +48,7 @@ def _ran(outcomes: list[TaskOutcome]) -> list[Any]:
 
 
 @pytest.mark.django_db
-def test_a_chain_member_counts_when_its_last_step_succeeds(
-        member_lambdas: None, run_due_tasks: Run) -> None:
+def test_a_chain_member_counts_when_its_last_step_succeeds(run_due_tasks: Run) -> None:
     # Given a group of a task, a chain of three steps, and a task, with a `then`
     group = atf.group([atf.call(ECHO, {"n": 0}), _chain(10, 11, 12), atf.call(ECHO, {"n": 2})],
                       then=atf.call(COLLECT), on_failure=atf.call(FAILED))
@@ -86,8 +66,7 @@ def test_a_chain_member_counts_when_its_last_step_succeeds(
 
 
 @pytest.mark.django_db
-def test_a_failing_step_of_a_chain_member_fails_the_group_once(
-        member_lambdas: None, run_due_tasks: Run) -> None:
+def test_a_failing_step_of_a_chain_member_fails_the_group_once(run_due_tasks: Run) -> None:
     # Given a group whose chain member's middle step fails fatally
     group = atf.group([_chain(10, 11, 12, fail=11), atf.call(ECHO, {"n": 1})],
                       then=atf.call(COLLECT), on_failure=atf.call(FAILED))
@@ -104,7 +83,7 @@ def test_a_failing_step_of_a_chain_member_fails_the_group_once(
 
 
 @pytest.mark.django_db
-def test_a_cancelled_step_fails_the_group_at_once(member_lambdas: None) -> None:
+def test_a_cancelled_step_fails_the_group_at_once() -> None:
     group = atf.group([_chain(10, 11)], on_failure=atf.call(FAILED))
     first = TaskEntity.objects.get(payload__n=10)
     atf.cancel(first.pk)
@@ -114,7 +93,7 @@ def test_a_cancelled_step_fails_the_group_at_once(member_lambdas: None) -> None:
 
 @pytest.mark.django_db
 def test_chain_members_cost_a_statement_per_step_depth_not_per_member(
-        member_lambdas: None, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # Given 200 chain members of three steps each and 300 plain members
     inserts: list[int] = []
     real = postgres._execute
@@ -131,8 +110,7 @@ def test_chain_members_cost_a_statement_per_step_depth_not_per_member(
 
 
 @pytest.mark.django_db
-def test_a_group_with_a_chain_member_in_a_rolled_back_transaction_leaves_nothing(
-        member_lambdas: None) -> None:
+def test_a_group_with_a_chain_member_in_a_rolled_back_transaction_leaves_nothing() -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
         atf.group([_chain(1, 2), atf.call(ECHO, {"n": 3})], then=atf.call(COLLECT))
         raise RuntimeError("the caller fails")
@@ -140,8 +118,7 @@ def test_a_group_with_a_chain_member_in_a_rolled_back_transaction_leaves_nothing
 
 
 @pytest.mark.django_db
-def test_a_group_with_a_chain_member_is_a_step_of_a_chain(
-        member_lambdas: None, run_due_tasks: Run) -> None:
+def test_a_group_with_a_chain_member_is_a_step_of_a_chain(run_due_tasks: Run) -> None:
     # Given a chain: a task, then a group of a chain and a task, then a task
     first, then = atf.chain(atf.call(ECHO, {"n": -1}),
                             atf.GroupRequest([_chain(10, 11), atf.call(ECHO, {"n": 2})]),
@@ -165,8 +142,7 @@ def test_a_group_with_a_chain_member_is_a_step_of_a_chain(
     ({"chain": [{"chain": [{"lambda": ECHO}]}]}, "tasks[0].chain[0].non_field_errors"),
 ])
 @pytest.mark.django_db
-def test_a_bad_chain_member_refuses_the_group_naming_its_step(
-        member_lambdas: None, member: Any, error: str) -> None:
+def test_a_bad_chain_member_refuses_the_group_naming_its_step(member: Any, error: str) -> None:
     with pytest.raises(InvalidTask) as info:
         atf.group([member, atf.call(ECHO, {"n": 1})])
     assert error in info.value.errors, info.value.errors
@@ -177,8 +153,7 @@ def test_a_bad_chain_member_refuses_the_group_naming_its_step(
 
 
 @pytest.mark.django_db
-def test_a_keyed_member_is_the_existing_task_of_its_key_in_its_place(
-        member_lambdas: None, run_due_tasks: Run) -> None:
+def test_a_keyed_member_is_the_existing_task_of_its_key_in_its_place(run_due_tasks: Run) -> None:
     # Given a task scheduled earlier with a key
     earlier = atf.schedule(ECHO, {"n": 99}, idempotency_key="k-1")
     # When a group names that key in its second place
@@ -196,8 +171,7 @@ def test_a_keyed_member_is_the_existing_task_of_its_key_in_its_place(
 
 
 @pytest.mark.django_db
-def test_a_keyed_member_that_already_succeeded_counts_at_once(
-        member_lambdas: None, run_due_tasks: Run) -> None:
+def test_a_keyed_member_that_already_succeeded_counts_at_once(run_due_tasks: Run) -> None:
     atf.schedule(ECHO, {"n": 7}, idempotency_key="done")
     run_due_tasks(lambdas=[ECHO])
     group = atf.group([atf.call(ECHO, idempotency_key="done")], then=atf.call(COLLECT))
@@ -209,8 +183,7 @@ def test_a_keyed_member_that_already_succeeded_counts_at_once(
 
 
 @pytest.mark.django_db
-def test_a_keyed_member_that_already_failed_fails_the_group_at_once(
-        member_lambdas: None, run_due_tasks: Run) -> None:
+def test_a_keyed_member_that_already_failed_fails_the_group_at_once(run_due_tasks: Run) -> None:
     atf.schedule(ECHO, {"n": 7, "fail": True}, idempotency_key="failed")
     run_due_tasks(lambdas=[ECHO])
     group = atf.group([atf.call(ECHO, {"n": 1}),
@@ -222,8 +195,7 @@ def test_a_keyed_member_that_already_failed_fails_the_group_at_once(
 
 
 @pytest.mark.django_db
-def test_a_running_task_that_joins_a_group_counts_when_it_finishes(
-        member_lambdas: None) -> None:
+def test_a_running_task_that_joins_a_group_counts_when_it_finishes() -> None:
     # Given a keyed task already running on a worker
     now = timezone.now() + timedelta(seconds=1)
     task = atf.schedule(ECHO, {"n": 5}, idempotency_key="running")
@@ -242,7 +214,7 @@ def test_a_running_task_that_joins_a_group_counts_when_it_finishes(
 
 
 @pytest.mark.django_db
-def test_a_key_naming_another_groups_member_refuses_the_group(member_lambdas: None) -> None:
+def test_a_key_naming_another_groups_member_refuses_the_group() -> None:
     first = atf.group([atf.call(ECHO, {"n": 1}, idempotency_key="shared")])
     before = TaskEntity.objects.count()
     with pytest.raises(InvalidTask) as info:
@@ -254,7 +226,7 @@ def test_a_key_naming_another_groups_member_refuses_the_group(member_lambdas: No
 
 
 @pytest.mark.django_db
-def test_keys_repeated_in_a_group_or_on_its_callbacks_are_refused(member_lambdas: None) -> None:
+def test_keys_repeated_in_a_group_or_on_its_callbacks_are_refused() -> None:
     with pytest.raises(InvalidTask) as info:
         atf.group([atf.call(ECHO, idempotency_key="k"), atf.call(ECHO, idempotency_key="k")],
                   then=atf.call(COLLECT, idempotency_key="t"))
@@ -265,7 +237,7 @@ def test_keys_repeated_in_a_group_or_on_its_callbacks_are_refused(member_lambdas
 
 
 @pytest.mark.django_db
-def test_a_groups_own_key_returns_the_first_group(member_lambdas: None) -> None:
+def test_a_groups_own_key_returns_the_first_group() -> None:
     first = atf.group([atf.call(ECHO, {"n": n}) for n in range(3)], then=atf.call(COLLECT),
                       idempotency_key="album-7")
     again = atf.group([atf.call(ECHO, {"n": n}) for n in range(5)], idempotency_key="album-7")
@@ -274,7 +246,7 @@ def test_a_groups_own_key_returns_the_first_group(member_lambdas: None) -> None:
 
 
 @pytest.mark.django_db
-def test_the_migration_numbers_the_members_of_earlier_groups_by_id(member_lambdas: None) -> None:
+def test_the_migration_numbers_the_members_of_earlier_groups_by_id() -> None:
     # Given two groups whose members have no place yet (made before positions were kept)
     groups = [atf.group([atf.call(ECHO, {"n": n}) for n in range(3)]) for _ in range(2)]
     TaskEntity.objects.update(group_position=None)
