@@ -164,15 +164,16 @@ class ReleasedSerializer(serializers.Serializer):
 
 
 class ParentResultsSerializer(StrictSerializer):
-    """A page of the results a running task waited for: those of tasks with an id over
-    `after`."""
+    """A page of the results a running task waited for: those placed after `after` (the
+    place the last pair of the page before gave)."""
 
     id = serializers.IntegerField(min_value=1)
     after = serializers.IntegerField(min_value=0, default=0)
 
 
 class ParentResultsPageSerializer(serializers.Serializer):
-    """[task id, result] pairs in order; a page shorter than ATF's page size is the last."""
+    """[place, result] pairs in order (the place: a group member's position in its group, a
+    parent's task id); a page shorter than ATF's page size is the last."""
 
     results = serializers.ListField(child=serializers.ListField())
 

@@ -238,7 +238,7 @@ class ParentResultsView(WorkerView):
         asked = _form(shapes.ParentResultsSerializer, request).validated_data
         page = remote_workers.parent_results(asked["id"], after_id=asked["after"],
                                              teams=self.teams(), credential=self.credential())
-        return Response({"results": [[pk, result] for pk, result in page]})
+        return Response({"results": [[place, result] for place, result in page]})
 
 
 @extend_schema(tags=["worker"])

@@ -32,7 +32,7 @@ class TaskGroupAdmin(ConsoleAdmin):
     sortable_by = ("id",)
     fieldsets = [
         (None, {"fields": [("id", "status_badge", "team"), ("total", "succeeded", "failed"),
-                           "member_counts", ("created_at", "finished_at")]}),
+                           "member_counts", ("created_at", "finished_at"), "idempotency_key"]}),
         ("Callbacks", {"fields": ["then_link", "on_failure_link"]}),
         ("Members", {"fields": ["member_links"]}),
     ]
@@ -55,7 +55,8 @@ class TaskGroupAdmin(ConsoleAdmin):
     def on_failure_link(self, group: TaskGroup) -> SafeString:
         return _links([group.on_failure_id])
 
-    @admin.display(description=f"members (the first {MEMBERS_SHOWN})")
+    @admin.display(description=f"members in order (the first {MEMBERS_SHOWN}; a chain: its "
+                               f"last step)")
     def member_links(self, group: TaskGroup) -> SafeString:
-        return display.task_links(list(group.members.order_by("pk")
+        return display.task_links(list(groups.members_in_order(group)
                                        .values_list("pk", "status")[:MEMBERS_SHOWN]))

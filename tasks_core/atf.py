@@ -24,7 +24,7 @@ from tasks_core.context import (
     TimeLimitExceeded,
 )
 from tasks_core.exceptions import ConfigurationError, TaskNotFound
-from tasks_core.groups import GroupRequest
+from tasks_core.groups import ChainRequest, GroupRequest
 from tasks_core.models import TaskEntity, TaskGroup
 from tasks_core.periodic import every
 from tasks_core.registry import LambdaFunction, RegisteredLambda
@@ -37,9 +37,9 @@ call = TaskRequest
 Call = TaskRequest
 
 __all__ = [
-    "Call", "Fatal", "GroupRequest", "LeaseLost", "Retry", "TaskCancelled", "TaskContext",
-    "TaskNotFound", "TaskRequest", "TimeLimitExceeded", "call", "cancel", "chain", "every",
-    "get", "get_group", "group", "register", "schedule", "schedule_many",
+    "Call", "ChainRequest", "Fatal", "GroupRequest", "LeaseLost", "Retry", "TaskCancelled",
+    "TaskContext", "TaskNotFound", "TaskRequest", "TimeLimitExceeded", "call", "cancel", "chain",
+    "every", "get", "get_group", "group", "register", "schedule", "schedule_many",
 ]
 
 
@@ -113,14 +113,21 @@ def chain(*requests: TaskRequest | GroupRequest) -> list[TaskEntity]:
     return groups.chain(*requests)
 
 
-def group(tasks: Sequence[TaskRequest | Mapping[str, Any]], *,
+def group(tasks: Sequence[TaskRequest | ChainRequest | Mapping[str, Any]], *,
           then: TaskRequest | Mapping[str, Any] | None = None,
-          on_failure: TaskRequest | Mapping[str, Any] | None = None) -> TaskGroup:
+          on_failure: TaskRequest | Mapping[str, Any] | None = None,
+          idempotency_key: str | None = None) -> TaskGroup:
     """Schedule `tasks` together, all or none (with the caller's transaction): `then` runs
     once, after every one of them succeeded, and reads their results in order with
     `ctx.parent_results()`; if one ends fatal_failure, dead, cancelled or dropped, `then`
-    never runs and `on_failure` runs once. Returns the group (`id`, `status`, `refresh()`)."""
-    return groups.schedule(GroupRequest(tasks, then=then, on_failure=on_failure))
+    never runs and `on_failure` runs once. Returns the group (`id`, `status`, `refresh()`).
+
+    A member may be a chain, `atf.ChainRequest([atf.call(...), ...])`: its steps run one after
+    another and it succeeded when its last one did. A member whose idempotency key names an
+    existing task of its lambda is that task (which may not be in another group); with an
+    `idempotency_key` of its own, a second call returns the first group."""
+    return groups.schedule(GroupRequest(tasks, then=then, on_failure=on_failure,
+                                        idempotency_key=idempotency_key))
 
 
 def get_group(group_id: int) -> TaskGroup:

@@ -160,6 +160,9 @@ class TaskEntity(models.Model):
     #: database constraint: retention deletes tasks and groups apart, in raw batches.
     group = models.ForeignKey("TaskGroup", on_delete=models.DO_NOTHING, null=True, blank=True,
                               related_name="members", db_constraint=False, db_index=False)
+    #: Its place among its group's members, from 1 (a member named by its idempotency key
+    #: may be older than the group: the members' order is not their ids').
+    group_position = models.PositiveIntegerField(null=True, blank=True)
     parents = models.ManyToManyField(
         "self", through="TaskDependency", through_fields=("child", "parent"),
         symmetrical=False, related_name="children", blank=True,
@@ -200,7 +203,7 @@ class TaskEntity(models.Model):
                          condition=Q(debounce_key__isnull=False,
                                      status__in=["new", "enqueued"])),
             # A group's members in order (its counts, its callback's results): members only.
-            models.Index(fields=["group", "id"], name="task_group_member",
+            models.Index(fields=["group", "group_position"], name="task_group_position",
                          condition=Q(group__isnull=False)),
         ]
 
@@ -263,9 +266,16 @@ class TaskGroup(models.Model):
                                    blank=True, related_name="+", db_constraint=False)
     created_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    #: A second schedule of a group with this key (in its team) returns this group.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
 
     class Meta:
         verbose_name = "task group"
+        constraints = [
+            models.UniqueConstraint(fields=["team", "idempotency_key"],
+                                    condition=Q(idempotency_key__isnull=False),
+                                    name="task_group_unique_idempotency_key"),
+        ]
 
     def __str__(self) -> str:
         return f"group #{self.pk} ({self.status})"

@@ -219,17 +219,9 @@ def validate(request: TaskRequest, *, now: datetime,
                               f"{', '.join(atf_settings.priorities)}."]
     run_at, time_errors = _due_at(request, now)
     errors.update(time_errors)
-    key_chars = limits.idempotency_key_chars()
     idempotency_key, max_attempts, timeout = (request.idempotency_key, request.max_attempts,
                                               request.timeout)
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not idempotency_key
-        or len(idempotency_key) > key_chars
-    ):
-        errors["idempotency_key"] = [
-            f"Idempotency key must be a non-empty string of at most {key_chars} characters."
-        ]
-    elif idempotency_key is not None and (problems := limits.text_errors(idempotency_key)):
+    if problems := idempotency_key_errors(idempotency_key):
         errors["idempotency_key"] = problems
     # A task's own max_attempts and timeout have the bounds of the lambda's options.
     attempts_option, timeout_option = BY_NAME["max_attempts"], BY_NAME["timeout"]
@@ -275,6 +267,16 @@ def validate(request: TaskRequest, *, now: datetime,
         limit_key=request.limit_key,
         debounce_key=request.debounce_key,
     )
+
+
+def idempotency_key_errors(key: Any) -> list[str]:
+    """What is wrong with an idempotency key (a task's or a group's); None is none."""
+    key_chars = limits.idempotency_key_chars()
+    if key is None:
+        return []
+    if not isinstance(key, str) or not key or len(key) > key_chars:
+        return [f"Idempotency key must be a non-empty string of at most {key_chars} characters."]
+    return limits.text_errors(key)
 
 
 def _lambda_info(name: Any, teams: Many[int] | None) -> directory.LambdaInfo | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 
 from tasks_core.models import TaskDependency, TaskEntity, TaskGroup
 
@@ -15,22 +15,20 @@ from tasks_core.models import TaskDependency, TaskEntity, TaskGroup
 RESULTS_PAGE = 1000
 
 
-def waited_for(task_id: int) -> QuerySet[TaskEntity]:
-    """The tasks `task_id` waited for: a group's members for its `then` or `on_failure`,
-    else its `after` parents."""
+def parent_results(task_id: int, *, after_id: int = 0) -> list[tuple[int, Any]]:
+    """(place, result) of the tasks `task_id` waited for, in order, the first RESULTS_PAGE of
+    those placed after `after_id`: its group's members by their position in the group when it
+    is a group's `then` or `on_failure` (a chain member's by its last step, the member), else
+    its `after` parents by id."""
     group_id = TaskGroup.objects.filter(Q(then_id=task_id) | Q(on_failure_id=task_id)) \
         .values_list("pk", flat=True).first()
     if group_id is not None:
-        return TaskEntity.objects.filter(group_id=group_id)
-    return TaskEntity.objects.filter(pk__in=TaskDependency.objects.filter(
+        members = TaskEntity.objects.filter(group_id=group_id, group_position__gt=after_id)
+        return [(position or 0, result) for position, result in members
+                .order_by("group_position").values_list("group_position", "result")[:RESULTS_PAGE]]
+    parents = TaskEntity.objects.filter(pk__gt=after_id, pk__in=TaskDependency.objects.filter(
         child_id=task_id).values("parent_id"))
-
-
-def parent_results(task_id: int, *, after_id: int = 0) -> list[tuple[int, Any]]:
-    """(task id, result) of the tasks `task_id` waited for (`waited_for`), in order: the
-    first RESULTS_PAGE of those with an id over `after_id`."""
-    return list(waited_for(task_id).filter(pk__gt=after_id).order_by("pk")
-                .values_list("pk", "result")[:RESULTS_PAGE])
+    return list(parents.order_by("pk").values_list("pk", "result")[:RESULTS_PAGE])
 
 
 def all_results(read_page: Callable[[int], Sequence[tuple[int, Any]]]) -> list[Any]:

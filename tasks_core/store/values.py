@@ -34,6 +34,7 @@ class NewTask:
     limit_key: str | None = None  #: what its lambda's keyed limits count it under
     debounce_key: str | None = None  #: a later debounced schedule with it replaces this task
     group_id: int | None = None  #: the group it is a member of
+    group_position: int | None = None  #: its place among the group's members, from 1
     #: A group's callback: it starts `waiting`, and only its group's end releases it.
     held_for_group: bool = False
 

@@ -97,16 +97,16 @@ WITH collections AS (
            NULLIF(r.task->9, 'null'::jsonb) AS last_error, r.task->>10 AS assoc_status,
            (r.task->>11)::timestamptz AS next_trigger_at, (r.task->>12)::float8 AS timeout_s,
            r.task->>13 AS limit_key, r.task->>14 AS debounce_key,
-           (r.task->>15)::bigint AS group_id
+           (r.task->>15)::bigint AS group_id, (r.task->>16)::int AS group_position
     FROM jsonb_array_elements(%(tasks)s::jsonb) WITH ORDINALITY AS r(task, ord)
 ), entities AS (
     INSERT INTO {entity} (id, lambda_ref_id, collection, priority, payload, status, attempts,
                           max_attempts, run_at, idempotency_key, lease, worker, created_at,
                           finished_at, last_error, timeout_s, limit_key, debounce_key,
-                          group_id)
+                          group_id, group_position)
     SELECT id, lambda_ref_id, collection, priority, payload, status, 0, max_attempts, run_at,
            idempotency_key, 0, '', %(created_at)s, finished_at, last_error, timeout_s,
-           limit_key, debounce_key, group_id FROM rows
+           limit_key, debounce_key, group_id, group_position FROM rows
 ), assocs AS (
     INSERT INTO {assoc} (task_id, lambda_ref_id, collection, priority, status, next_trigger_at,
                          shard)
@@ -398,7 +398,8 @@ def _batch(entities: Sequence[TaskEntity], assocs: Sequence[AssocChange],
     tasks = [
         [e.lambda_ref_id, e.collection, e.priority, e.payload, e.status, e.max_attempts,
          _iso(e.run_at), e.idempotency_key, _iso(e.finished_at), e.last_error, a.status,
-         _iso(a.next_trigger_at), e.timeout_s, e.limit_key, e.debounce_key, e.group_id]
+         _iso(a.next_trigger_at), e.timeout_s, e.limit_key, e.debounce_key, e.group_id,
+         e.group_position]
         for e, a in zip(entities, assocs, strict=True)
     ]
     return {

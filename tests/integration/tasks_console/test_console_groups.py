@@ -47,3 +47,16 @@ def test_a_tasks_page_and_the_task_list_show_its_progress_and_steps(
     assert "charge — attempt 1" in text and "11 bytes" in text
     listed = admin_client.get(reverse("admin:tasks_core_taskentity_changelist"))
     assert listed.status_code == 200 and "3/8 resizing" in listed.content.decode()
+
+
+def test_a_groups_page_lists_its_members_in_their_order(admin_client: Client) -> None:
+    # Given a group whose second member is a task its key named, older than the first
+    lam = LambdaFactory(name="console.keyed")
+    older = atf.schedule(lam.name, idempotency_key="older")
+    group = atf.group([atf.call(lam.name), atf.call(lam.name, idempotency_key="older")],
+                      idempotency_key="album")
+    first = group.members.exclude(pk=older.pk).get()
+    page = admin_client.get(reverse("admin:tasks_core_taskgroup_change", args=[group.pk]))
+    text = page.content.decode()
+    # Then the page lists them in the group's order, not their ids', and shows the group's key
+    assert text.index(f"#{first.pk}<") < text.index(f"#{older.pk}<") and "album" in text
