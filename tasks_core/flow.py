@@ -12,7 +12,7 @@ lets through, in priority order, only what fits. Every other task goes back to `
 (`held_at` set), due again when a slot frees: a rate's at the moment its window has room, a
 concurrency's when a finish of its lambda releases it (`release`), or after HOLD_RECHECK_S
 at the latest. The lock lasts until the claim commits, so two claims anywhere in the fleet
-never both see the same free slot.
+never both see the same free slot. The consumer prunes the rate log (tasks_core.flow_starts).
 """
 
 from __future__ import annotations

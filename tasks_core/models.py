@@ -232,14 +232,16 @@ class TaskEntity(models.Model):
 class FlowStart(models.Model):
     """One start of a task of a lambda with a `rate` or `key_rate` (key "" for the lambda's
     own rate): the sliding window's log. Rows older than the window are deleted as the next
-    start of the same lambda and key is decided (tasks_core.flow)."""
+    start of the same lambda and key is decided (tasks_core.flow); the consumer deletes those
+    older than the longest window, of keys that never start again (tasks_core.flow_starts)."""
 
     lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="+")
     key = models.CharField(max_length=200, blank=True, default="")
     at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["lambda_ref", "key", "at"], name="flow_start_window")]
+        indexes = [models.Index(fields=["lambda_ref", "key", "at"], name="flow_start_window"),
+                   models.Index(fields=["at"], name="flow_start_at")]
 
 
 class TaskGroup(models.Model):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -52,11 +53,19 @@ def prune(*, now: datetime, budget_s: float | None, batch_size: int = 1000,
     """Delete finished tasks past the retention batch after batch, until none is left or
     `budget_s` seconds are spent (None: no limit); return how many were deleted. (Fold first:
     tasks the rollup does not count yet stay.)"""
+    return in_batches(lambda: prune_batch(now=now, batch_size=batch_size,
+                                          older_than_s=older_than_s),
+                      batch_size=batch_size, budget_s=budget_s)
+
+
+def in_batches(batch: Callable[[], int], *, batch_size: int, budget_s: float | None) -> int:
+    """Call `batch` (it deletes up to `batch_size` rows, and says how many) until it deletes
+    fewer than that, or `budget_s` seconds are spent (None: no limit); the total deleted."""
     deadline_s = None if budget_s is None else time.monotonic() + budget_s
     deleted = 0
-    while batch := prune_batch(now=now, batch_size=batch_size, older_than_s=older_than_s):
-        deleted += batch
-        if batch < batch_size or (deadline_s is not None and time.monotonic() >= deadline_s):
+    while done := batch():
+        deleted += done
+        if done < batch_size or (deadline_s is not None and time.monotonic() >= deadline_s):
             break
     return deleted
 

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from tasks_core import (
     consumer_liveness,
+    flow_starts,
     gating,
     outcomes,
     overrides,
@@ -71,6 +72,8 @@ SHARED_S = 1.0
 #: Finished tasks pruned per transaction (small, so no lock is held long); a housekeeping
 #: round prunes batch after batch for up to retention.PRUNE_BUDGET_S seconds.
 PRUNE_BATCH_SIZE = 500
+#: Seconds per housekeeping round at most for the rate limits' start log (tasks_core.flow_starts).
+FLOW_STARTS_BUDGET_S = 0.1
 #: Seconds between two summary lines at INFO.
 SUMMARY_INTERVAL_S = 10.0
 
@@ -314,7 +317,8 @@ class Consumer:
     def housekeep(self, now: datetime) -> None:
         """Reopen gates whose `until` passed; mark workers that stopped being seen; fold the
         tasks that finished into the rollup of outcomes; prune finished tasks past their
-        retention, batch after batch within a time budget."""
+        retention, and the rate limits' starts that no window counts any more, batch after
+        batch within a time budget each."""
         for model in (Lambda, Collection):
             reopened = model.objects.exclude(gate=gating.GateState.OPEN).filter(
                 gate_until__lte=now
@@ -330,6 +334,7 @@ class Consumer:
         if pruned := retention.prune(now=now, budget_s=retention.PRUNE_BUDGET_S,
                                      batch_size=PRUNE_BATCH_SIZE):
             logger.info("pruned %d finished task(s) past their retention", pruned)
+        flow_starts.prune(budget_s=FLOW_STARTS_BUDGET_S, batch_size=PRUNE_BATCH_SIZE)
 
     # --- the loop --------------------------------------------------------------------------
 

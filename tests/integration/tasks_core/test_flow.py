@@ -247,6 +247,30 @@ def test_a_key_rate_limits_each_key_apart(now: datetime) -> None:
                                                            now + timedelta(seconds=60))
 
 
+def test_starts_no_window_counts_are_pruned_in_bounded_batches_whatever_their_key() -> None:
+    from tasks_core import flow_starts
+
+    # Given starts of a lambda with rates and of one without (any more): of keys that never
+    # start again, some older than the longest window a rate can have (an hour)
+    limit(key_rate="1/m", rate="10/h")
+    noop, sleep = (Lambda.objects.get(name=name) for name in ("demo.noop", "demo.sleep"))
+
+    def start(lam: Lambda, key: str, seconds_ago: float) -> FlowStart:
+        return FlowStart.objects.create(lambda_ref=lam, key=key,
+                                        at=timezone.now() - timedelta(seconds=seconds_ago))
+
+    kept = [start(noop, "a", 10), start(noop, "", 120), start(sleep, "x", 3500)]
+    for lam, key, seconds_ago in ((noop, "a", 3700), (noop, "b", 7200), (noop, "", 7200),
+                                  (sleep, "x", 4000)):
+        start(lam, key, seconds_ago)
+    # When pruning has time for one batch of 3, Then 3 go; the next round takes the last one
+    assert flow_starts.prune(budget_s=0, batch_size=3) == 3
+    assert flow_starts.prune(budget_s=0, batch_size=3) == 1
+    # ...and what a window may still count stays
+    assert set(FlowStart.objects.values_list("pk", flat=True)) == {row.pk for row in kept}
+    assert flow_starts.prune(budget_s=None) == 0
+
+
 # --- a lambda without limits pays nothing --------------------------------------------------------
 
 #: Statements sent through a cursor by a controller's claim that starts one task, and by the

@@ -15,9 +15,11 @@ import redis
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasks_core import atf, queues, scheduling, store, wakeup
+from tasks_core import atf, directory, queues, scheduling, store, wakeup
+from tasks_core.access import EVERY_TEAM
 from tasks_core.conf import atf_settings
-from tasks_core.models import Collection, Lambda, TaskAttempt, TaskEntity
+from tasks_core.models import Collection, FlowStart, Lambda, TaskAttempt, TaskEntity
+from tasks_core.operations import set_options
 from tests.conftest import ROOT, closing_connections, subprocess_env, wait_for
 from tests.factories import LambdaFactory, TaskFactory, TeamFactory
 from workers import testing, turns
@@ -231,6 +233,21 @@ def test_one_housekeeping_round_folds_outcomes_and_prunes_more_than_a_batch(
     assert TaskEntity.objects.filter(lambda_ref=lam).count() == 1
     assert OutcomeTotal.objects.get(lambda_ref=lam).finished == 17
     assert stats.status_counts(lambda_ids=[lam.pk])["success"] == 18
+
+
+def test_housekeeping_prunes_the_starts_of_rate_limited_keys_that_never_start_again(
+        consumer: Consumer, clock: Clock) -> None:
+    # Given a lambda allowing one start a second per key, and starts of 400 keys made two
+    # hours ago (a claim prunes a key's log only when that key starts again)
+    set_options(EVERY_TEAM, "demo.noop", {"key_rate": "1/s"}, by="test")
+    directory.clear()
+    lam = Lambda.objects.get(name="demo.noop")
+    FlowStart.objects.bulk_create([
+        FlowStart(lambda_ref=lam, key=f"merchant-{n}", at=timezone.now() - timedelta(hours=2))
+        for n in range(400)])
+    # When the consumer housekeeps, Then none of them is left
+    consumer.housekeep(clock.now)
+    assert not FlowStart.objects.exists()
 
 
 def test_a_lambda_with_a_huge_backlog_does_not_delay_another(queue: queues.QueueBackend,
