@@ -100,7 +100,7 @@ def schedule(request: GroupRequest, *, now: datetime | None = None,
     # One shard holds the group, its members and callbacks: the parents' shard, else the
     # caller's transaction's, else the next in turn.
     try:
-        home = shards.place(lambda_id=members[0].lambda_id, idempotency_key=None,
+        home = shards.place(lambda_id=members[0].lambda_id, key=None,
                             parents={parent for member in members for parent in member.parents})
     except shards.ShardError as exc:
         raise InvalidTask({"after": [str(exc)]}) from None
@@ -142,7 +142,7 @@ def chain(*steps: TaskRequest | GroupRequest, now: datetime | None = None) -> li
     # The whole chain on one shard (its steps wait for each other): the first step's.
     first = steps[0] if steps else None
     try:
-        home = shards.place(lambda_id=0, idempotency_key=None,
+        home = shards.place(lambda_id=0, key=None,
                             parents=first.after if isinstance(first, TaskRequest) else ())
     except shards.ShardError as exc:
         raise InvalidTask({"after": [str(exc)]}) from None

@@ -17,7 +17,7 @@ from dataclasses import KW_ONLY, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import dateparse, timezone
 
 from tasks_core import (
@@ -406,13 +406,32 @@ def schedule(request: TaskRequest, *, now: datetime | None = None,
     named an earlier task, which is returned instead). `teams`: as `validate` takes them."""
     now = now or timezone.now()
     task = validate(request, now=now, teams=teams)
-    with shards.using(_place(task)):
-        return _schedule_here(task, now)
+    alias = _place(task)
+    try:
+        with shards.using(alias):
+            return _schedule_here(task, now)
+    except OperationalError:
+        # A shard that cannot be reached costs only the tasks that must go to it: one that
+        # was placed in turn goes to the next shard instead.
+        if not _in_turn(task):
+            raise
+        shards.turns.mark_down(alias)
+        logger.warning("shard %s unavailable: a task went to another", alias,
+                       extra={"action": "shard_passed_over", "shard": alias})
+        with shards.using(shards.turns.pick()):
+            return _schedule_here(task, now)
+
+
+def _in_turn(task: store.NewTask) -> bool:
+    """Whether the task's shard was only its turn (no key, parents or caller's transaction
+    decided it), so that another shard may take it."""
+    return (shards.sharded() and task.idempotency_key is None and task.debounce_key is None
+            and not task.parents and shards.in_transaction() is None)
 
 
 def _place(task: store.NewTask) -> str:
-    return shards.place(lambda_id=task.lambda_id, idempotency_key=task.idempotency_key,
-                        parents=task.parents)
+    key = task.debounce_key if task.idempotency_key is None else task.idempotency_key
+    return shards.place(lambda_id=task.lambda_id, key=key, parents=task.parents)
 
 
 def _schedule_here(task: store.NewTask, now: datetime) -> tuple[TaskEntity, bool]:
@@ -460,10 +479,10 @@ def schedule_many(requests: Sequence[TaskRequest | Mapping[str, Any]], *,
         raise InvalidTask(errors)
     _check_new_collections({(t.lambda_id, t.collection) for t in tasks})
     # Unkeyed tasks without parents go together, to one shard: a batch touches few shards.
-    together = shards.place(lambda_id=tasks[0].lambda_id, idempotency_key=None) \
+    together = shards.place(lambda_id=tasks[0].lambda_id, key=None) \
         if tasks else shards.current()
-    homes = [together if task.idempotency_key is None and not task.parents else _place(task)
-             for task in tasks]
+    homes = [_place(task) if task.idempotency_key or task.debounce_key or task.parents
+             else together for task in tasks]
     entities: list[TaskEntity | None] = [None] * len(tasks)
     # All or none: each shard's part in a transaction of its own, committed together at the
     # end (a batch on one shard, the usual case, is one transaction).

@@ -327,18 +327,19 @@ def home_of(parents: Iterable[int]) -> str | None:
     return homes.pop() if homes else None
 
 
-def place(*, lambda_id: int, idempotency_key: str | None, parents: Iterable[int] = ()) -> str:
+def place(*, lambda_id: int, key: str | None, parents: Iterable[int] = ()) -> str:
     """The shard a new task goes to: its parents' (a chain stays on one shard), its key's
-    bucket's (one row per key, whatever process schedules it), the shard of the caller's open
-    transaction (the task commits or rolls back with the caller's rows), else the next healthy
-    one in turn. ShardError where its parents live on more than one shard."""
+    bucket's (an idempotency or debounce key: one row per key, whatever process schedules
+    it), the shard of the caller's open transaction (the task commits or rolls back with the
+    caller's rows), else the next healthy one in turn. ShardError where its parents live on
+    more than one shard."""
     names = aliases()
     if len(names) == 1:
         return names[0]
     if (home := home_of(parents)) is not None:
         return home
-    if idempotency_key is not None:
-        return key_alias(lambda_id, idempotency_key)
+    if key is not None:
+        return key_alias(lambda_id, key)
     return in_transaction() or turns.pick()
 
 
