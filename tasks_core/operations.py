@@ -164,8 +164,10 @@ def _selected(scope: Scope, selection: Selection) -> QuerySet[TaskEntity]:
 def _chunks(tasks: QuerySet[TaskEntity]) -> Iterator[list[int]]:
     """Ids of `tasks` in ascending order, limits.CHUNK at a time (keyset pagination: rows an
     action changed or deleted never shift the next chunk), shard after shard: each chunk is
-    taken, and acted on, on its shard (the store works on it until the next chunk)."""
-    for alias in shards.aliases():
+    taken, and acted on, on its shard (the store works on it until the next chunk); a
+    queryset bound to one shard (the console's shard filter) only on that one."""
+    pinned = getattr(tasks, "_db", None)  # set by .using(); None: the router decides
+    for alias in [pinned] if pinned is not None else shards.aliases():
         with shards.using(alias):
             last = 0
             while ids := list(tasks.filter(pk__gt=last).order_by("pk")

@@ -16,6 +16,7 @@ import redis
 from django.apps import apps
 from django.core.management import CommandError, call_command
 from django.db import connections, transaction
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -263,3 +264,21 @@ def test_one_alias_is_the_store_as_before() -> None:
     assert wakeup.channel() == f"{atf_settings.queue_prefix}:wakeup"
     # and an id past every slot is looked for where it cannot be, not refused with an error
     assert shards.alias_of(5 << shards.SLOT_SHIFT) == "default"
+
+
+def test_the_console_shows_a_tasks_shard_and_filters_by_it(sharded: Clusters,
+                                                          admin_client: Any) -> None:
+    with transaction.atomic(using="shard2"):
+        on_two = atf.schedule("demo.noop")
+    with transaction.atomic(using="shard1"):
+        on_one = atf.schedule("demo.noop")
+    tasks = reverse("admin:tasks_core_taskentity_changelist")
+    listed = admin_client.get(f"{tasks}?shard=shard2")
+    assert listed.status_code == 200
+    body = listed.content.decode()
+    assert f"/taskentity/{on_two.pk}/change/" in body
+    assert f"/taskentity/{on_one.pk}/change/" not in body
+    assert ">shard2<" in body  # its column
+    shown = admin_client.get(reverse("admin:tasks_core_taskentity_change", args=[on_one.pk]))
+    assert shown.status_code == 200
+    assert "shard1" in shown.content.decode()
