@@ -9,28 +9,18 @@ touched. `load_schema` gives each cluster's database the test database's tables 
 
 from __future__ import annotations
 
-import os
-import pwd
 import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 from tests.chaos.services import free_port
-from tests.replication import CONFIG, Node, _run, _runs_as, installed
+from tests.replication import CONFIG, Node, _run, _runs_as, installed, private_home
 
 
 class Clusters:
     """`count` single-node clusters, started."""
 
     def __init__(self, count: int) -> None:
-        self.home = Path(tempfile.mkdtemp(prefix="atf-shards-"))
-        sockets = self.home / "sockets"
-        sockets.mkdir()
-        if os.geteuid() == 0:
-            postgres = pwd.getpwnam("postgres")
-            for path in (self.home, sockets):
-                os.chown(path, postgres.pw_uid, postgres.pw_gid)
+        self.home, sockets = private_home("atf-shards-")
         self.nodes = [Node(self.home / f"shard{slot}", free_port(), sockets)
                       for slot in range(count)]
         try:

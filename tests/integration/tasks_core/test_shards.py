@@ -8,6 +8,7 @@ full sizes (30,000 tasks) belong to the benchmark.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -212,6 +213,38 @@ def test_a_consumer_and_a_worker_drain_every_shard(sharded: Clusters, processes:
              timeout_s=60, message="every shard's tasks succeeded")
 
 
+@contextlib.contextmanager
+def unreachable(alias: str) -> Iterator[None]:
+    """Within it, `alias`'s connections go to a port nothing listens on (as to a shard that
+    is down)."""
+    shard = connections[alias]
+    shard.close()
+    port = shard.settings_dict["PORT"]
+    shard.settings_dict["PORT"] = str(free_port())
+    try:
+        yield
+    finally:
+        shard.close()
+        shard.settings_dict["PORT"] = port
+
+
+def test_a_shard_that_is_down_costs_only_its_own_tasks(sharded: Clusters, alice: Member,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shards, "turns", type(shards.turns)())  # no shard passed over yet
+    key = next(f"k{n}" for n in range(1000) if shards.key_alias(alice.lam.id, f"k{n}") == "shard1")
+    with unreachable("shard1"):
+        # unkeyed tasks go to the shards that answer
+        unkeyed = [alice.client.post("/api/v1/tasks/", {"lambda": alice.lam.name},
+                                     format="json") for _n in range(6)]
+        # a keyed one whose bucket is on the shard that is down: try again later
+        keyed = alice.client.post("/api/v1/tasks/", {"lambda": alice.lam.name,
+                                                     "idempotency_key": key}, format="json")
+    assert [r.status_code for r in unkeyed] == [201] * 6
+    found = ids_on(sharded)
+    assert not found[1] and len(found[0]) + len(found[2]) == 6
+    assert keyed.status_code == 503 and keyed["Retry-After"] == "5"
+
+
 # --- reads -----------------------------------------------------------------------------------
 
 
@@ -241,17 +274,9 @@ def test_atf_shards_lists_each_shard_and_fails_on_one_it_cannot_reach(
         ["0", "shard0", "0", "yes", "0", "0"],
         ["1", "shard1", str(1 << 44), "yes", "1", "0"],
         ["2", "shard2", str(2 << 44), "yes", "0", "0"]]
-    # When shard2 cannot be reached (its connection goes to a port nothing listens on)
-    shard2 = connections["shard2"]
-    shard2.close()
-    port = shard2.settings_dict["PORT"]
-    shard2.settings_dict["PORT"] = str(free_port())
-    try:
-        with pytest.raises(CommandError, match="unreachable: shard2"):
-            call_command("atf_shards")
-    finally:
-        shard2.close()
-        shard2.settings_dict["PORT"] = port
+    # When shard2 cannot be reached
+    with unreachable("shard2"), pytest.raises(CommandError, match="unreachable: shard2"):
+        call_command("atf_shards")
     assert capsys.readouterr().out.splitlines()[-1].split() == ["2", "shard2", str(2 << 44),
                                                                 "no", "-", "-"]
 
