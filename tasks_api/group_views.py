@@ -15,7 +15,7 @@ from tasks_api import schedule_rate
 from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.serializers import ScheduleTaskSerializer, StrictSerializer, validated
-from tasks_core import groups
+from tasks_core import groups, shards
 from tasks_core.access import Scope
 from tasks_core.exceptions import TaskNotFound
 from tasks_core.models import TaskGroup
@@ -108,14 +108,16 @@ class GroupViewSet(ApiPolicy, viewsets.ViewSet):
         schedule_rate.take(request, groups.tasks_in(asked))
         scope.check_may_follow(groups.parents_named(asked))
         group, created = groups.place(asked, teams=scope.team_ids)
-        return Response(GroupSerializer(group).data,
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        with shards.on(group.pk):
+            return Response(GroupSerializer(group).data,
+                            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(responses={200: GroupSerializer})
     def retrieve(self, request: Request, pk: str) -> Response:
-        group = Scope.of(request.user).filter(TaskGroup.objects.all(), "team") \
-            .filter(pk=int(pk)).first()
-        if group is None:
-            raise TaskNotFound(f"no group {pk}")
-        return Response(GroupSerializer(group).data)
+        with shards.on(int(pk)):  # a group lives on its members' shard, its id says which
+            group = Scope.of(request.user).filter(TaskGroup.objects.all(), "team") \
+                .filter(pk=int(pk)).first()
+            if group is None:
+                raise TaskNotFound(f"no group {pk}")
+            return Response(GroupSerializer(group).data)
 

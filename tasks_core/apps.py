@@ -40,9 +40,12 @@ def _at_latest_schema(migrated: Apps) -> bool:
         return False
 
 
-def _sync_lambdas(sender: AppConfig, **kwargs: object) -> None:
-    from tasks_core import lambda_sync, periodic
+def _sync_lambdas(sender: AppConfig, *, using: str, **kwargs: object) -> None:
+    from tasks_core import lambda_sync, periodic, shards
 
+    if using != shards.CONTROL:  # a shard's own database: its ids and the control rows
+        shards.prepare(using)  # (nothing for another database of the project)
+        return
     # `migrate` passes the state it migrated to; a flush (TransactionTestCase) passes none.
     migrated = kwargs.get("apps")
     if isinstance(migrated, Apps) and not _at_latest_schema(migrated):

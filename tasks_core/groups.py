@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
-from tasks_core import directory, group_members, scheduling, store
+from tasks_core import directory, group_members, scheduling, shards, store
 from tasks_core.exceptions import InvalidTask
 from tasks_core.group_members import Member
 from tasks_core.models import TaskEntity, TaskGroup
@@ -216,22 +216,50 @@ def place(request: GroupRequest, *, now: datetime | None = None,
     now = now or timezone.now()
     members, callbacks = _validate_all(request, now, teams, after)
     team_id = directory.by_id(members[0].task.lambda_id).team_id
+    try:
+        home = _home(request, members)
+    except shards.ShardError as exc:
+        raise InvalidTask({"tasks": [str(exc)]}) from None
     keyed = request.idempotency_key is not None or any(
         member.task.idempotency_key is not None for member in members)
     # A key taken by a concurrent schedule fails the insert once that one commits; the next
     # try finds its group, or its task (which joins this group, or refuses it). Each try finds
     # one more key taken: a bound on the tries.
     tries = len(members) + 2 if keyed else 1
-    while True:
-        if (found := _keyed_group(team_id, request.idempotency_key)) is not None:
-            return found, False
-        tries -= 1
-        try:
-            with transaction.atomic():  # a savepoint: the caller's transaction goes on
-                return _insert(team_id, request.idempotency_key, members, callbacks, now), True
-        except IntegrityError:
-            if not tries:
-                raise
+    with shards.using(home):
+        while True:
+            if (found := _keyed_group(team_id, request.idempotency_key)) is not None:
+                return found, False
+            tries -= 1
+            try:
+                with shards.atomic():  # a savepoint: the caller's transaction goes on
+                    return (_insert(team_id, request.idempotency_key, members, callbacks, now),
+                            True)
+            except IntegrityError:
+                if not tries:
+                    raise
+
+
+def _home(request: GroupRequest, members: list[Member]) -> str:
+    """The one shard that holds a group, its members and its callbacks: the shard its
+    members' parents, its own key and its members' keys name (ShardError where they name more
+    than one: a key's task lives on its key's shard), else the caller's transaction's, else
+    the next in turn."""
+    if not shards.sharded():
+        return shards.current()
+    first = members[0].task.lambda_id
+    parents = {parent for member in members
+               for parent in (member.before[0] if member.before else member.task).parents}
+    named = {shards.key_alias(member.task.lambda_id, member.task.idempotency_key)
+             for member in members if member.task.idempotency_key is not None}
+    if request.idempotency_key is not None:
+        named.add(shards.key_alias(first, request.idempotency_key))
+    if (parents_home := shards.home_of(parents)) is not None:
+        named.add(parents_home)
+    if len(named) > 1:
+        raise shards.ShardError("The group's parents and idempotency keys live on different "
+                                f"shards ({', '.join(sorted(named))}); a group lives on one.")
+    return named.pop() if named else shards.place(lambda_id=first, key=None)
 
 
 def _keyed_group(team_id: int, key: str | None) -> TaskGroup | None:
@@ -269,7 +297,14 @@ def chain(*steps: TaskRequest | GroupRequest, now: datetime | None = None) -> li
     entities: list[TaskEntity] = []
     previous: tuple[int, ...] = ()
     absorbed = False  # the step was the `then` of the group before it
-    with transaction.atomic():
+    # The whole chain on one shard (its steps wait for each other): the first step's.
+    first = steps[0] if steps else None
+    try:
+        home = shards.place(lambda_id=0, key=None,
+                            parents=first.after if isinstance(first, TaskRequest) else ())
+    except shards.ShardError as exc:
+        raise InvalidTask({"after": [str(exc)]}) from None
+    with shards.using(home), shards.atomic():
         for index, step in enumerate(steps):
             if absorbed:
                 absorbed = False

@@ -83,9 +83,10 @@ def test_a_database_migrated_back_is_left_alone_until_it_is_migrated_forward_aga
     # `migrate tasks_core 0018` (a rolled-back deploy) leaves tables without later columns:
     # the sync's queries would fail on them, so it waits for the next `migrate`.
     tasks_core_app = django_apps.get_app_config("tasks_core")
-    apps_module._sync_lambdas(tasks_core_app, apps=_migrated_to("0018_outcome_rollup"))
+    apps_module._sync_lambdas(tasks_core_app, using="default",
+                              apps=_migrated_to("0018_outcome_rollup"))
     assert not Lambda.objects.filter(name=NAME).exists()
     assert "not at tasks_core's latest migration" in caplog.text
 
-    apps_module._sync_lambdas(tasks_core_app, apps=_migrated_to(None))
+    apps_module._sync_lambdas(tasks_core_app, using="default", apps=_migrated_to(None))
     assert Lambda.objects.filter(name=NAME).exists()
