@@ -168,6 +168,34 @@ def test_a_chain_stays_on_its_shard_and_parents_on_two_shards_are_refused(
     assert shards.alias_of(child.pk) == "shard1"
 
 
+
+def test_a_group_lives_on_one_shard_with_its_keyed_members_and_its_own_key(
+        sharded: Clusters) -> None:
+    # A plain group: its members, chain steps and callbacks on the group's shard
+    made = atf.group([atf.call("demo.noop", {"n": n}) for n in range(6)] +
+                     [atf.ChainRequest([atf.call("demo.noop"), atf.call("demo.noop")])],
+                     then=atf.call("demo.noop"))
+    home = shards.alias_of(made.pk)
+    found = ids_on(sharded)
+    assert sum(len(ids) for ids in found) == 9  # 6 + a chain of 2 + then
+    assert len(found[ALIASES.index(home)]) == 9
+    # A keyed group, scheduled twice: one group, on the shard of its key
+    lambda_id = directory.by_name("demo.noop").id
+    keyed = [atf.group([atf.call("demo.noop")], idempotency_key="album-1") for _ in range(2)]
+    assert keyed[0].pk == keyed[1].pk
+    assert shards.alias_of(keyed[0].pk) == shards.key_alias(lambda_id, "album-1")
+    # Members whose keys live on two shards cannot share a group
+    keys = {shards.key_alias(lambda_id, f"photo-{n}"): f"photo-{n}" for n in range(50)}
+    assert len(keys) > 1
+    with pytest.raises(InvalidTask) as refused:
+        atf.group([atf.call("demo.noop", idempotency_key=key) for key in list(keys.values())[:2]])
+    assert "different shards" in refused.value.errors["tasks"][0]
+    # Keyed members of one shard may: the group goes there
+    same = [f"photo-{n}" for n in range(50)
+            if shards.key_alias(lambda_id, f"photo-{n}") == "shard1"][:2]
+    together = atf.group([atf.call("demo.noop", idempotency_key=key) for key in same])
+    assert shards.alias_of(together.pk) == "shard1"
+
 def test_an_idempotency_key_has_one_shard_whatever_the_process() -> None:
     # The bucket is a CRC of the lambda and the key: the same in every process and run.
     assert shards.bucket_of(7, "order-7") == shards.bucket_of(7, "order-7")
