@@ -560,9 +560,9 @@ def _section(title: str, body: str) -> str:
 
 
 def write(summaries: Summaries, drivers: list[ModuleType], *, plan: Mapping[str, Any],
-          notes: list[str]) -> str:
-    """Write latest.json and latest.md; return the Markdown."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+          notes: list[str], results: Path = RESULTS) -> str:
+    """Write latest.json and latest.md into `results`; return the Markdown."""
+    results.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     box = machine()
     options = "\n".join(f"- **{d.LABEL}**{DURABLE if d.DURABLE else ''}: {d.OPTIONS}"
@@ -585,12 +585,12 @@ def write(summaries: Summaries, drivers: list[ModuleType], *, plan: Mapping[str,
     )
     if notes:
         markdown += "\nNotes:\n\n" + "\n".join(f"- {note}" for note in notes) + "\n"
-    (RESULTS / "latest.md").write_text(markdown)
+    (results / "latest.md").write_text(markdown)
     document = {"date": now, "machine": box, "plan": dict(plan), "notes": notes,
                 "systems": {d.NAME: {"label": d.LABEL, "options": d.OPTIONS,
                                      "durable": d.DURABLE} for d in drivers},
                 "limits": {limit.key: {"label": limit.label, "compared": limit.compared}
                            for limit in LIMITS},
                 "results": summaries}
-    (RESULTS / "latest.json").write_text(json.dumps(document, indent=2) + "\n")
+    (results / "latest.json").write_text(json.dumps(document, indent=2) + "\n")
     return markdown

@@ -18,6 +18,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 from bench import (
     cpu_quota,
@@ -98,6 +99,8 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
                              "(default: start a private redis-server)")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432",
                         help="PostgreSQL server; the bench creates databases bench_<system>")
+    parser.add_argument("--results", type=Path, default=report.RESULTS,
+                        help="where latest.md and latest.json go (default bench/results)")
     parser.add_argument("--db-prefix", default="bench",
                         help="name the databases <prefix>_<system> instead (two runs at once "
                              "on one server must not share ATF's tables)")
@@ -152,15 +155,18 @@ def _require_shards(plan: measure.Plan, targets: list[measure.Target]) -> None:
 
 
 def _targets(names: list[str], redis_url: str, pg_url: str, plan: measure.Plan, *,
-             prefix: str) -> list[measure.Target]:
+             prefix: str, set_up: bool = True) -> list[measure.Target]:
+    """The systems, each with its database on `pg_url` made and set up (`set_up`: the
+    measurements chosen use it; those ON_REQUEST make stores of their own)."""
     targets = []
     for name in names:
         driver = drivers.load(name)
-        dsn = services.ensure_database(pg_url, f"{prefix}_{name}")
+        dsn = (services.ensure_database(pg_url, f"{prefix}_{name}") if set_up
+               else f"{pg_url}/{prefix}_{name}")
         env = Env(name=name, redis_url=f"{redis_url}/{REDIS_DB[name]}", pg_dsn=dsn)
         # A driver whose set-up is not idempotent (procrastinate's schema) runs it only once.
         once = getattr(driver, "SETUP_ONCE", False)
-        if not (once and services.has_tables(dsn, driver.SCHEMA)):
+        if set_up and not (once and services.has_tables(dsn, driver.SCHEMA)):
             for command in driver.setup_commands(env):
                 measure.run_once(command)
         targets.append(measure.Target(driver=driver, env=env,
@@ -243,7 +249,8 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
     logger.info("estimated duration: about %.1f minutes (%s on %s)",
                 estimate.seconds(plan, names, planned, once=ONCE) / 60, ", ".join(planned),
                 ", ".join(names))
-    targets = _targets(names, redis_url, args.pg_url, plan, prefix=args.db_prefix)
+    targets = _targets(names, redis_url, args.pg_url, plan, prefix=args.db_prefix,
+                       set_up=any(m not in ON_REQUEST for m in chosen))
     if any(m in ON_REQUEST for m in chosen):
         _require_shards(plan, targets)
     runner = Runner(plan, targets, redis_url, args.pg_url, prefix=args.db_prefix)
@@ -261,7 +268,7 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
     summaries = {name: {key: stats.summary(series) for key, series in metrics.items()}
                  for name, metrics in runner.values.items()}
     return report.write(summaries, [t.driver for t in runner.targets],
-                        plan=dataclasses.asdict(plan), notes=notes)
+                        plan=dataclasses.asdict(plan), notes=notes, results=args.results)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

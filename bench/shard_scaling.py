@@ -111,8 +111,20 @@ def sharded_target(target: Target, plan: Plan,
                 if alias != CONTROL_ALIAS:
                     run_once(target.driver.shard_setup_command(env, alias))
         for cluster in clusters:  # set up at full speed; measured in the quotas
-            cluster.quota.limit()
+            _hold(cluster)
         yield here, clusters
+
+
+def _hold(cluster: Cluster) -> None:
+    """Start the cluster's quota; RuntimeError unless its server runs inside it (a backend
+    forked now is checked too)."""
+    cluster.quota.limit()
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        backend = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+        inside = set(cluster.quota.pids())
+    if not {postmaster_pid(cluster.data), backend} <= inside:
+        raise RuntimeError(f"shard {cluster.slot}'s server is not in its CPU quota "
+                           f"{cluster.quota.path}")
 
 
 def _scalar(dsn: str, query: str) -> int:
