@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +37,7 @@ from bench.measure import Plan, Target, lateness
 from bench.measure_growth import scaled_fleet
 from bench.private_postgres import postmaster_pid, private_cluster, set_up, stop
 from bench.procs import Fleet, run_once
+from bench.producer import CHUNK
 from bench.shard_figures import key, slot_key
 from bench.stats import drain_rate
 
@@ -149,9 +151,14 @@ def _homes(target: Target, clusters: list[Cluster]) -> dict[int, int]:
 
 
 def _backlog(target: Target, plan: Plan, clusters: list[Cluster]) -> dict[int, int]:
-    """`plan.drain_n` tasks enqueued in bulk on an empty store; their slots by id."""
+    """`plan.drain_n` tasks enqueued in bulk on an empty store; their slots by id.
+
+    ATF puts each batch of unkeyed tasks on one shard, the shards in turn: the backlog goes
+    in a whole number of rounds of equal batches, so that each shard gets its share."""
     services.flush(target.env.redis_url)
-    target.backlog("record", "drain", plan.drain_n)
+    rounds = math.ceil(plan.drain_n / (len(clusters) * CHUNK))
+    target.produce(task="record", key="drain", n=plan.drain_n, mode="bulk",
+                   chunk=math.ceil(plan.drain_n / (len(clusters) * rounds)))
     return _homes(target, clusters)
 
 
