@@ -357,35 +357,37 @@ def shard_table(summaries: Summaries) -> str:
     the survivors' rate around a shard's death."""
     ours = summaries.get("atf", {})
     counts = shard_figures.shard_counts(ours)
-    if not counts:
-        return ""
 
     def cell(name: str, unit: str) -> str:
         return _cell(ours[name], unit) if name in ours else "—"
 
-    lines = ["| figure | " + " | ".join(f"{count} shard{'s' * (count > 1)}" for count in counts)
-             + " |", "|---|" + "---|" * len(counts),
-             "| drain, all shards (tasks/s) | " + " | ".join(
-                 cell(shard_figures.rate_key(count), "tasks/s") for count in counts) + " |"]
-    for part, label, unit in SHARD_ROWS[:2]:
-        lines.append(f"| {label} ({unit}) | " + " | ".join(
-            cell(shard_figures.key(count, part), unit) for count in counts) + " |")
-    for part, label, unit in SLOT_ROWS:
-        lines.append(f"| {label}, by slot ({unit}) | " + " | ".join(" / ".join(
-            _number(ours[name]["median"], unit) if (name := shard_figures.slot_key(
-                count, slot, part)) in ours else "—" for slot in range(count))
-            for count in counts) + " |")
-    for part, label, unit in SHARD_ROWS[2:]:
-        lines.append(f"| {label} ({unit}) | " + " | ".join(
-            cell(shard_figures.key(count, part), unit) for count in counts) + " |")
-    table = "\n".join(lines)
+    parts = []
+    if counts:
+        lines = ["| figure | " + " | ".join(f"{count} shard{'s' * (count > 1)}"
+                                           for count in counts) + " |",
+                 "|---|" + "---|" * len(counts),
+                 "| drain, all shards (tasks/s) | " + " | ".join(
+                     cell(shard_figures.rate_key(count), "tasks/s") for count in counts) + " |"]
+        for part, label, unit in SHARD_ROWS[:2]:
+            lines.append(f"| {label} ({unit}) | " + " | ".join(
+                cell(shard_figures.key(count, part), unit) for count in counts) + " |")
+        for part, label, unit in SLOT_ROWS:
+            lines.append(f"| {label}, by slot ({unit}) | " + " | ".join(" / ".join(
+                _number(ours[name]["median"], unit) if (name := shard_figures.slot_key(
+                    count, slot, part)) in ours else "—" for slot in range(count))
+                for count in counts) + " |")
+        for part, label, unit in SHARD_ROWS[2:]:
+            lines.append(f"| {label} ({unit}) | " + " | ".join(
+                cell(shard_figures.key(count, part), unit) for count in counts) + " |")
+        parts.append("\n".join(lines))
     if shard_figures.KILL_RATIO in ours:
-        table += (f"\n\nOne of {counts[-1]} shards' servers stopped a third into the drain: "
-                  "the other shards drained "
-                  f"{cell(shard_figures.KILL_BEFORE, 'tasks/s')} tasks/s before and "
-                  f"{cell(shard_figures.KILL_AFTER, 'tasks/s')} after "
-                  f"({cell(shard_figures.KILL_RATIO, '×')}×).")
-    return table
+        shards = _median(summaries, "atf", shard_figures.KILL_SHARDS)
+        parts.append(f"One of {shards:.0f} shards' servers stopped once a third of the other "
+                     "shards' tasks were done: those shards drained "
+                     f"{cell(shard_figures.KILL_BEFORE, 'tasks/s')} tasks/s before and "
+                     f"{cell(shard_figures.KILL_AFTER, 'tasks/s')} after "
+                     f"({cell(shard_figures.KILL_RATIO, '×')}×).")
+    return "\n\n".join(parts)
 
 
 #: The store-size figures: key, label, unit.

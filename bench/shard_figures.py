@@ -23,9 +23,10 @@ PIPELINE_CPU_LIMIT = 1.10
 PIPELINE_ROLES = ("consumer", "worker", "redis")
 #: Of each slot's cluster, per drain (µs and bytes are per task of that slot).
 SLOT_PARTS = ("rate", "tasks", "pg_cpu_us", "wal_bytes", "conns", "throttled")
-#: The shard-kill figures: the survivors' rate before and after one cluster stops, and their
-#: ratio.
+#: The shard-kill figures: the survivors' rate before and after one cluster stops, their
+#: ratio, and the number of shards.
 KILL_BEFORE, KILL_AFTER, KILL_RATIO = "shard_kill_before", "shard_kill_after", "shard_kill_ratio"
+KILL_SHARDS = "shard_kill_shards"
 _RATE = re.compile(r"shard_s(\d+)")
 
 Row = tuple[float, float, float]

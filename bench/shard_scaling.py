@@ -12,9 +12,10 @@ configured without any shard setting.
   enqueued in bulk and drained by one consumer and one worker process per shard (the bench's
   drain fleet); then, with the same fleet warm, the lateness of paced and of delayed tasks.
   Figures: `bench.shard_figures`.
-- `shard_kill`: the largest count's drain again; once a third of it is done, the last shard's
-  server is stopped as if its machine died (`pg_ctl stop -m immediate`). The survivors' rate
-  before and after the kill, and their ratio: a dead shard should cost only its own tasks.
+- `shard_kill`: the largest count's drain again; once a third of the other shards' tasks are
+  done, the last shard's server is stopped as if its machine died (`pg_ctl stop -m immediate`).
+  The survivors' rate before and after the kill, and their ratio: a dead shard should cost
+  only its own tasks.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from bench.stats import drain_rate
 
 #: Consumers of every drain: one, which takes every shard.
 CONSUMERS = 1
-#: The share of the drain done when `shard_kill` stops a shard.
+#: The share of the surviving shards' tasks done when `shard_kill` stops the last shard.
 KILL_AT = 1 / 3
 #: How often a wait reads the finished tasks' records.
 POLL_S = 0.5
@@ -257,7 +258,8 @@ def shard_kill(target: Target, plan: Plan) -> dict[str, float]:
         victim = clusters[-1]
         survivors = {task_id for task_id, slot in homes.items() if slot != victim.slot}
         with _fleet(here, clusters) as fleet:
-            _wait_finished(here, fleet, lambda ids: len(ids) >= KILL_AT * plan.drain_n,
+            _wait_finished(here, fleet,
+                           lambda ids: len(ids & survivors) >= KILL_AT * len(survivors),
                            timeout_s=plan.drain_timeout_s)
             killed_at = time.time()
             stop(victim.data, mode="immediate")
@@ -267,4 +269,4 @@ def shard_kill(target: Target, plan: Plan) -> dict[str, float]:
                                   f"the other shards finished within {plan.drain_timeout_s:.0f} s")
         rows = [row for slot, part in _by_slot(here, homes).items() if slot != victim.slot
                 for row in part]
-    return shard_figures.kill_rates(rows, killed_at)
+    return {shard_figures.KILL_SHARDS: float(count), **shard_figures.kill_rates(rows, killed_at)}

@@ -188,7 +188,8 @@ def test_shard_table_has_a_column_per_count_and_each_slot_in_its_cell():
                "shard_s2_efficiency": 0.95, "shard_s1_slot0_rate": 400,
                "shard_s2_slot0_rate": 390, "shard_s2_slot1_rate": 371,
                "shard_s2_slot1_wal_bytes": 3300, "shard_s1_pipeline_cpu_us": 1000,
-               "shard_kill_before": 760, "shard_kill_after": 380, "shard_kill_ratio": 0.5}
+               "shard_kill_before": 760, "shard_kill_after": 380, "shard_kill_ratio": 0.5,
+               "shard_kill_shards": 2}
     summaries = {"atf": {key: _summary(value) for key, value in figures.items()}}
     text = report.shard_table(summaries)
     lines = text.splitlines()
@@ -200,6 +201,9 @@ def test_shard_table_has_a_column_per_count_and_each_slot_in_its_cell():
                for line in lines)
     assert any(line.startswith("| pipeline's CPU per task: ") and line.endswith("| 1,000 | — |")
                for line in lines)
-    assert lines[-1] == ("One of 2 shards' servers stopped a third into the drain: the other "
-                         "shards drained 760 tasks/s before and 380 after (0.50×).")
+    assert lines[-1] == ("One of 2 shards' servers stopped once a third of the other shards' "
+                         "tasks were done: those shards drained 760 tasks/s before and 380 "
+                         "after (0.50×).")
     assert report.shard_table({"atf": {"drain": _summary(1000)}}) == ""
+    kill_only = {key: value for key, value in summaries["atf"].items() if "kill" in key}
+    assert report.shard_table({"atf": kill_only}) == lines[-1]
