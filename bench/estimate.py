@@ -33,7 +33,7 @@ VACUUM_PER_S = 100_000
 #: Seconds to create a private PostgreSQL cluster, migrate it and remove it.
 PRIVATE_CLUSTER_S = 20.0
 #: ATF's drain per core of a shard's CPU quota, tasks/s (the sharded store's measurements).
-SHARD_DRAIN_PER_CORE = 3000
+SHARD_DRAIN_PER_CORE = 2000
 
 Estimator = Callable[["Plan", str], float]
 
