@@ -143,7 +143,7 @@ def _wal_bytes(cluster: Cluster) -> int:
 def _homes(target: Target, clusters: list[Cluster]) -> dict[int, int]:
     """The slot of every task in the store, by id: the cluster its row is found on."""
     table = target.driver.SCHEMA[0]
-    homes = {}
+    homes: dict[int, int] = {}
     for cluster in clusters:
         with psycopg.connect(cluster.dsn, autocommit=True) as conn:
             homes.update((task_id, cluster.slot)
