@@ -158,6 +158,27 @@ else:
                                         "timeout": 10}
     _database["TEST"] = {"NAME": ATF_TEST_DATABASE_NAME}
 DATABASES = {"default": _database}
+
+#: A store sharded across several PostgreSQL primaries (tasks_core.shards): their URLs,
+#: comma-separated, become the aliases shard0, shard1, ... in this order (slot 0 first); a URL
+#: equal to DATABASE_URL is `default` itself. DATABASE_URL keeps the control data.
+_SHARD_URLS = [url.strip() for url in os.environ.get("ATF_SHARD_URLS", "").split(",")
+               if url.strip()]
+if _SHARD_URLS:
+    ATF_STORE_SHARDS = []
+    for _slot, _url in enumerate(_SHARD_URLS):
+        _alias = "default" if _url == DATABASE_URL else f"shard{_slot}"
+        if _alias != "default":
+            try:
+                _shard = database_url.parse(_url, conn_max_age=0 if _pooled
+                                            else ATF_DB_CONN_MAX_AGE, conn_health_checks=True)
+            except ValueError as exc:
+                raise SystemExit(f"ATF_SHARD_URLS: {exc}") from None
+            _shard["OPTIONS"] = {**_database["OPTIONS"], **_shard.get("OPTIONS", {})}
+            _shard["TEST"] = {"NAME": f"{ATF_TEST_DATABASE_NAME}_{_alias}"}
+            DATABASES[_alias] = _shard
+        ATF_STORE_SHARDS.append(_alias)
+DATABASE_ROUTERS = ["tasks_core.shards.Router"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Queues, wake-ups, cache ----------------------------------------------------------

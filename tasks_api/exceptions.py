@@ -50,6 +50,13 @@ class ServiceUnavailable(exceptions.APIException):
     default_code = "service_unavailable"
 
 
+class DatabaseUnavailable(ServiceUnavailable):
+    """The store (or the one shard a request needs: its task's, its key's) cannot be reached:
+    answered with `Retry-After`, the seconds before it is worth trying again."""
+
+    retry_after_s = 5
+
+
 class LimitExceeded(exceptions.APIException):
     status_code = status.HTTP_429_TOO_MANY_REQUESTS
     default_detail = "A limit of your team is reached."
@@ -84,7 +91,7 @@ def _translate(exc: Exception) -> Exception:
         return Conflict("A concurrent request wrote the same task; retry to get it.")
     if isinstance(exc, OperationalError):
         logger.warning("database unavailable: %s", exc)
-        return ServiceUnavailable("The database is unavailable; try again later.")
+        return DatabaseUnavailable("The database is unavailable; try again later.")
     return exc
 
 
@@ -92,9 +99,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's handler, after turning ATF's errors into API exceptions."""
     from rest_framework import views  # not at the top: rest_framework.views imports our parser
 
-    response = views.exception_handler(_translate(exc), context)
+    translated = _translate(exc)
+    response = views.exception_handler(translated, context)
     if response is not None:
         response.data = _encodable(response.data)
+        if isinstance(translated, DatabaseUnavailable):
+            response["Retry-After"] = str(translated.retry_after_s)
     return response
 
 

@@ -15,7 +15,7 @@ from tasks_api import schedule_rate
 from tasks_api.openapi import extend_schema
 from tasks_api.policy import ApiPolicy
 from tasks_api.serializers import ScheduleTaskSerializer, StrictSerializer, validated
-from tasks_core import groups
+from tasks_core import groups, shards
 from tasks_core.access import Scope
 from tasks_core.exceptions import TaskNotFound
 from tasks_core.models import TaskGroup
@@ -86,13 +86,15 @@ class GroupViewSet(ApiPolicy, viewsets.ViewSet):
                    for pk in after if type(pk) is int]
         scope.check_may_follow(parents)
         group = groups.schedule(asked, teams=scope.team_ids)
-        return Response(GroupSerializer(group).data, status=status.HTTP_201_CREATED)
+        with shards.on(group.pk):
+            return Response(GroupSerializer(group).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={200: GroupSerializer})
     def retrieve(self, request: Request, pk: str) -> Response:
-        group = Scope.of(request.user).filter(TaskGroup.objects.all(), "team") \
-            .filter(pk=int(pk)).first()
-        if group is None:
-            raise TaskNotFound(f"no group {pk}")
-        return Response(GroupSerializer(group).data)
+        with shards.on(int(pk)):  # a group lives on its members' shard, its id says which
+            group = Scope.of(request.user).filter(TaskGroup.objects.all(), "team") \
+                .filter(pk=int(pk)).first()
+            if group is None:
+                raise TaskNotFound(f"no group {pk}")
+            return Response(GroupSerializer(group).data)
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
+from django.db.models import QuerySet
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
+from rest_framework.views import APIView
 
 from tasks_api.serializers import BODY_PAGE_SIZE, SHOWN_ATTEMPTS
+from tasks_core import shards
 from tasks_core.conf import atf_settings
 
 
@@ -24,6 +29,17 @@ class TaskCursorPagination(CursorPagination):
             return min(size, BODY_PAGE_SIZE)  # pages of payloads or results: bytes bounded
         return size
 
+    #: Task lists live on every shard (a task's attempts, on its own).
+    across_shards = True
+
+    def paginate_queryset(self, queryset: Any, request: Request,
+                          view: APIView | None = None) -> list[Any] | None:
+        """With shards, each page is read on every shard and merged in id order (a cursor's
+        position, an id, says where a page ends on every shard at once)."""
+        if self.across_shards and shards.sharded():
+            queryset = cast("QuerySet[Any, Any]", shards.Merged(queryset))
+        return super().paginate_queryset(queryset, request, view)
+
     def decode_cursor(self, request: Request) -> Cursor | None:
         cursor = super().decode_cursor(request)
         # A hand-made cursor could carry a position that is not an id; refuse it here rather
@@ -39,5 +55,6 @@ class AttemptCursorPagination(TaskCursorPagination):
     ~110 KB)."""
 
     ordering = "number"
+    across_shards = False
     page_size = SHOWN_ATTEMPTS
     max_page_size = 100

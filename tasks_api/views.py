@@ -21,7 +21,16 @@ from tasks_api import renamed_fields, schedule_rate, serializers
 from tasks_api.openapi import extend_schema
 from tasks_api.pagination import AttemptCursorPagination, TaskCursorPagination
 from tasks_api.policy import ApiPolicy
-from tasks_core import flow, limits, operations, periodic, queue_age, scheduling, stats
+from tasks_core import (
+    flow,
+    limits,
+    operations,
+    periodic,
+    queue_age,
+    scheduling,
+    shards,
+    stats,
+)
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidTask, QueueUnavailable
 from tasks_core.models import Collection, Lambda, PeriodicTask, TaskEntity
@@ -96,6 +105,10 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
     def get_queryset(self) -> QuerySet[TaskEntity]:
         tasks = Scope.of(self.request.user).tasks().prefetch_related("parents", "children")
         return serializers.with_latest_attempts(tasks) if self.action == "retrieve" else tasks
+
+    def get_object(self) -> TaskEntity:
+        with shards.on(int(self.kwargs["pk"])):  # the id says its shard
+            return super().get_object()
 
     def get_serializer_class(self) -> type[serializers.TaskSerializer]:
         if self.action == "retrieve":
@@ -193,15 +206,18 @@ def _detail(task: TaskEntity, code: int = status.HTTP_200_OK) -> Response:
     """A task with its links and attempt history, read back in one round of queries."""
     shown = serializers.with_latest_attempts(TaskEntity.objects.prefetch_related("parents",
                                                                                  "children"))
-    return Response(serializers.TaskDetailSerializer(shown.get(pk=task.pk)).data, status=code)
+    with shards.on(task.pk):
+        return Response(serializers.TaskDetailSerializer(shown.get(pk=task.pk)).data,
+                        status=code)
 
 
 def _shown(tasks: Sequence[TaskEntity]) -> list[dict[str, Any]]:
     """Tasks as the API shows them; those not just created (without serializers.NEW_PARENTS)
     read back in one round of queries, links included."""
     earlier = [t.pk for t in tasks if not hasattr(t, serializers.NEW_PARENTS)]
-    fresh = {t.pk: t for t in TaskEntity.objects.prefetch_related("parents", "children")
-             .filter(pk__in=earlier)} if earlier else {}
+    fresh = {t.pk: t for part in shards.each(earlier) if part
+             for t in TaskEntity.objects.prefetch_related("parents", "children")
+             .filter(pk__in=part)}
     return [serializers.show_task(fresh.get(t.pk, t)) for t in tasks]
 
 

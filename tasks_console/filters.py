@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from tasks_core import liveness, operations
+from tasks_core import liveness, operations, shards
 from tasks_core.access import Scope
 from tasks_core.conf import atf_settings
 from tasks_core.models import Collection, Team
@@ -84,6 +84,24 @@ class TeamFilter(_ChoiceFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         teams = Scope.of(request.user).filter(Team.objects.all(), "pk").values_list("pk", "name")
         return [(str(pk), name) for pk, name in teams]
+
+
+class ShardFilter(admin.SimpleListFilter):
+    """The tasks of one shard of the store: offered only where there are several (a list
+    without a choice is slot 0's shard)."""
+
+    title = "shard"
+    parameter_name = "shard"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(alias, alias) for alias in shards.aliases()] if shards.sharded() else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in (None, ""):
+            return queryset
+        if self.value() not in shards.aliases():
+            raise IncorrectLookupParameters("shard: not one of the choices")
+        return queryset.using(str(self.value()))
 
 
 def team_filter(team_path: str) -> type[TeamFilter]:

@@ -20,7 +20,7 @@ from tasks_console import display, filters
 from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.models import DeadLetter
 from tasks_console.paginator import EstimatedCountPaginator
-from tasks_core import limits, operations, states
+from tasks_core import limits, operations, shards, states
 from tasks_core.access import Scope
 from tasks_core.models import TaskAttempt, TaskDependency, TaskEntity, TaskStep
 
@@ -111,6 +111,25 @@ class BigTaskListAdmin(ConsoleAdmin):
                 Q(last_error__type=term) | Q(last_error__message__icontains=term))
         return queryset.filter(match), False
 
+    @admin.display(description="shard")
+    def shard(self, task: TaskEntity) -> str:
+        return shards.alias_of(task.pk)
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        columns = super().get_list_display(request)
+        return [*columns[:1], "shard", *columns[1:]] if shards.sharded() else columns
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        return [filters.ShardFilter, *super().get_list_filter(request)]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if not shards.sharded():
+            return fieldsets
+        (name, first), *rest = fieldsets
+        return [(name, {**first, "fields": [("id", "shard", "status_badge"),
+                                            *first["fields"][1:]]}), *rest]
+
     @admin.display(description="status", ordering="status")
     def status_badge(self, task: TaskEntity) -> SafeString:
         return display.status_badge(task.status)
@@ -190,7 +209,13 @@ class BigTaskListAdmin(ConsoleAdmin):
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict | None = None) -> HttpResponse:
         extra = {**(extra_context or {}), "object_actions": self.object_buttons}
-        return super().change_view(request, object_id, form_url, extra)
+        if not (shards.sharded() and object_id.isdigit()):
+            return super().change_view(request, object_id, form_url, extra)
+        with shards.on(int(object_id)):  # the task's shard, for the page's every read
+            response = super().change_view(request, object_id, form_url, extra)
+            if isinstance(response, TemplateResponse):
+                response.render()
+            return response
 
     object_buttons: list[tuple[str, str]] = []
     change_form_template = "tasks_console/change_form_actions.html"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from django.db.models import Model, QuerySet
 
-from tasks_core import directory
+from tasks_core import directory, shards
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, NotYourTeam
 from tasks_core.models import Lambda, PeriodicTask, TaskEntity, Worker
 from tasks_core.scheduling import unknown_lambda
@@ -137,7 +137,8 @@ class Scope:
         wanted = set(parent_ids)
         if not wanted:
             return
-        seen = set(self.tasks().filter(pk__in=wanted).values_list("pk", flat=True))
+        seen = {pk for part in shards.each(wanted)
+                for pk in self.tasks().filter(pk__in=part).values_list("pk", flat=True)}
         if missing := sorted(wanted - seen):
             raise InvalidTask({"after": [
                 f"Unknown parent task(s): {', '.join(map(str, missing))}."]})

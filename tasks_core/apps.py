@@ -17,9 +17,12 @@ DJANGO_TASKS_BRIDGE = "tasks_core.contrib.django_tasks"
 BACKEND_PATHS = (f"{DJANGO_TASKS_BRIDGE}.", "tasks_core.backend.")
 
 
-def _sync_lambdas(sender: AppConfig, **kwargs: object) -> None:
-    from tasks_core import lambda_sync, periodic
+def _sync_lambdas(sender: AppConfig, *, using: str, **kwargs: object) -> None:
+    from tasks_core import lambda_sync, periodic, shards
 
+    if using in shards.others():  # a shard's own database: its ids, and the control rows
+        shards.prepare(using)
+        return
     lambda_sync.sync_to_store()
     periodic.sync_code_schedules()
 

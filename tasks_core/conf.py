@@ -41,7 +41,7 @@ ENVIRONMENT_ONLY = frozenset({
     "ATF_WEB_GRACEFUL_TIMEOUT_S", "ATF_WEB_CONTROL_SOCKET", "ATF_DEMO_PORT", "ATF_PYTHON",
     "ATF_FUZZ_CASES",
     "ATF_CONSOLE_BIG_ROWS", "ATF_REFRESH_DOCS_SCREENSHOTS", "ATF_SCREENSHOT_DIR",
-    "ATF_TEST_SIGNALS_KEY",
+    "ATF_TEST_SIGNALS_KEY", "ATF_SHARD_URLS",
 })
 #: The words a yes/no setting may be given as in text (any case); any other is refused.
 YES = frozenset({"1", "true", "yes", "on"})
@@ -135,6 +135,12 @@ class AtfSettings:
     #: Turned on where the session is not kept, a process prepares nothing, logs an error and
     #: fails /readyz (tasks_core.pooling).
     db_prepared_statements: bool = False
+    #: The database aliases (`DATABASES` keys) that hold the tasks, by slot (tasks_core.shards);
+    #: empty: the one database, `default`, as without shards. The first is slot 0, whose ids
+    #: are those of a store from before shards; control data stays in `default`. A project
+    #: with several also lists `tasks_core.shards.Router` in DATABASE_ROUTERS. The standalone
+    #: service sets it from ATF_SHARD_URLS.
+    store_shards: list[str] = []
 
     # --- Processes ------------------------------------------------------------------------
 

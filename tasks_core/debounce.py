@@ -13,10 +13,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F
 
-from tasks_core import flow, limits
+from tasks_core import flow, limits, shards
 from tasks_core.models import TaskAssoc, TaskEntity
 from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store.values import NewTask
@@ -65,7 +64,7 @@ def schedule(task: NewTask, *, now: datetime,
     """Schedule a debounced task (its run_at is now + debounce): replace the waiting task of
     its key, or make one with `create`; the task, and whether it was made."""
     assert task.debounce_key is not None
-    with transaction.atomic():
+    with shards.atomic():
         flow.lock([flow.lock_id(task.lambda_id, f"debounce\x00{task.debounce_key}")])
         waiting = (TaskEntity.objects.select_for_update()
                    .filter(lambda_ref_id=task.lambda_id, debounce_key=task.debounce_key,

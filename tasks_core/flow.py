@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
 from django.db.models import Case, Count, Q, Value, When
 from django.utils import timezone
 
-from tasks_core import directory, flow_metrics, rates, states, wakeup
+from tasks_core import directory, flow_metrics, rates, shards, states, wakeup
 from tasks_core.conf import atf_settings
 from tasks_core.models import FlowStart, TaskAssoc, TaskEntity
 from tasks_core.states import AssocStatus, TaskStatus
@@ -193,8 +192,8 @@ def lock(ids: Iterable[int]) -> datetime:
     SQLite has a single writer: a write takes its database lock for the rest of the
     transaction (and the demo's processes share one host's clock)."""
     ordered = sorted(set(ids))
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+    with shards.connection().cursor() as cursor:
+        if shards.connection().vendor == "postgresql":
             cursor.execute("SELECT clock_timestamp() FROM (SELECT count(pg_advisory_xact_lock(k))"
                            " FROM unnest(%s::bigint[]) AS k) AS locked", [ordered])
             (moment,) = cursor.fetchone()
@@ -225,7 +224,7 @@ def _candidates_and_running(ids: Sequence[int], limits: Mapping[int, Limits],
                             ) -> tuple[dict[int, Candidate], Counter]:
     candidates: dict[int, Candidate] = {}
     running: Counter = Counter()
-    with connection.cursor() as cursor:
+    with shards.connection().cursor() as cursor:
         cursor.execute(_CANDIDATES_AND_RUNNING, {
             "ids": list(ids), "limited": list(limits),
             "counting": [pk for pk, lim in limits.items() if lim.concurrency is not None],
@@ -305,7 +304,8 @@ def admit(leases: Sequence[Lease], limits: Mapping[int, Limits], *, now: datetim
     at the Admission's `now` (taken once the locks are held, not the caller's `now`)."""
     ids = [lease.task_id for lease in leases]
     running: Counter | None = None
-    if connection.vendor == "postgresql" and all(lim.lambda_wide for lim in limits.values()):
+    if shards.connection().vendor == "postgresql" and \
+            all(lim.lambda_wide for lim in limits.values()):
         # The locks are known before the tasks are read: lock, then read the tasks and count
         # what runs in one statement (its snapshot taken once the locks are held).
         clock = lock(lock_id(lambda_id) for lambda_id in limits)
@@ -374,12 +374,12 @@ def _release_slots(freeing: Iterable[tuple[int, int]], now: datetime) -> None:
             freed[task_id] = lim
     if not freed:
         return
-    if connection.vendor == "postgresql":
+    if shards.connection().vendor == "postgresql":
         chosen = _release_in_one_statement(freed, now)
     else:
         chosen = _release_step_by_step(freed, now)
     if chosen:
-        transaction.on_commit(wakeup.notify)
+        shards.on_commit(wakeup.notify)
 
 
 #: A finish's release on PostgreSQL, one statement: the slots the finished tasks free (one for
@@ -422,7 +422,7 @@ RETURNING a.task_id
 
 def _release_in_one_statement(freed: Mapping[int, Limits], now: datetime) -> list[int]:
     ids = list(freed)
-    with connection.cursor() as cursor:
+    with shards.connection().cursor() as cursor:
         cursor.execute(_RELEASE, {
             "ids": ids, "lambda_wide": [freed[pk].concurrency is not None for pk in ids],
             "keyed": [freed[pk].key_concurrency is not None for pk in ids],

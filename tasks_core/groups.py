@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from tasks_core import directory, scheduling, store
+from tasks_core import directory, scheduling, shards, store
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
 from tasks_core.models import TaskEntity, TaskGroup
@@ -98,7 +97,14 @@ def schedule(request: GroupRequest, *, now: datetime | None = None,
     scheduling.validate takes them; `after`: parent task ids of every member (a chain)."""
     now = now or timezone.now()
     members, callbacks = _validate_all(request, now, teams, after)
-    with transaction.atomic():
+    # One shard holds the group, its members and callbacks: the parents' shard, else the
+    # caller's transaction's, else the next in turn.
+    try:
+        home = shards.place(lambda_id=members[0].lambda_id, key=None,
+                            parents={parent for member in members for parent in member.parents})
+    except shards.ShardError as exc:
+        raise InvalidTask({"after": [str(exc)]}) from None
+    with shards.using(home), shards.atomic():
         made = dict(zip(callbacks, scheduling.create(list(callbacks.values()), now),
                         strict=True))
         group = TaskGroup.objects.create(
@@ -133,7 +139,14 @@ def chain(*steps: TaskRequest | GroupRequest, now: datetime | None = None) -> li
     entities: list[TaskEntity] = []
     previous: tuple[int, ...] = ()
     absorbed = False  # the step was the `then` of the group before it
-    with transaction.atomic():
+    # The whole chain on one shard (its steps wait for each other): the first step's.
+    first = steps[0] if steps else None
+    try:
+        home = shards.place(lambda_id=0, key=None,
+                            parents=first.after if isinstance(first, TaskRequest) else ())
+    except shards.ShardError as exc:
+        raise InvalidTask({"after": [str(exc)]}) from None
+    with shards.using(home), shards.atomic():
         for index, step in enumerate(steps):
             if absorbed:
                 absorbed = False

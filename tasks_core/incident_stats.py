@@ -13,7 +13,7 @@ from datetime import datetime
 
 from django.db.models import Count, Min, QuerySet
 
-from tasks_core import gating, liveness
+from tasks_core import gating, liveness, shards
 from tasks_core.models import Lambda, TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
 
@@ -26,6 +26,7 @@ def _lambdas(lambda_ids: Collection[int] | None) -> QuerySet[Lambda]:
     return lambdas if lambda_ids is None else lambdas.filter(pk__in=list(lambda_ids))
 
 
+@shards.across(shards.latest)
 def oldest_due_s(*, now: datetime, lambda_ids: Collection[int] | None = None,
                  ) -> dict[str, float]:
     """lambda name -> seconds since the oldest of its due, unstarted tasks became due (its
@@ -48,6 +49,7 @@ def workers_by_lambda(*, now: datetime, lambda_ids: Collection[int] | None = Non
     return {name: served[name] for name in names}
 
 
+@shards.across(shards.added)
 def lost_attempts(*, since: datetime, lambda_ids: Collection[int] | None = None,
                   ) -> dict[str, int]:
     """lambda name -> attempts recorded `lost` (no heartbeat within the timeout) since `since`."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from tasks_core import directory, lambda_options, registry
+from tasks_core import directory, lambda_options, registry, shards
 from tasks_core.models import Lambda, Team
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ def sync_to_store() -> None:
             },
         )
     Lambda.objects.exclude(name__in=[lam.name for lam in lambdas]).update(in_code=False)
+    shards.mirror()  # the shards' copies of the teams and lambdas their tasks name
     directory.clear()
     logger.debug("synced %d lambdas to the store", len(lambdas))
 

@@ -25,11 +25,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from tasks_core import directory, limits, overrides, periodic, scheduling, states, store, wakeup
+from tasks_core import (
+    directory,
+    limits,
+    overrides,
+    periodic,
+    scheduling,
+    shards,
+    states,
+    store,
+    wakeup,
+)
 from tasks_core.access import Scope
 from tasks_core.exceptions import InvalidTask, InvalidTransition, LambdaNotFound, TaskNotFound
 from tasks_core.models import Collection, Lambda, PeriodicTask, TaskAttempt, TaskEntity
@@ -86,7 +95,8 @@ def save_periodic(scope: Scope, row: PeriodicTask, changes: Mapping[str, Any], *
 
 def task(scope: Scope, task_id: int) -> TaskEntity:
     """The task `task_id` if the scope holds it; TaskNotFound otherwise."""
-    found = scope.tasks().filter(pk=task_id).first()
+    with shards.on(task_id):
+        found = scope.tasks().filter(pk=task_id).first()
     if found is None:
         raise TaskNotFound(f"no task {task_id}")
     return found
@@ -109,10 +119,11 @@ def requeue(scope: Scope, task_id: int, *, now: datetime | None = None) -> TaskE
     """Put a task that finished without success (fatal_failure, dead, cancelled, dropped) back
     to `new`, attempts reset; InvalidTransition for any other status."""
     found = task(scope, task_id)
-    if not _requeue_ids([found.pk], now or timezone.now(), states.REQUEUEABLE):
-        raise InvalidTransition(f"a task in status {_status(found.pk)} cannot be requeued; only "
-                                f"{_listed(states.REQUEUEABLE)} tasks can")
-    return TaskEntity.objects.get(pk=found.pk)
+    with shards.on(task_id):
+        if not _requeue_ids([found.pk], now or timezone.now(), states.REQUEUEABLE):
+            raise InvalidTransition(f"a task in status {_status(found.pk)} cannot be requeued; "
+                                    f"only {_listed(states.REQUEUEABLE)} tasks can")
+        return TaskEntity.objects.get(pk=found.pk)
 
 
 def run_now(scope: Scope, task_id: int, *, now: datetime | None = None) -> TaskEntity:
@@ -120,10 +131,11 @@ def run_now(scope: Scope, task_id: int, *, now: datetime | None = None) -> TaskE
     other."""
     now = now or timezone.now()
     found = task(scope, task_id)
-    if not _run_now_ids([found.pk], now):
-        raise InvalidTransition(f"a task in status {_status(found.pk)} cannot be run now; only "
-                                "delayed new tasks (due later) and retrying tasks can")
-    return TaskEntity.objects.get(pk=found.pk)
+    with shards.on(task_id):
+        if not _run_now_ids([found.pk], now):
+            raise InvalidTransition(f"a task in status {_status(found.pk)} cannot be run now; "
+                                    "only delayed new tasks (due later) and retrying tasks can")
+        return TaskEntity.objects.get(pk=found.pk)
 
 
 def _status(task_id: int) -> str:
@@ -151,12 +163,17 @@ def _selected(scope: Scope, selection: Selection) -> QuerySet[TaskEntity]:
 
 def _chunks(tasks: QuerySet[TaskEntity]) -> Iterator[list[int]]:
     """Ids of `tasks` in ascending order, limits.CHUNK at a time (keyset pagination: rows an
-    action changed or deleted never shift the next chunk)."""
-    last = 0
-    while ids := list(tasks.filter(pk__gt=last).order_by("pk")
-                      .values_list("pk", flat=True)[:limits.CHUNK]):
-        yield ids
-        last = ids[-1]
+    action changed or deleted never shift the next chunk), shard after shard: each chunk is
+    taken, and acted on, on its shard (the store works on it until the next chunk); a
+    queryset bound to one shard (the console's shard filter) only on that one."""
+    pinned = getattr(tasks, "_db", None)  # set by .using(); None: the router decides
+    for alias in [pinned] if pinned is not None else shards.aliases():
+        with shards.using(alias):
+            last = 0
+            while ids := list(tasks.filter(pk__gt=last).order_by("pk")
+                              .values_list("pk", flat=True)[:limits.CHUNK]):
+                yield ids
+                last = ids[-1]
 
 
 #: Told the number of tasks of each chunk once it is done (a command's progress bar).
@@ -175,22 +192,22 @@ def _each_chunk(scope: Scope, selection: Selection, change: Callable[[list[int]]
 
 
 def _requeue_ids(ids: list[int], now: datetime, statuses: frozenset[TaskStatus]) -> int:
-    with transaction.atomic():
+    with shards.atomic():
         moved = store.requeue(ids, now=now, statuses=statuses)
         if moved:
-            transaction.on_commit(wakeup.notify)
+            shards.on_commit(wakeup.notify)
     return moved
 
 
 def _run_now_ids(ids: list[int], now: datetime) -> int:
     """Make the delayed and retrying tasks among `ids` due now (others are left alone)."""
     runnable = Q(status=TaskStatus.RETRYING) | Q(status=TaskStatus.NEW, run_at__gt=now)
-    with transaction.atomic():
+    with shards.atomic():
         wanted = list(TaskEntity.objects.filter(runnable, pk__in=ids)
                       .values_list("pk", flat=True))
         moved = store.run_now(wanted, now=now) if wanted else 0
         if moved:
-            transaction.on_commit(wakeup.notify)
+            shards.on_commit(wakeup.notify)
     return moved
 
 

@@ -27,10 +27,11 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, Min, QuerySet
 from django.db.models.functions import TruncMinute
 
+from tasks_core import shards
 from tasks_core.models import OutcomeFold, OutcomeMinute, OutcomeTotal, TaskEntity
 from tasks_core.states import FINAL, TaskStatus
 
@@ -84,6 +85,11 @@ def finished_by_lambda(*, statuses: Collection[TaskStatus] = FINAL,
     return counts
 
 
+def _minutes(answers: list[dict[datetime, int]]) -> dict[datetime, int]:
+    return dict(sorted(shards.added(answers).items()))
+
+
+@shards.across(_minutes)
 def finished_per_minute(*, since: datetime, statuses: Collection[TaskStatus] = FINAL,
                         lambda_ids: Collection[int] | None = None) -> dict[datetime, int]:
     """minute -> tasks that reached one of `statuses` in it, for the minutes from the one that
@@ -126,7 +132,7 @@ def fold_step(*, now: datetime) -> int | None:
     """One step of `fold`: the tasks it added, or None when there was nothing to fold (caught
     up, or another consumer is folding)."""
     upto = now - timedelta(seconds=SETTLE_S)
-    with transaction.atomic():
+    with shards.atomic():
         start = (OutcomeFold.objects.select_for_update(skip_locked=True).filter(pk=_MARK)
                  .values_list("folded_until", flat=True).first())
         if start is None or start >= upto:
@@ -142,7 +148,7 @@ def fold_step(*, now: datetime) -> int | None:
         moved = OutcomeFold.objects.filter(pk=_MARK, folded_until=start).update(folded_until=end)
         if not moved:
             # Another fold moved the mark since this one read it (SQLite): add nothing.
-            transaction.set_rollback(True)
+            transaction.set_rollback(True, using=shards.current())
             return None
     return sum(n for *_key, n in rows)
 
@@ -171,7 +177,7 @@ def _add(rows: list[tuple[int, str, datetime, int]]) -> None:
     """Add the counts of a step to the minute rows and the totals."""
     if not rows:
         return
-    adapt = connection.ops.adapt_datetimefield_value
+    adapt = shards.connection().ops.adapt_datetimefield_value
     minutes = Counter({(lambda_id, status, adapt(minute)): n
                        for lambda_id, status, minute, n in rows})
     totals: Counter[tuple[int, str]] = Counter()
@@ -181,10 +187,10 @@ def _add(rows: list[tuple[int, str, datetime, int]]) -> None:
         (OutcomeMinute, ("lambda_ref_id", "status", "minute"), minutes),
         (OutcomeTotal, ("lambda_ref_id", "status"), totals),
     ):
-        table = connection.ops.quote_name(model._meta.db_table)
+        table = shards.connection().ops.quote_name(model._meta.db_table)
         columns = ", ".join(keys)
         placeholders = ", ".join(["%s"] * (len(keys) + 1))
-        with connection.cursor() as cursor:
+        with shards.connection().cursor() as cursor:
             cursor.executemany(
                 f"INSERT INTO {table} ({columns}, finished) VALUES ({placeholders}) "  # noqa: S608
                 f"ON CONFLICT ({columns}) DO UPDATE SET finished = {table}.finished "

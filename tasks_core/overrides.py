@@ -23,7 +23,7 @@ from django.db.models import F, OuterRef, Subquery
 from django.db.models.expressions import Expression
 from django.db.models.functions import Coalesce
 
-from tasks_core import lambda_options
+from tasks_core import lambda_options, shards
 from tasks_core.exceptions import InvalidOverride
 from tasks_core.lambda_options import Option
 from tasks_core.models import Lambda, LambdaOverride
@@ -143,6 +143,7 @@ def apply(row: Lambda, changes: Mapping[str, Any], *, by: str, now: datetime) ->
                 LambdaOverride.objects.update_or_create(
                     lambda_ref=row, option=name,
                     defaults={"value": value, "changed_by": by[:200], "changed_at": now})
+    shards.mirror()  # the shards' consumers read the quota in effect from their copies
     for name, value in cleaned.items():
         logger.info("%s of %s %s by %s", name, row.name,
                     "cleared" if value is None else f"set to {value:g}", by,

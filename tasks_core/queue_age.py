@@ -14,15 +14,18 @@ from datetime import datetime
 
 from django.db.models import OuterRef, Subquery
 
+from tasks_core import shards
 from tasks_core.conf import atf_settings
 from tasks_core.models import Lambda, TaskEntity
 from tasks_core.states import TaskStatus
 
 
+@shards.across(shards.latest)
 def oldest_waiting_s(*, now: datetime, lambda_ids: Collection[int] | None = None,
                      ) -> dict[str, dict[str, float]]:
     """lambda name -> priority -> seconds its oldest enqueued, unclaimed task has waited in its
-    queue (0 for an empty queue); every lambda of `lambda_ids` (None: all) and priority."""
+    queue (0 for an empty queue); every lambda of `lambda_ids` (None: all) and priority. With
+    shards, the oldest of every shard's (each reads its own copy of the lambdas)."""
     priorities = list(atf_settings.priorities)
     oldest = {
         f"oldest_{rank}": Subquery(
@@ -31,7 +34,7 @@ def oldest_waiting_s(*, now: datetime, lambda_ids: Collection[int] | None = None
             .order_by("enqueued_at").values("enqueued_at")[:1])
         for rank, priority in enumerate(priorities)
     }
-    lambdas = Lambda.objects.order_by("name")
+    lambdas = Lambda.objects.using(shards.current()).order_by("name")
     if lambda_ids is not None:
         lambdas = lambdas.filter(pk__in=list(lambda_ids))
     return {

@@ -17,7 +17,7 @@ from datetime import datetime
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from django.db import connection
+from django.db import connections
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -26,6 +26,7 @@ from tasks_core import (
     json_fields,
     limits,
     queues,
+    shards,
     store,
     waited_results,
     worker_registry,
@@ -190,8 +191,9 @@ def wait_for_work(row: Worker, *, queue: queues.QueueBackend, max_count: int,
 
     A waiting claim holds no database connection: hundreds of idle workers then cost the
     store nothing. The claim that follows opens (or takes from the pool) a fresh one."""
-    if not connection.in_atomic_block:
-        connection.close()
+    for alias in {shards.CONTROL, *shards.aliases()}:
+        if not connections[alias].in_atomic_block:
+            connections[alias].close()
     claimer = _claimer(row, queue, start=False)
     return claimer.queue.pop(claimer.queue_names(), max_count=max_count, wait_s=wait_s)
 
@@ -273,12 +275,14 @@ def _tasks(leases: Mapping[int, int], teams: Teams, *, started: bool,
     payload is left out (no write reads it).
     """
     columns = [column for column in store.CLAIMED_COLUMNS if column != "payload"]
-    rows = TaskEntity.objects.filter(pk__in=list(leases), worker__in=claimed_by).values_list(
-        *columns)
+    if shards.sharded():  # the workers are control rows: named, not a subquery, on a shard
+        claimed_by = list(claimed_by)
     return {
         pk: store.ClaimedTask.from_row(pk, leases[pk], lambda_id, collection, priority, None,
                                        *rest, started=started)
-        for pk, _lease, lambda_id, collection, priority, *rest in rows
+        for part in shards.each(leases)
+        for pk, _lease, lambda_id, collection, priority, *rest in TaskEntity.objects.filter(
+            pk__in=part, worker__in=claimed_by).values_list(*columns)
         if _owned(lambda_id, teams)
     }
 
@@ -299,8 +303,8 @@ def start(leases: Mapping[int, int], teams: Teams, credential: str) -> dict[int,
     tasks = _tasks(leases, teams, started=False, claimed_by=_workers_of(credential))
     started = store.start_many(list(tasks.values()), now=timezone.now()) if tasks else []
     done = dict(zip(tasks, started, strict=True))
-    if not_started := [pk for pk in tasks if not done[pk]]:
-        rows = TaskEntity.objects.filter(pk__in=not_started, status=TaskStatus.PROCESSING)
+    for part in shards.each(pk for pk in tasks if not done[pk]):
+        rows = TaskEntity.objects.filter(pk__in=part, status=TaskStatus.PROCESSING)
         done.update({pk: True for pk, lease in rows.values_list("pk", "lease")
                      if lease == leases[pk]})
     return {pk: done.get(pk, False) for pk in leases}

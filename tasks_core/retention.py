@@ -15,10 +15,9 @@ import logging
 import time
 from datetime import datetime, timedelta
 
-from django.db import transaction
 from django.db.models import Q, QuerySet
 
-from tasks_core import outcomes, states
+from tasks_core import outcomes, shards, states
 from tasks_core.conf import atf_settings
 from tasks_core.models import (
     TaskAssoc,
@@ -70,7 +69,7 @@ def prune_batch(*, now: datetime, batch_size: int = 1000,
     age_s = atf_settings.retention_s if older_than_s is None else older_than_s
     if age_s <= 0 or batch_size <= 0:
         return 0
-    with transaction.atomic():
+    with shards.atomic():
         # The guard is re-checked under the lock: a task requeued meanwhile is not finished.
         ids = list(
             prunable(now=now, older_than_s=age_s)

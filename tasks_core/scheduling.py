@@ -7,6 +7,7 @@ Scheduling writes to the application's own database, so a `schedule()` inside th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -16,10 +17,19 @@ from dataclasses import KW_ONLY, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import dateparse, timezone
 
-from tasks_core import debounce, directory, lambda_names, limits, store, tracing, wakeup
+from tasks_core import (
+    debounce,
+    directory,
+    lambda_names,
+    limits,
+    shards,
+    store,
+    tracing,
+    wakeup,
+)
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask, LambdaNotFound, TaskNotFound
 from tasks_core.gating import GateState
@@ -251,9 +261,7 @@ def validate(request: TaskRequest, *, now: datetime,
     elif len(set(parents)) < len(parents):
         errors["after"] = ["Each parent task may be named only once."]
     elif parents:
-        known = set(TaskEntity.objects.filter(pk__in=parents).values_list("pk", flat=True))
-        if missing := sorted(set(parents) - known):
-            errors["after"] = [f"Unknown parent task(s): {', '.join(map(str, missing))}."]
+        errors.update(_parent_errors(parents))
     errors.update(debounce.check(
         limit_key=request.limit_key, debounce=request.debounce,
         debounce_key=request.debounce_key, run_at=request.run_at, delay=request.delay,
@@ -275,6 +283,19 @@ def validate(request: TaskRequest, *, now: datetime,
         limit_key=request.limit_key,
         debounce_key=request.debounce_key,
     )
+
+
+def _parent_errors(parents: Sequence[int]) -> dict[str, list[str]]:
+    """The error of parents that do not exist, or that live on more than one shard."""
+    try:
+        home = shards.home_of(parents)
+    except shards.ShardError as exc:
+        return {"after": [str(exc)]}
+    with shards.using(home or shards.current()):
+        known = set(TaskEntity.objects.filter(pk__in=parents).values_list("pk", flat=True))
+    if missing := sorted(set(parents) - known):
+        return {"after": [f"Unknown parent task(s): {', '.join(map(str, missing))}."]}
+    return {}
 
 
 def _lambda_info(name: Any, teams: Many[int] | None) -> directory.LambdaInfo | None:
@@ -338,20 +359,37 @@ def wake_on_commit(entities: Sequence[TaskEntity], now: datetime) -> None:
     """Wake the consumers once the caller commits, if a task is due now (the wake-ups of a
     transaction's many tasks become one publish: tasks_core.wakeup)."""
     if any(entity.status == "new" and entity.run_at <= now for entity in entities):
-        transaction.on_commit(wakeup.notify)
+        shards.on_commit(wakeup.notify)
 
 
 def create(tasks: Sequence[store.NewTask], now: datetime) -> list[TaskEntity]:
-    """store.create(), making the Collection rows the tasks name where none is known yet."""
+    """store.create() on the shard the store works on, making the Collection rows the tasks
+    name where none is known yet (with shards: in the control database and its copies in every
+    shard, first, so that their gates apply on every shard)."""
     missing = directory.unknown_collections((task.lambda_id, task.collection) for task in tasks)
+    if missing and shards.sharded():
+        shards.mirror_rows(_control_collections(missing))
+        directory.remember_collections(missing)
+        missing = []
     if tracing.ENABLED:
-        with transaction.atomic():  # a task and the trace context it carries, together
+        with shards.atomic():  # a task and the trace context it carries, together
             entities = store.create(tasks, now=now, collections=missing)
             tracing.record_scheduled(entities)
     else:
         entities = store.create(tasks, now=now, collections=missing)
     directory.remember_collections(missing)
     return entities
+
+
+def _control_collections(pairs: Sequence[tuple[int, str]]) -> list[Collection]:
+    """The Collection rows of (lambda id, name) pairs in the control database, made where
+    missing."""
+    Collection.objects.bulk_create([Collection(lambda_ref_id=lambda_id, name=name)
+                                    for lambda_id, name in pairs], ignore_conflicts=True)
+    wanted = set(pairs)
+    return [row for row in Collection.objects.filter(
+        lambda_ref_id__in={lambda_id for lambda_id, _name in pairs},
+        name__in={name for _lambda_id, name in pairs}) if (row.lambda_ref_id, row.name) in wanted]
 
 
 def _existing(task: store.NewTask) -> TaskEntity | None:
@@ -368,6 +406,36 @@ def schedule(request: TaskRequest, *, now: datetime | None = None,
     named an earlier task, which is returned instead). `teams`: as `validate` takes them."""
     now = now or timezone.now()
     task = validate(request, now=now, teams=teams)
+    alias = _place(task)
+    try:
+        with shards.using(alias):
+            return _schedule_here(task, now)
+    except OperationalError:
+        # A shard that cannot be reached costs only the tasks that must go to it: one that
+        # was placed in turn goes to the next shard instead.
+        if not _in_turn(task):
+            raise
+        shards.turns.mark_down(alias)
+        logger.warning("shard %s unavailable: a task went to another", alias,
+                       extra={"action": "shard_passed_over", "shard": alias})
+        with shards.using(shards.turns.pick()):
+            return _schedule_here(task, now)
+
+
+def _in_turn(task: store.NewTask) -> bool:
+    """Whether the task's shard was only its turn (no key, parents or caller's transaction
+    decided it), so that another shard may take it."""
+    return (shards.sharded() and task.idempotency_key is None and task.debounce_key is None
+            and not task.parents and shards.in_transaction() is None)
+
+
+def _place(task: store.NewTask) -> str:
+    key = task.debounce_key if task.idempotency_key is None else task.idempotency_key
+    return shards.place(lambda_id=task.lambda_id, key=key, parents=task.parents)
+
+
+def _schedule_here(task: store.NewTask, now: datetime) -> tuple[TaskEntity, bool]:
+    """schedule()'s work on the shard the store works on."""
     if task.debounce_key is not None:
         return debounce.schedule(task, now=now, create=create)
     if task.idempotency_key is None:
@@ -375,11 +443,11 @@ def schedule(request: TaskRequest, *, now: datetime | None = None,
         entity = create([task], now)[0]
         wake_on_commit([entity], now)
         return entity, True
-    with transaction.atomic():
+    with shards.atomic():
         if (existing := _existing(task)) is not None:
             return existing, False
         try:
-            with transaction.atomic():  # a savepoint, only where a key may collide
+            with shards.atomic():  # a savepoint, only where a key may collide
                 entity = create([task], now)[0]
         except IntegrityError:
             # Another caller inserted the same idempotency key first: return its task.
@@ -410,14 +478,35 @@ def schedule_many(requests: Sequence[TaskRequest | Mapping[str, Any]], *,
     if errors:
         raise InvalidTask(errors)
     _check_new_collections({(t.lambda_id, t.collection) for t in tasks})
-    with transaction.atomic():
-        results: list[TaskEntity | None] = [
-            debounce.schedule(task, now=now, create=create)[0] if task.debounce_key is not None
-            else _existing(task) for task in tasks]
-        fresh = [task for task, found in zip(tasks, results, strict=True) if found is None]
-        created = iter(create(fresh, now))
-        entities = [found or next(created) for found in results]
-        wake_on_commit(entities, now)
+    # Unkeyed tasks without parents go together, to one shard: a batch touches few shards.
+    together = shards.place(lambda_id=tasks[0].lambda_id, key=None) \
+        if tasks else shards.current()
+    homes = [_place(task) if task.idempotency_key or task.debounce_key or task.parents
+             else together for task in tasks]
+    entities: list[TaskEntity | None] = [None] * len(tasks)
+    # All or none: each shard's part in a transaction of its own, committed together at the
+    # end (a batch on one shard, the usual case, is one transaction).
+    with contextlib.ExitStack() as stack:
+        for alias in dict.fromkeys(homes):
+            stack.enter_context(transaction.atomic(using=alias))
+        for alias in dict.fromkeys(homes):
+            part = [index for index, home in enumerate(homes) if home == alias]
+            with shards.using(alias):
+                for index, entity in zip(part, _schedule_part([tasks[i] for i in part], now),
+                                         strict=True):
+                    entities[index] = entity
+    return [entity for entity in entities if entity is not None]
+
+
+def _schedule_part(tasks: Sequence[store.NewTask], now: datetime) -> list[TaskEntity]:
+    """schedule_many()'s tasks of one shard, on it, inside its transaction."""
+    results: list[TaskEntity | None] = [
+        debounce.schedule(task, now=now, create=create)[0] if task.debounce_key is not None
+        else _existing(task) for task in tasks]
+    fresh = [task for task, found in zip(tasks, results, strict=True) if found is None]
+    created = iter(create(fresh, now))
+    entities = [found or next(created) for found in results]
+    wake_on_commit(entities, now)
     return entities
 
 
@@ -475,10 +564,11 @@ def _check_new_collections(pairs: set[tuple[int, str]]) -> None:
 def cancel(task_id: int, *, now: datetime | None = None) -> TaskEntity:
     """Cancel a task, or ask the worker running it to stop it (store.cancel); InvalidTransition
     if it finished."""
-    if not TaskEntity.objects.filter(pk=task_id).exists():
-        raise TaskNotFound(f"no task {task_id}")
-    store.cancel(task_id, now=now or timezone.now())
-    return TaskEntity.objects.get(pk=task_id)
+    with shards.on(task_id):
+        if not TaskEntity.objects.filter(pk=task_id).exists():
+            raise TaskNotFound(f"no task {task_id}")
+        store.cancel(task_id, now=now or timezone.now())
+        return TaskEntity.objects.get(pk=task_id)
 
 
 def set_gate(lambda_name: str, state: str, *, collection: str | None = None,
@@ -511,6 +601,7 @@ def set_gate(lambda_name: str, state: str, *, collection: str | None = None,
     row.gate = GateState(state)
     row.gate_until = until
     row.save(update_fields=["gate", "gate_until"])
+    shards.mirror_rows([row])  # every shard's claims read the gate from their own copy
     logger.info("gate of %s%s set to %s%s", lambda_name, f"/{collection}" if collection else "",
                 state, f" until {until.isoformat()}" if until else "",
                 extra={"action": "gate_set", "lambda": lambda_name, "collection": collection})

@@ -17,10 +17,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
 
-from tasks_core import liveness, outcomes, queues
+from tasks_core import liveness, outcomes, queues, shards
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
 from tasks_core.models import Lambda, TaskEntity
@@ -99,6 +98,7 @@ def started_since(since: datetime, lambda_ids: Collection[int] | None = None,
     return _tasks(lambda_ids).filter(recent, started_at__gte=since, attempts=1)
 
 
+@shards.across(shards.added)
 def _counts(lambda_ids: Collection[int] | None) -> Counter[tuple[int, str]]:
     """(lambda id, status) -> tasks: live tasks and dead letters counted from their rows (one
     range of the task_status index per status: the history is not read), the other final
@@ -157,14 +157,29 @@ def throughput(*, since: datetime, lambda_ids: Collection[int] | None = None,
     return [(minute, n) for minute, n in per_minute.items() if n]
 
 
+def _weighted(latencies: list[Latency]) -> Latency:
+    """Shards' percentiles as one answer: each weighted by its shard's count (an estimate:
+    percentiles do not add up)."""
+    count = sum(latency.count for latency in latencies)
+    if not count:
+        return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
+
+    def mean(name: str) -> float:
+        return sum((getattr(one, name) or 0.0) * one.count for one in latencies) / count
+
+    return Latency(count=count, p50_s=mean("p50_s"), p95_s=mean("p95_s"), p99_s=mean("p99_s"))
+
+
+@shards.across(_weighted)
 def delivery_latency(*, since: datetime, lambda_ids: Collection[int] | None = None) -> Latency:
-    """p50/p95/p99 of `started_at - run_at` of first attempts that started since `since`."""
+    """p50/p95/p99 of `started_at - run_at` of first attempts that started since `since`
+    (with shards, each shard's weighted by its count)."""
     if lambda_ids is not None and not lambda_ids:  # the ORM cannot write SQL for "in ()"
         return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
     started = started_since(since, lambda_ids)
     if backends.current().supports_percentiles:
         sql, params = started.annotate(latency=LATENCY).values("latency").query.sql_with_params()
-        with connection.cursor() as cursor:
+        with shards.connection().cursor() as cursor:
             cursor.execute(
                 "SELECT count(*), percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP "
                 "(ORDER BY extract(epoch FROM sub.latency)) "
@@ -201,6 +216,15 @@ def percentile(ordered: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def _histograms(parts: list[Histogram]) -> Histogram:
+    return Histogram(bounds=parts[0].bounds,
+                     buckets=tuple(map(sum, zip(*(part.buckets for part in parts),
+                                                strict=True))),
+                     count=sum(part.count for part in parts),
+                     sum_s=sum(part.sum_s for part in parts))
+
+
+@shards.across(_histograms)
 def latency_histogram(*, since: datetime, lambda_ids: Collection[int] | None = None,
                       bounds: tuple[float, ...] = LATENCY_BUCKETS_S) -> Histogram:
     """Cumulative bucket counts of the delivery latency since `since`, counted in one query."""
@@ -213,6 +237,7 @@ def latency_histogram(*, since: datetime, lambda_ids: Collection[int] | None = N
                      count=row["total"] or 0, sum_s=max(sum_s, 0.0))
 
 
+@shards.across(shards.added)
 def failures_by_lambda(*, since: datetime, lambda_ids: Collection[int] | None = None,
                        ) -> dict[str, int]:
     """lambda name -> tasks that ended fatal_failure or dead since `since`."""

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tasks_core import directory
+from tasks_core import directory, shards
 from tasks_core.models import TaskEntity, TaskTrace
 
 if TYPE_CHECKING:
@@ -86,8 +86,8 @@ def with_context(claimed: list[store.ClaimedTask]) -> list[store.ClaimedTask]:
     if not claimed:
         return claimed
     found = {pk: {"traceparent": parent, **({"tracestate": state} if state else {})}
-             for pk, parent, state in TaskTrace.objects.filter(
-                 task_id__in=[task.task_id for task in claimed]).values_list(
+             for part in shards.each(task.task_id for task in claimed)
+             for pk, parent, state in TaskTrace.objects.filter(task_id__in=part).values_list(
                  "task_id", "traceparent", "tracestate")}
     return [dataclasses.replace(task, trace=found[task.task_id]) if task.task_id in found
             else task for task in claimed]

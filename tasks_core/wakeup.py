@@ -13,7 +13,7 @@ import threading
 
 import redis
 
-from tasks_core import conf
+from tasks_core import conf, shards
 from tasks_core.conf import atf_settings
 
 logger = logging.getLogger(__name__)
@@ -22,8 +22,12 @@ _client_lock = threading.Lock()
 _client: redis.Redis | None = None
 
 
-def channel() -> str:
-    return f"{atf_settings.queue_prefix}:wakeup"
+def channel(shard: str | None = None) -> str:
+    """The channel of a shard's wake-ups (default: the shard the store works on); slot 0's
+    is the one of a store without shards."""
+    alias = shard or shards.current()
+    base = f"{atf_settings.queue_prefix}:wakeup"
+    return base if alias == shards.aliases()[0] else f"{base}:{alias}"
 
 
 def client() -> redis.Redis:
@@ -36,9 +40,9 @@ def client() -> redis.Redis:
         return _client
 
 
-def _publish() -> None:
+def _publish(name: str) -> None:
     try:
-        client().publish(channel(), b"1")
+        client().publish(name, b"1")
     except redis.RedisError as exc:
         logger.debug("wake-up not sent (the consumer's poll will find the task): %s", exc)
 
@@ -50,8 +54,9 @@ class _Sender:
         self.wanted = threading.Event()
         self.lock = threading.Lock()
         self.pid = 0  #: the process whose thread runs (a forked child starts its own)
+        self.channels: set[str] = set()  #: those asked for since the last publish
 
-    def ask(self) -> None:
+    def ask(self, name: str) -> None:
         if self.pid != os.getpid():
             with self.lock:
                 if self.pid != os.getpid():
@@ -59,30 +64,37 @@ class _Sender:
                     threading.Thread(target=self._run, args=(self.wanted,),
                                      name="WakeupSender", daemon=True).start()
                     self.pid = os.getpid()
+        if name not in self.channels:
+            with self.lock:
+                self.channels.add(name)
         self.wanted.set()
 
-    @staticmethod
-    def _run(wanted: threading.Event) -> None:
+    def _run(self, wanted: threading.Event) -> None:
         while True:
             wanted.wait()
             wanted.clear()  # before publishing: a wake-up asked from here on gets a publish too
-            _publish()
+            with self.lock:
+                names, self.channels = self.channels, set()
+            for name in names:
+                _publish(name)
 
 
 _sender = _Sender()
 
 
 def notify() -> None:
-    """Tell the consumers that a task is due now (returns at once; the message follows)."""
-    _sender.ask()
+    """Tell the consumers of the shard the store works on that a task is due now (returns at
+    once; the message follows)."""
+    _sender.ask(channel())
 
 
 class Listener(threading.Thread):
     """Sets `event` whenever a wake-up arrives; reconnects by itself."""
 
-    def __init__(self, event: threading.Event) -> None:
+    def __init__(self, event: threading.Event, shard: str | None = None) -> None:
         super().__init__(name="WakeupListener", daemon=True)
         self.event = event
+        self.channel = channel(shard)
         self.running = True
 
     def run(self) -> None:
@@ -91,7 +103,7 @@ class Listener(threading.Thread):
                 client = redis.Redis.from_url(conf.redis_url(), socket_connect_timeout=2,
                                               health_check_interval=10)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(channel())
+                pubsub.subscribe(self.channel)
                 while self.running:
                     if pubsub.get_message(timeout=1.0) is not None:
                         self.event.set()

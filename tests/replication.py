@@ -79,6 +79,19 @@ def _run(*argv: str, timeout_s: float = 120.0) -> None:
                            f"{(done.stderr or done.stdout).strip()}")
 
 
+def private_home(prefix: str) -> tuple[Path, Path]:
+    """A new temporary directory for servers' data, and its directory for their sockets, both
+    the `postgres` user's when we are root."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    sockets = home / "sockets"
+    sockets.mkdir()
+    if os.geteuid() == 0:
+        postgres = pwd.getpwnam("postgres")
+        for path in (home, sockets):
+            os.chown(path, postgres.pw_uid, postgres.pw_gid)
+    return home, sockets
+
+
 @dataclass
 class Node:
     """One server: its data directory, its port, and whether it runs."""
@@ -138,13 +151,7 @@ class ReplicatedPostgres:
 
     def __init__(self, *, synchronous: bool) -> None:
         self.synchronous = synchronous
-        self.home = Path(tempfile.mkdtemp(prefix="atf-replica-"))
-        sockets = self.home / "sockets"
-        sockets.mkdir()
-        if os.geteuid() == 0:
-            postgres = pwd.getpwnam("postgres")
-            for path in (self.home, sockets):
-                os.chown(path, postgres.pw_uid, postgres.pw_gid)
+        self.home, sockets = private_home("atf-replica-")
         self.primary = Node(self.home / "node-a", free_port(), sockets)
         self.standby = Node(self.home / "node-b", free_port(), sockets)
         try:

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -37,6 +37,7 @@ from tasks_core import (
     queues,
     quota,
     retention,
+    shards,
     store,
     wakeup,
     worker_registry,
@@ -155,13 +156,17 @@ def _short_first(lambdas: list[_LambdaGates], backlogged: set[int]) -> list[_Lam
 
 
 class Consumer:
-    """The consumer's loop; `run_pass()` is one pass, for tests and for `run()`."""
+    """The consumer's loop over one shard's due rows; `run_pass()` is one pass, for tests and
+    for `run()`. `periodic`: it also turns due periodic schedules into tasks (one consumer per
+    process does: the tasks go to whichever shard placement picks)."""
 
     def __init__(self, *, batch_size: int, poll_interval_s: float,
                  queue: queues.QueueBackend | None = None,
                  clock: Callable[[], datetime] = timezone.now,
                  lambda_turn: Callable[[int], contextlib.AbstractContextManager[bool]]
-                 = turns.lambda_turn) -> None:
+                 = turns.lambda_turn, shard: str | None = None, periodic: bool = True) -> None:
+        self.shard = shard or shards.aliases()[0]
+        self.periodic = periodic
         self.batch_size = batch_size
         self.poll_interval_s = poll_interval_s
         self.queue = queue or queues.backend()
@@ -209,6 +214,10 @@ class Consumer:
 
     def run_pass(self) -> PassSummary:
         """Enqueue, re-enqueue, drop or dead-letter what is due now, fairly across lambdas."""
+        with shards.using(self.shard):
+            return self._pass()
+
+    def _pass(self) -> PassSummary:
         # Cleared before the clock and the gates are read: a wake-up from then on is for a
         # task this pass may not see, so it cuts the pass short (SLICE_ROWS) and the sleep
         # after it is skipped.
@@ -314,7 +323,11 @@ class Consumer:
     def housekeep(self, now: datetime) -> None:
         """Reopen gates whose `until` passed; mark workers that stopped being seen; fold the
         tasks that finished into the rollup of outcomes; prune finished tasks past their
-        retention, batch after batch within a time budget."""
+        retention, batch after batch within a time budget (the last two on its shard)."""
+        with shards.using(self.shard):
+            self._housekeep(now)
+
+    def _housekeep(self, now: datetime) -> None:
         for model in (Lambda, Collection):
             reopened = model.objects.exclude(gate=gating.GateState.OPEN).filter(
                 gate_until__lte=now
@@ -346,7 +359,8 @@ class Consumer:
         whichever is sooner; 0 (or less) when something may be due already."""
         if summary.busy or summary.total:
             return 0.0
-        soonest = self._next_trigger()
+        with shards.using(self.shard):
+            soonest = self._next_trigger()
         if soonest is None or soonest <= self._pass_now:
             # A trigger the pass saw due and left is one a paused collection or a quota holds
             # back: it waits for the poll.
@@ -361,7 +375,7 @@ class Consumer:
             self.wake.clear()
 
     def run(self) -> None:
-        listener = wakeup.Listener(self.wake)
+        listener = wakeup.Listener(self.wake, self.shard)
         listener.start()
         totals = PassSummary()
         logged_s = time.monotonic()
@@ -376,7 +390,7 @@ class Consumer:
                     self._housekept_s = time.monotonic()
                 # Periodic occurrences become ordinary tasks, due at their own time (a task due
                 # now wakes the next pass).
-                if (started_s := time.monotonic()) >= self._periodic_due_s:
+                if self.periodic and (started_s := time.monotonic()) >= self._periodic_due_s:
                     periodic.materialise_due(now=self.clock(), budget_s=PERIODIC_BUDGET_S,
                                              cut=self.wake.is_set)
                     self._periodic_due_s = _next_periodic_look(started_s, time.monotonic())
@@ -390,7 +404,7 @@ class Consumer:
                     # traceback, until a pass finds it (or the new primary) again.
                     logger.warning("consumer pass failed, the database is unavailable: %s",
                                    (str(exc).splitlines() or [repr(exc)])[0],
-                                   extra={"action": "consumer_restart"})
+                                   extra={"action": "consumer_restart", "shard": self.shard})
                 else:
                     logger.exception("consumer loop failed", extra={"action": "consumer_restart"})
                 db.reset_connection()
@@ -415,12 +429,44 @@ class Consumer:
 
 
 def from_settings(*, batch_size: int | None = None, poll_interval_s: float | None = None,
-                  queue: queues.QueueBackend | None = None) -> Consumer:
-    """A consumer as the settings configure it, its code-defined schedules synced to the store
-    (the lambdas must be synced already)."""
+                  queue: queues.QueueBackend | None = None,
+                  shard: str | None = None, periodic_tasks: bool = True) -> Consumer:
+    """A consumer of `shard` (default: slot 0's) as the settings configure it, its
+    code-defined schedules synced to the store (the lambdas must be synced already)."""
     periodic.sync_code_schedules()
     return Consumer(batch_size=batch_size or atf_settings.consumer_batch_size,
-                    poll_interval_s=poll_interval_s or atf_settings.poll_interval_s, queue=queue)
+                    poll_interval_s=poll_interval_s or atf_settings.poll_interval_s, queue=queue,
+                    shard=shard, periodic=periodic_tasks)
+
+
+class ShardConsumers:
+    """One consumer per shard, each running its own pass loop in a thread of its own (one
+    shard: the caller's thread, as without shards); the first of them also turns periodic
+    schedules into tasks."""
+
+    def __init__(self, aliases: Sequence[str], *, batch_size: int | None = None,
+                 poll_interval_s: float | None = None,
+                 queue: queues.QueueBackend | None = None) -> None:
+        self.consumers = [from_settings(batch_size=batch_size, poll_interval_s=poll_interval_s,
+                                        queue=queue, shard=alias, periodic_tasks=index == 0)
+                          for index, alias in enumerate(aliases)]
+        self.poll_interval_s = self.consumers[0].poll_interval_s
+        self.batch_size = self.consumers[0].batch_size
+
+    def run(self) -> None:
+        if len(self.consumers) == 1:
+            self.consumers[0].run()
+            return
+        threads = [threading.Thread(target=consumer.run, name=f"Consumer-{consumer.shard}",
+                                    daemon=True) for consumer in self.consumers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def stop(self) -> None:
+        for consumer in self.consumers:
+            consumer.stop()
 
 
 #: Seconds a stopping process waits for its consumer thread's pass to end.
@@ -428,7 +474,7 @@ THREAD_STOP_S = 10.0
 
 
 @contextlib.contextmanager
-def in_thread(consumer: Consumer) -> Iterator[None]:
+def in_thread(consumer: Consumer | ShardConsumers) -> Iterator[None]:
     """Run `consumer` in a thread of this process for the block (`runworker --with-consumer`);
     stop it when the block ends."""
     thread = threading.Thread(target=consumer.run, name="ConsumerThread", daemon=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from tasks_core import directory, queues, registry, store
+from tasks_core import directory, queues, registry, shards, store
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.context import TaskContext
@@ -69,15 +69,17 @@ def run_due_tasks(*, lambdas: Sequence[str] | None = None, now: datetime | None 
     clock = timezone.now if now is None else (lambda: now)
     queue = queues.backend()
     try:
-        consumer = Consumer(batch_size=atf_settings.consumer_batch_size,
-                            poll_interval_s=atf_settings.poll_interval_s, queue=queue,
-                            clock=clock, lambda_turn=turns.lambda_turn_in_caller)
+        consumers = [Consumer(batch_size=atf_settings.consumer_batch_size,
+                              poll_interval_s=atf_settings.poll_interval_s, queue=queue,
+                              clock=clock, lambda_turn=turns.lambda_turn_in_caller, shard=alias)
+                     for alias in shards.aliases()]
         claimer = Claimer(queue=queue, worker_id=WORKER_ID,
                           lambda_ids={name: directory.by_name(name).id for name in names},
                           priorities=atf_settings.priorities)
         outcomes: list[TaskOutcome] = []
         for _round in range(max_rounds):
-            consumer.run_pass()
+            for consumer in consumers:  # a pass on every shard
+                consumer.run_pass()
             claimed = _claim_all(claimer)
             if not claimed:
                 break

@@ -24,8 +24,10 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+from tasks_core import shards
 
 #: The first key of ATF's advisory locks (the second is the lambda's id): "ATF" in ASCII.
 LOCK_NAMESPACE = 0x415446
@@ -34,10 +36,14 @@ _local = threading.local()
 
 
 def _turns_connection() -> BaseDatabaseWrapper:
-    """This thread's connection for turns (the store's work goes on Django's own)."""
+    """This thread's connection for turns, to the shard the store works on (the store's work
+    goes on Django's own): a lambda's turns are per shard."""
     wrapper = getattr(_local, "wrapper", None)
+    if wrapper is not None and wrapper.alias != shards.current():
+        reset()
+        wrapper = None
     if wrapper is None:
-        wrapper = _local.wrapper = connections.create_connection(DEFAULT_DB_ALIAS)
+        wrapper = _local.wrapper = connections.create_connection(shards.current())
     return wrapper
 
 
@@ -53,7 +59,7 @@ def reset() -> None:
 @contextlib.contextmanager
 def lambda_turn(lambda_id: int) -> Iterator[bool]:
     """Whether this process may enqueue `lambda_id` now; the turn lasts until the block ends."""
-    if connection.vendor != "postgresql":
+    if shards.connection().vendor != "postgresql":
         yield True
         return
     wrapper = _turns_connection()
@@ -77,6 +83,7 @@ def lambda_turn_in_caller(lambda_id: int) -> Iterator[bool]:
     lasts until that transaction ends (a test's, rolled back at its end), or for the statement
     alone in autocommit. For a single consumer in a test, where no separate connection may
     outlive the test."""
+    connection = shards.connection()
     if connection.vendor != "postgresql":
         yield True
         return

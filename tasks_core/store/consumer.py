@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
-from django.db import transaction
-
-from tasks_core import flow
+from tasks_core import flow, shards
 from tasks_core.conf import atf_settings
 from tasks_core.gating import Decision
 from tasks_core.queues.base import Message
@@ -29,7 +27,7 @@ def enqueue_due(lambda_id: int, *, limit: int, now: datetime, skip_collections: 
     """
     backend = backends.current()
     batch = DueBatch()
-    with transaction.atomic():
+    with shards.atomic():
         # During this transaction the due assoc rows and their entities are locked.
         rows = backend.due(lambda_id, limit=limit, now=now,
                            skip_collections=list(skip_collections),
@@ -68,6 +66,6 @@ def _end(task_ids: list[int], target: TaskStatus, lambda_id: int, now: datetime,
 
 def retrigger(messages: Sequence[Message], *, at: datetime) -> int:
     """Bring forward the enqueue timeout of tasks whose messages could not be pushed."""
-    with transaction.atomic():
+    with shards.atomic():
         return backends.current().retrigger([Lease(m.task_id, m.lease) for m in messages],
                                             at=at)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from django.db import transaction
-
+from tasks_core import shards
 from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
 from tasks_core.store import backends, decisions, timeouts
@@ -35,7 +34,7 @@ def create(tasks: Sequence[NewTask], *, now: datetime,
     if backend.insert_is_one_statement and not parents:
         backend.insert(entities, assocs, collections=collections)
         return entities
-    with transaction.atomic(savepoint=False):
+    with shards.atomic(savepoint=False):
         backend.insert(entities, assocs, collections=collections)
         backend.link([(parent, entity.pk)
                       for task, entity in zip(tasks, entities, strict=True)

@@ -6,9 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
-
-from tasks_core import states, wakeup
+from tasks_core import shards, states, wakeup
 from tasks_core.models import TaskGroup
 from tasks_core.states import TaskStatus
 from tasks_core.store import backends, decisions, groups, timeouts
@@ -32,7 +30,7 @@ def transition(task_id: int, *, expected: TaskStatus, lease: int | None, target:
         lambda_id = stored_lambda if lambda_id is None else lambda_id
         run_at = run_at or stored_run_at
     assoc = timeouts.assoc(target, lambda_id, now, run_at=run_at, delay_s=delay_s)
-    with transaction.atomic(savepoint=False):
+    with shards.atomic(savepoint=False):
         if not backend.transition(task_id, expected=expected, lease=lease, target=target,
                                   changes=changes, assoc=assoc):
             return False
@@ -76,7 +74,7 @@ def wake(task_id: int, now: datetime) -> bool:
                       now=now, run_at=run_at):
         return False
     if run_at <= now:
-        transaction.on_commit(wakeup.notify)  # due now: the consumer need not poll
+        shards.on_commit(wakeup.notify)  # due now: the consumer need not poll
     return True
 
 

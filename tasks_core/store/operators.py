@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db import transaction
-
-from tasks_core import states
+from tasks_core import shards, states
 from tasks_core.exceptions import InvalidTransition
 from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
 from tasks_core.store import backends, guarded
 
 
+@shards.by_task
 def cancel(task_id: int, *, now: datetime, reason: str = "cancelled") -> TaskStatus:
     """Cancel a task; return the status it had.
 
@@ -43,9 +42,10 @@ def cancel(task_id: int, *, now: datetime, reason: str = "cancelled") -> TaskSta
 
 def stop_requested(task_ids: Iterable[int]) -> set[int]:
     """The running tasks among `task_ids` that a cancel asked to stop."""
-    return set(TaskEntity.objects.filter(pk__in=list(task_ids), status=TaskStatus.PROCESSING,
-                                         cancel_requested_at__isnull=False)
-               .values_list("pk", flat=True))
+    return {pk for part in shards.each(task_ids)
+            for pk in TaskEntity.objects.filter(pk__in=part, status=TaskStatus.PROCESSING,
+                                                cancel_requested_at__isnull=False)
+            .values_list("pk", flat=True)}
 
 
 def requeue(task_ids: Iterable[int], *, now: datetime,
@@ -54,7 +54,7 @@ def requeue(task_ids: Iterable[int], *, now: datetime,
     wanted = frozenset(statuses)
     for status in wanted:
         states.check_transition(status, TaskStatus.NEW)
-    with transaction.atomic():
+    with shards.atomic():
         ids = backends.current().requeue(list(task_ids), wanted, now=now)
         for pk in ids:
             guarded.after_requeue(pk, now)
@@ -63,7 +63,7 @@ def requeue(task_ids: Iterable[int], *, now: datetime,
 
 def run_now(task_ids: Iterable[int], *, now: datetime) -> int:
     """Make scheduled or retrying tasks due now."""
-    with transaction.atomic():
+    with shards.atomic():
         return backends.current().run_now(list(task_ids), now=now)
 
 

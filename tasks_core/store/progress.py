@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from tasks_core import shards
 from tasks_core.models import TaskProgress
 
 #: Characters of a progress note that are kept.
 NOTE_CHARS = 200
 
 
+@shards.by_task
 def report(task_id: int, *, done: float, total: float | None, note: str,
            now: datetime) -> None:
     """Write a task's progress: one statement (an insert that updates the row it meets)."""

@@ -12,9 +12,10 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import Sum
 
+from tasks_core import shards
 from tasks_core.conf import atf_settings
 from tasks_core.models import TaskEntity, TaskStep
 from tasks_core.states import TaskStatus
@@ -28,16 +29,18 @@ class StepRecord(enum.StrEnum):
     TOO_LARGE = "too_large"  #: the task's steps would pass ATF_MAX_RESULT_BYTES
 
 
+@shards.by_task
 def recorded_steps(task_id: int) -> dict[str, Any]:
     """The results of a task's recorded steps, by name."""
     return dict(TaskStep.objects.filter(task_id=task_id).values_list("name", "result"))
 
 
+@shards.by_task
 def record_step(task_id: int, lease: int, *, name: str, value: Any, size: int,
                 now: datetime) -> StepRecord:
     """Record step `name` of a running task whose lease is `lease`; its result, `value`, is
     `size` bytes of JSON."""
-    with transaction.atomic():
+    with shards.atomic():
         attempt = (TaskEntity.objects.select_for_update()
                    .filter(pk=task_id, lease=lease, status=TaskStatus.PROCESSING)
                    .values_list("attempts", flat=True).first())
@@ -47,7 +50,7 @@ def record_step(task_id: int, lease: int, *, name: str, value: Any, size: int,
         if (used or 0) + size > atf_settings.max_result_bytes:
             return StepRecord.TOO_LARGE
         try:
-            with transaction.atomic():
+            with shards.atomic():
                 TaskStep.objects.create(task_id=task_id, name=name, result=value, size=size,
                                         attempt=attempt, recorded_at=now)
         except IntegrityError:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from django.db import transaction
-
-from tasks_core import directory, flow, states
+from tasks_core import directory, flow, shards, states
 from tasks_core.conf import atf_settings
 from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
@@ -27,7 +26,7 @@ def _one_step(backend: backends.StoreBackend) -> contextlib.AbstractContextManag
     """The transaction of a claim or a start: none of its own where the backend takes the step
     in one statement (atomic by itself, and two round trips shorter)."""
     return contextlib.nullcontext() if backend.worker_steps_are_one_statement \
-        else transaction.atomic()
+        else shards.atomic()
 
 
 def exclusive(key: str) -> contextlib.AbstractContextManager[None]:
@@ -39,9 +38,21 @@ def exclusive(key: str) -> contextlib.AbstractContextManager[None]:
 def held(worker: str, ending: Sequence[Lease], *, credential: str | None = None,
          worker_most: int | None = None, token_most: int | None = None) -> tuple[int, int]:
     """Tasks `worker`, and every worker of `credential` (0 without), hold once the `ending`
-    ones are taken off (StoreBackend.held: a count may stop past its bound)."""
-    return backends.current().held(worker, ending, credential=credential,
-                                   worker_most=worker_most, token_most=token_most)
+    ones are taken off (StoreBackend.held: a count may stop past its bound). With shards, the
+    sum of every shard's counts (a token's workers are read on each shard's own copy of the
+    worker table, which only the control database fills: the token's count is slot 0's)."""
+    if not shards.sharded():
+        return backends.current().held(worker, ending, credential=credential,
+                                       worker_most=worker_most, token_most=token_most)
+    endings = shards.split(ending, lambda lease: lease.task_id)
+    mine = token = 0
+    for alias in shards.aliases():
+        with shards.using(alias):
+            counts = backends.current().held(worker, endings.get(alias, []),
+                                             credential=credential, worker_most=worker_most,
+                                             token_most=token_most)
+        mine, token = mine + counts[0], token + counts[1]
+    return mine, token
 
 
 def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int],
@@ -65,7 +76,35 @@ def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Seque
     next tasks): per result its new status (None: its lease was lost), and the claimed tasks.
 
     `from_lambdas`: the lambdas whose queues the messages came from, where known: only their
-    flow limits apply (default: those of every lambda of `lambda_ids`)."""
+    flow limits apply (default: those of every lambda of `lambda_ids`).
+
+    With shards, each shard's part is a transaction on that shard."""
+    if not shards.sharded():
+        return _finish_and_claim(done, messages, worker=worker, lambda_ids=lambda_ids, now=now,
+                                 start=start, from_lambdas=from_lambdas)
+    lambda_ids = list(lambda_ids)
+    by_done = shards.split(done, lambda pair: pair[0].task_id)
+    by_message = shards.split(messages, lambda message: message.task_id)
+    statuses: dict[int, TaskStatus | None] = {}
+    claimed: list[ClaimedTask] = []
+    for alias in shards.aliases():
+        if alias not in by_done and alias not in by_message:
+            continue
+        part = by_done.get(alias, [])
+        with shards.using(alias):
+            written, got = _finish_and_claim(part, by_message.get(alias, []), worker=worker,
+                                             lambda_ids=lambda_ids, now=now, start=start,
+                                             from_lambdas=from_lambdas)
+        statuses.update(zip((task.task_id for task, _result in part), written, strict=True))
+        claimed.extend(got)
+    return [statuses.get(task.task_id) for task, _result in done], claimed
+
+
+def _finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Sequence[Message],
+                      *, worker: str, lambda_ids: Iterable[int], now: datetime, start: bool,
+                      from_lambdas: Iterable[int] | None,
+                      ) -> tuple[list[TaskStatus | None], list[ClaimedTask]]:
+    """finish_and_claim() on the shard the store works on."""
     leases = list({m.task_id: Lease(m.task_id, m.lease) for m in messages}.values())
     lambda_ids = list(lambda_ids)
     endings = [_ending(task, result, now) for task, result in done]
@@ -79,7 +118,7 @@ def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Seque
     limits = flow.limited(lambda_ids if from_lambdas is None else from_lambdas) \
         if claiming else {}
     # A claim alone takes no transaction where the backend claims in one statement.
-    with transaction.atomic() if endings or limits else _one_step(backend):
+    with shards.atomic() if endings or limits else _one_step(backend):
         statuses = _write_endings(backend, endings, now)
         flow.release([task for task, _result in done if task.task_id in statuses], now)
         admission = flow.admit(leases, limits, now=now) if limits else None
@@ -114,6 +153,15 @@ def start_many(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
     (False: its lease moved on, or a gate of its lambda or collection is closed: paused, it is
     `new` again, due as soon as the gate opens; dropped, it ended `dropped`. It must not run.)"""
     states.check_transition(TaskStatus.CLAIMED, TaskStatus.PROCESSING)
+    return shards.per_shard(tasks, _task_id, functools.partial(_start_here, now=now))
+
+
+def _task_id(task: ClaimedTask) -> int:
+    return task.task_id
+
+
+def _start_here(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
+    """start_many() on the shard the store works on."""
     leases = list({task.task_id: _lease(task) for task in tasks}.values())
     assocs = {task.task_id: timeouts.assoc(TaskStatus.PROCESSING,
                                            directory.by_name(task.lambda_name).id, now)
@@ -132,7 +180,7 @@ def _gated(starts: Starts, now: datetime) -> None:
         logger.info("gates stopped %d task(s) at their start: %d back to new, %d dropped",
                     len(starts.held) + len(starts.dropped), len(starts.held),
                     len(starts.dropped), extra={"action": "start_gated"})
-        with transaction.atomic():
+        with shards.atomic():
             for task_id in starts.dropped:  # a dropped parent cancels its waiting children
                 guarded.after_final(task_id, TaskStatus.DROPPED, now)
 
@@ -141,19 +189,24 @@ def heartbeat(leases: Mapping[int, int], *, now: datetime) -> set[int]:
     """Renew the leases of running tasks; return the ids whose lease was lost."""
     if not leases:
         return set()
-    with transaction.atomic():
-        alive = backends.current().heartbeat(
-            [Lease(pk, lease) for pk, lease in leases.items()], now=now,
-            assoc_for=lambda lambda_id: timeouts.assoc(TaskStatus.PROCESSING, lambda_id, now),
-        )
+    alive: set[int] = set()
+    for alias, part in shards.split(leases.items(), lambda pair: pair[0]).items():
+        with shards.using(alias), shards.atomic():
+            alive |= backends.current().heartbeat(
+                [Lease(pk, lease) for pk, lease in part], now=now,
+                assoc_for=lambda lambda_id: timeouts.assoc(TaskStatus.PROCESSING, lambda_id,
+                                                           now))
     return set(leases) - alive
 
 
 def release(tasks: Sequence[ClaimedTask], *, now: datetime) -> int:
     """Hand back tasks whose lambda never ran (a stopping worker): claimed ones, and ones
     claimed and started at once (their attempt uncounted); due again at once."""
-    with transaction.atomic():
-        return backends.current().release([_lease(task) for task in tasks], now=now)
+    released = 0
+    for alias, part in shards.split(tasks, _task_id).items():
+        with shards.using(alias), shards.atomic():
+            released += backends.current().release([_lease(task) for task in part], now=now)
+    return released
 
 
 def _ending(task: ClaimedTask, result: Result, now: datetime) -> Ending:
@@ -173,8 +226,15 @@ def finish_many(done: Sequence[tuple[ClaimedTask, Result]], *,
                 now: datetime) -> list[TaskStatus | None]:
     """Record many attempts' ends in one transaction: per task its new status, or None for a
     task whose lease was lost (its result is refused, nothing of it is written)."""
+    return shards.per_shard(done, lambda pair: pair[0].task_id,
+                            functools.partial(_finish_here, now=now))
+
+
+def _finish_here(done: Sequence[tuple[ClaimedTask, Result]], *,
+                 now: datetime) -> list[TaskStatus | None]:
+    """finish_many() on the shard the store works on."""
     endings = [_ending(task, result, now) for task, result in done]
-    with transaction.atomic():
+    with shards.atomic():
         statuses = _write_endings(backends.current(), endings, now)
         flow.release([task for task, _result in done if task.task_id in statuses], now)
     return [statuses.get(task.task_id) for task, _result in done]

@@ -16,9 +16,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
-
-from tasks_core import directory
+from tasks_core import directory, shards
 from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
 from tasks_core.store.values import (
@@ -117,7 +115,7 @@ class StoreBackend(ABC):
         that the count bounds). Here a lock of this server process, taken before the
         transaction opens: SQLite has one writer, and one process serves it."""
         with _EXCLUSIVE_LOCKS[zlib.crc32(key.encode()) % len(_EXCLUSIVE_LOCKS)], \
-                transaction.atomic():
+                shards.atomic():
             yield
 
     #: claim() and start() are one statement each: outside a transaction they need none of

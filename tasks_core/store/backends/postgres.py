@@ -15,8 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
-
+from tasks_core import shards
 from tasks_core.gating import GateState
 from tasks_core.models import (
     SHARDS,
@@ -71,6 +70,7 @@ def _execute(sql: str, params: Mapping[str, Any], *, prepare: bool) -> list[tupl
     """
     import psycopg  # here, not at the top: a project on SQLite need not install it
 
+    connection = shards.connection()
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=prepare)
@@ -453,7 +453,7 @@ class PostgresBackend(OrmBackend):
         """The transaction takes an advisory lock on `key` (every server process sees it),
         held until it ends: one statement, and none left behind on the connection, so a
         transaction-mode pooler (PgBouncer) may hand the connection on after the commit."""
-        with transaction.atomic():
+        with shards.atomic():
             self._run(EXCLUSIVE, {"space": EXCLUSIVE_SPACE, "key": key})
             yield
 
@@ -483,7 +483,7 @@ class PostgresBackend(OrmBackend):
         for entity, (pk,) in zip(entities, rows, strict=True):
             entity.pk = pk
             entity._state.adding = False
-            entity._state.db = "default"
+            entity._state.db = shards.current()
 
     def due(self, lambda_id: int, *, limit: int, now: datetime, skip_collections: list[str],
             priorities: list[str]) -> list[DueRow]:

@@ -6,10 +6,12 @@ import logging
 from argparse import ArgumentParser
 from typing import Any
 
-from tasks_core import lambda_sync
+from django.core.management.base import CommandError
+
+from tasks_core import lambda_sync, shards
 from tasks_core.conf import atf_settings
 from workers import checks, signals
-from workers.consumer import from_settings
+from workers.consumer import ShardConsumers
 
 logger = logging.getLogger("workers.consumer")
 
@@ -27,14 +29,23 @@ class Command(checks.LongRunningCommand):
                             metavar="N",
                             help="due rows taken in one pass, across lambdas "
                                  "(default %(default)s)")
+        parser.add_argument("--shard", action="append", metavar="ALIAS", dest="shards",
+                            help="consume only this shard's due rows (a database alias of "
+                                 "ATF_STORE_SHARDS; repeatable; default: every shard)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        named = options["shards"] or list(shards.aliases())
+        if unknown := [alias for alias in named if alias not in shards.aliases()]:
+            raise CommandError(f"--shard {unknown[0]}: no such shard (ATF_STORE_SHARDS: "
+                               f"{', '.join(shards.aliases())})")
         queue = checks.require_store_and_queue()
         lambda_sync.sync_to_store()
-        consumer = from_settings(batch_size=options["batch_size"],
-                                 poll_interval_s=options["poll_interval"], queue=queue)
+        consumer = ShardConsumers(list(dict.fromkeys(named)), batch_size=options["batch_size"],
+                                  poll_interval_s=options["poll_interval"], queue=queue)
         signals.on_stop(consumer.stop)
         logger.info("consumer started: poll interval %ss, batch size %d, queue backend %s",
                     options["poll_interval"], options["batch_size"], atf_settings.queue_backend)
+        if shards.sharded():
+            logger.info("consuming shard(s) %s", ", ".join(dict.fromkeys(named)))
         consumer.run()
         logger.info("consumer stopped")

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from django.core.management.base import CommandError
 
-from tasks_core import discovery, lambda_names, lambda_sync, registry
+from tasks_core import discovery, lambda_names, lambda_sync, registry, shards
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from workers import checks, consumer, reloading, replacement, signals
@@ -112,7 +112,8 @@ class Command(checks.LongRunningCommand):
             on_stop(worker.stop)
             with contextlib.ExitStack() as stack:
                 if options["with_consumer"]:
-                    stack.enter_context(consumer.in_thread(consumer.from_settings()))
+                    stack.enter_context(consumer.in_thread(
+                        consumer.ShardConsumers(shards.aliases())))
                 return worker.run()
         except AtfError as exc:
             raise CommandError(str(exc)) from exc

@@ -1,0 +1,309 @@
+"""A task store sharded across three PostgreSQL 15 clusters (tasks_core.shards).
+
+The clusters are private (tests.shard_clusters), each a shard: shard0 (slot 0), shard1, shard2.
+The control data stays in the test database. What a test asserts of where rows are, it reads
+with its own connection to each cluster, not through ATF. Sizes are small here; the issue's
+full sizes (30,000 tasks) belong to the benchmark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.apps import apps
+from django.core.management import CommandError, call_command
+from django.db import connections, transaction
+from django.urls import reverse
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from tasks_core import atf, directory, scheduling, shards, stats, store, wakeup
+from tasks_core.claiming import Claimer
+from tasks_core.conf import atf_settings
+from tasks_core.exceptions import InvalidTask
+from tasks_core.models import TaskEntity
+from tests.chaos.services import free_port
+from tests.conftest import Processes, race, subprocess_env, wait_for
+from tests.integration.tasks_api.test_api_support import Member, member
+from tests.shard_clusters import Clusters
+from workers.consumer import Consumer
+
+ALIASES = ["shard0", "shard1", "shard2"]
+#: The shards' aliases are databases of the test (flushed after each, as `default` is).
+pytestmark = [pytest.mark.django_db(transaction=True, databases=["default", *ALIASES])]
+#: The database of the store on each cluster.
+DBNAME = "atf"
+TASKS = "tasks_core_taskentity"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def clusters(django_db_setup: None, django_db_blocker: Any) -> Iterator[Clusters]:
+    """The three clusters, their databases with the test database's tables, known to Django
+    as shard0, shard1 and shard2 (before any test's databases are set up)."""
+    made = Clusters(len(ALIASES))
+    try:
+        with django_db_blocker.unblock():
+            source = connections["default"].settings_dict
+            made.load_schema(DBNAME, host=source["HOST"] or "127.0.0.1",
+                             port=int(source["PORT"] or 5432), source=source["NAME"])
+        for slot, alias in enumerate(ALIASES):
+            connections.settings[alias] = {**source, "HOST": "127.0.0.1",
+                                           "PORT": str(made.nodes[slot].port), "NAME": DBNAME,
+                                           "TEST": {**source["TEST"], "NAME": DBNAME}}
+        yield made
+    finally:
+        for alias in ALIASES:
+            connections[alias].close()
+            connections.settings.pop(alias, None)
+        made.stop()
+
+
+@pytest.fixture
+def sharded(clusters: Clusters, transactional_db: None, settings: Any) -> Iterator[Clusters]:
+    """ATF_STORE_SHARDS = shard0, shard1, shard2, each empty and prepared (its id sequences
+    at its slot, the control rows copied in)."""
+    settings.ATF_STORE_SHARDS = list(ALIASES)
+    tables = ", ".join(model._meta.db_table
+                       for model in apps.get_app_config("tasks_core").get_models())
+    for alias in ALIASES:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+        shards.prepare(alias)
+    return clusters
+
+
+def ids_on(clusters: Clusters) -> list[set[int]]:
+    """The task ids each cluster holds, read by a connection of our own."""
+    return [{pk for (pk,) in node.query(f"SELECT id FROM {TASKS}", DBNAME)}
+            for node in clusters.nodes]
+
+
+def statuses_on(clusters: Clusters) -> list[dict[str, int]]:
+    return [dict(node.query(f"SELECT status, count(*) FROM {TASKS} GROUP BY status", DBNAME))
+            for node in clusters.nodes]
+
+
+@pytest.fixture
+def alice(sharded: Clusters) -> Member:
+    made = member("alpha")
+    shards.mirror()  # a lambda made by hand, not by the sync: copied as the sync would
+    return made
+
+
+# --- ids and placement -----------------------------------------------------------------------
+
+
+def test_ids_say_their_shard_and_unkeyed_tasks_spread_evenly(sharded: Clusters,
+                                                             alice: Member) -> None:
+    # When 150 tasks are scheduled one by one over REST, and 150 more in 15 batches
+    single = [alice.client.post("/api/v1/tasks/", {"lambda": alice.lam.name, "payload": {"n": n}},
+                                format="json") for n in range(150)]
+    batches = [alice.client.post("/api/v1/tasks/batch/", {"tasks": [
+        {"lambda": alice.lam.name, "payload": {"b": b, "n": n}} for n in range(10)]},
+        format="json") for b in range(15)]
+    assert {r.status_code for r in single + batches} == {201}
+    answered = [r.json()["id"] for r in single] + \
+        [task["id"] for r in batches for task in r.json()["tasks"]]
+    # Then every id is found on the cluster of its slot, and on no other
+    found = ids_on(sharded)
+    for slot, ids in enumerate(found):
+        assert {shards.slot_of(pk) for pk in ids} <= {slot}
+        assert all(pk > slot << shards.SLOT_SHIFT for pk in ids)
+    assert sorted(set().union(*found)) == sorted(answered)
+    assert TaskEntity.objects.using("default").count() == 0  # control holds no task
+    # And the shards took a third each, within 10%
+    assert all(90 <= len(ids) <= 110 for ids in found), [len(ids) for ids in found]
+    # And every id stays below 2**53
+    assert max(answered) < 2**53
+
+
+def test_twenty_concurrent_posts_with_one_key_make_one_row_in_all_clusters(
+        sharded: Clusters, alice: Member) -> None:
+    answers: list[int] = []
+
+    def post() -> None:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {alice.token}")
+        response = client.post("/api/v1/tasks/", {"lambda": alice.lam.name,
+                                                  "idempotency_key": "order-7"}, format="json")
+        assert response.status_code in (200, 201), response.json()
+        answers.append(response.json()["id"])
+
+    race(*[post] * 20)
+    assert len(answers) == 20 and len(set(answers)) == 1
+    found = ids_on(sharded)
+    assert sum(len(ids) for ids in found) == 1
+    # on the shard its key's bucket names, whatever process asks
+    assert found[ALIASES.index(shards.key_alias(alice.lam.id, "order-7"))] == set(answers)
+
+
+def test_schedule_inside_a_transaction_on_shard2_goes_to_shard2_and_rolls_back_with_it(
+        sharded: Clusters) -> None:
+    with pytest.raises(RuntimeError), transaction.atomic(using="shard2"):
+        atf.schedule("demo.noop", {"order": 1})
+        raise RuntimeError("the order failed")
+    assert ids_on(sharded) == [set(), set(), set()]
+    with transaction.atomic(using="shard2"):
+        task = atf.schedule("demo.noop", {"order": 2})
+    assert ids_on(sharded) == [set(), set(), {task.pk}]
+    assert shards.slot_of(task.pk) == 2
+
+
+def test_a_chain_stays_on_its_shard_and_parents_on_two_shards_are_refused(
+        sharded: Clusters) -> None:
+    steps = atf.chain(*(atf.call("demo.noop", {"step": n}) for n in range(3)))
+    assert len({shards.alias_of(step.pk) for step in steps}) == 1
+    with transaction.atomic(using="shard1"):
+        first = atf.schedule("demo.noop")
+    with transaction.atomic(using="shard2"):
+        second = atf.schedule("demo.noop")
+    with pytest.raises(InvalidTask) as refused:
+        atf.schedule("demo.noop", after=[first.pk, second.pk])
+    assert "different shards" in refused.value.errors["after"][0]
+    child = atf.schedule("demo.noop", after=[first.pk])
+    assert shards.alias_of(child.pk) == "shard1"
+
+
+def test_an_idempotency_key_has_one_shard_whatever_the_process() -> None:
+    # The bucket is a CRC of the lambda and the key: the same in every process and run.
+    assert shards.bucket_of(7, "order-7") == shards.bucket_of(7, "order-7")
+    buckets = {shards.bucket_of(7, f"key-{n}") for n in range(5000)}
+    assert len(buckets) > shards.BUCKETS * 0.6  # keys spread over the buckets
+
+
+# --- the store on every shard ----------------------------------------------------------------
+
+
+def test_a_paused_gate_holds_tasks_on_every_shard(sharded: Clusters, redis_client: redis.Redis,
+                                                  queue: Any) -> None:
+    # Given tasks on all three shards, enqueued by a consumer pass on each
+    for alias in ALIASES:
+        with transaction.atomic(using=alias):
+            for n in range(3):
+                atf.schedule("demo.noop", {"n": n})
+    for alias in ALIASES:
+        Consumer(batch_size=100, poll_interval_s=1, queue=queue, shard=alias).run_pass()
+    assert [s.get("enqueued") for s in statuses_on(sharded)] == [3, 3, 3]
+    # When the lambda's gate is paused, and a worker claims and starts what the queues hold
+    scheduling.set_gate("demo.noop", "paused")
+    claimer = Claimer(queue=queue, worker_id="w1",
+                      lambda_ids={"demo.noop": directory.by_name("demo.noop").id},
+                      priorities=atf_settings.priorities)
+    claimed = claimer.take(100, wait_s=0)
+    assert len(claimed) == 9
+    started = store.start_many(claimed, now=timezone.now())
+    # Then none starts, on any shard: each went back to new
+    assert started == [False] * 9
+    assert [s.get("new") for s in statuses_on(sharded)] == [3, 3, 3]
+
+
+def test_a_consumer_and_a_worker_drain_every_shard(sharded: Clusters, processes: Processes,
+                                                   redis_client: redis.Redis) -> None:
+    env = subprocess_env(ATF_SHARD_URLS=",".join(sharded.url(slot, DBNAME)
+                                                 for slot in range(len(ALIASES))))
+    processes.start("runconsumer", "--poll-interval", "0.2", env=env)
+    processes.start("runworker", "demo.noop", "--threads", "4", env=env)
+    tasks = [atf.schedule("demo.noop", {"n": n}) for n in range(30)]
+    assert {shards.alias_of(task.pk) for task in tasks} == set(ALIASES)
+    wait_for(lambda: [s.get("success") for s in statuses_on(sharded)] == [10, 10, 10],
+             timeout_s=60, message="every shard's tasks succeeded")
+
+
+@contextlib.contextmanager
+def unreachable(alias: str) -> Iterator[None]:
+    """Within it, `alias`'s connections go to a port nothing listens on (as to a shard that
+    is down)."""
+    shard = connections[alias]
+    shard.close()
+    port = shard.settings_dict["PORT"]
+    shard.settings_dict["PORT"] = str(free_port())
+    try:
+        yield
+    finally:
+        shard.close()
+        shard.settings_dict["PORT"] = port
+
+
+def test_a_shard_that_is_down_costs_only_its_own_tasks(sharded: Clusters, alice: Member,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shards, "turns", type(shards.turns)())  # no shard passed over yet
+    key = next(f"k{n}" for n in range(1000) if shards.key_alias(alice.lam.id, f"k{n}") == "shard1")
+    with unreachable("shard1"):
+        # unkeyed tasks go to the shards that answer
+        unkeyed = [alice.client.post("/api/v1/tasks/", {"lambda": alice.lam.name},
+                                     format="json") for _n in range(6)]
+        # a keyed one whose bucket is on the shard that is down: try again later
+        keyed = alice.client.post("/api/v1/tasks/", {"lambda": alice.lam.name,
+                                                     "idempotency_key": key}, format="json")
+    assert [r.status_code for r in unkeyed] == [201] * 6
+    found = ids_on(sharded)
+    assert not found[1] and len(found[0]) + len(found[2]) == 6
+    assert keyed.status_code == 503 and keyed["Retry-After"] == "5"
+
+
+# --- reads -----------------------------------------------------------------------------------
+
+
+def test_lists_merge_every_shard_and_counts_add_up(sharded: Clusters, alice: Member) -> None:
+    made = [alice.client.post("/api/v1/tasks/", {"lambda": alice.lam.name}, format="json")
+            .json()["id"] for _n in range(12)]
+    seen: list[int] = []
+    page = alice.client.get("/api/v1/tasks/?page_size=5").json()
+    while True:
+        seen += [task["id"] for task in page["results"]]
+        if not page["next"]:
+            break
+        page = alice.client.get(page["next"]).json()
+    assert seen == sorted(made, reverse=True)
+    assert alice.client.get(f"/api/v1/tasks/{made[-1]}/").json()["id"] == made[-1]
+    assert stats.status_counts()["new"] == 12
+
+
+def test_atf_shards_lists_each_shard_and_fails_on_one_it_cannot_reach(
+        sharded: Clusters, capsys: pytest.CaptureFixture[str]) -> None:
+    with transaction.atomic(using="shard1"):
+        atf.schedule("demo.noop")
+    call_command("atf_shards")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["SLOT", "ALIAS", "FIRST", "ID", "REACHABLE", "LIVE", "FINISHED"]
+    assert [line.split() for line in lines[1:]] == [
+        ["0", "shard0", "0", "yes", "0", "0"],
+        ["1", "shard1", str(1 << 44), "yes", "1", "0"],
+        ["2", "shard2", str(2 << 44), "yes", "0", "0"]]
+    # When shard2 cannot be reached
+    with unreachable("shard2"), pytest.raises(CommandError, match="unreachable: shard2"):
+        call_command("atf_shards")
+    assert capsys.readouterr().out.splitlines()[-1].split() == ["2", "shard2", str(2 << 44),
+                                                                "no", "-", "-"]
+
+
+def test_one_alias_is_the_store_as_before() -> None:
+    # Without ATF_STORE_SHARDS the one database is slot 0: today's ids, today's wake-ups
+    assert shards.aliases() == ("default",) and not shards.sharded()
+    task = atf.schedule("demo.noop")
+    assert shards.slot_of(task.pk) == 0 and shards.alias_of(task.pk) == "default"
+    assert wakeup.channel() == f"{atf_settings.queue_prefix}:wakeup"
+    # and an id past every slot is looked for where it cannot be, not refused with an error
+    assert shards.alias_of(5 << shards.SLOT_SHIFT) == "default"
+
+
+def test_the_console_shows_a_tasks_shard_and_filters_by_it(sharded: Clusters,
+                                                          admin_client: Any) -> None:
+    with transaction.atomic(using="shard2"):
+        on_two = atf.schedule("demo.noop")
+    with transaction.atomic(using="shard1"):
+        on_one = atf.schedule("demo.noop")
+    tasks = reverse("admin:tasks_core_taskentity_changelist")
+    listed = admin_client.get(f"{tasks}?shard=shard2")
+    assert listed.status_code == 200
+    body = listed.content.decode()
+    assert f"/taskentity/{on_two.pk}/change/" in body
+    assert f"/taskentity/{on_one.pk}/change/" not in body
+    assert ">shard2<" in body  # its column
+    shown = admin_client.get(reverse("admin:tasks_core_taskentity_change", args=[on_one.pk]))
+    assert shown.status_code == 200
+    assert "shard1" in shown.content.decode()
