@@ -47,7 +47,7 @@ CONSUMERS = 1
 #: The share of the surviving shards' tasks done when `shard_kill` stops the last shard.
 KILL_AT = 1 / 3
 #: How often a wait reads the finished tasks' records.
-POLL_S = 0.5
+POLL_S = 0.2
 #: The control database's alias, migrated by the driver's own set-up.
 CONTROL_ALIAS = "default"
 
@@ -269,4 +269,8 @@ def shard_kill(target: Target, plan: Plan) -> dict[str, float]:
                                   f"the other shards finished within {plan.drain_timeout_s:.0f} s")
         rows = [row for slot, part in _by_slot(here, homes).items() if slot != victim.slot
                 for row in part]
+    if max(end for _due, _start, end in rows) <= killed_at:
+        target.notes.append("atf: shard_kill: the other shards' tasks had all finished before "
+                            "the kill (a larger --tasks, or a smaller --shard-cpu)")
+        return {}
     return {shard_figures.KILL_SHARDS: float(count), **shard_figures.kill_rates(rows, killed_at)}
