@@ -57,9 +57,11 @@ def _latency_s(plan: Plan, system: str) -> float:
 
 
 def _shard_drain_s(plan: Plan, system: str, shards: int) -> float:
-    """A drain over `shards` new clusters in their quotas, their set-up included."""
-    return (PRIVATE_CLUSTER_S * shards + _backlog_s(system, plan.drain_n) + FLEET_S
-            + plan.drain_n / (SHARD_DRAIN_PER_CORE * plan.shard_cpu * shards))
+    """A drain over `shards` new clusters in their quotas (without quotas: at the plain drain's
+    rate), their set-up included."""
+    rate = SHARD_DRAIN_PER_CORE * plan.shard_cpu * shards if plan.shard_cpu else DRAIN[system]
+    return PRIVATE_CLUSTER_S * shards + _backlog_s(system, plan.drain_n) + FLEET_S + \
+        plan.drain_n / rate
 
 
 def _shard_scaling_s(plan: Plan, system: str) -> float:

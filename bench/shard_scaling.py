@@ -3,7 +3,8 @@ with the shards, and what the survivors do when one of them dies.
 
 Each shard is a private PostgreSQL cluster (`bench.private_postgres`) whose server runs in a
 CPU quota of its own, all of the same size (`Plan.shard_cpu` cores, `bench.cpu_quota`), so that
-on a small machine the shards, not the pipeline, are what binds the drain. The first shard's
+on a small machine the shards, not the pipeline, are what binds the drain (0: no quota, for a
+machine of many cores). The first shard's
 database is also the control database (`DATABASE_URL`), as in a store that grew out of one
 primary; ATF is pointed at the shards through `ATF_SHARD_URLS`. One shard is today's system,
 configured without any shard setting.
@@ -63,7 +64,8 @@ class Cluster:
     slot: int
     dsn: str
     data: Path
-    quota: CpuQuota
+    #: None: the server runs unlimited (`Plan.shard_cpu` 0, for a machine of many cores).
+    quota: CpuQuota | None
 
     @property
     def port(self) -> int:
@@ -95,13 +97,13 @@ def require_support(target: Target, shards: int) -> None:
 def sharded_target(target: Target, plan: Plan,
                    shards: int) -> Iterator[tuple[Target, list[Cluster]]]:
     """A copy of `target` whose store is `shards` new private clusters, migrated, then each held
-    to a CPU quota of `plan.shard_cpu` cores; and those clusters by slot. Everything is stopped and
-    removed afterwards."""
+    to a CPU quota of `plan.shard_cpu` cores (none where it is 0); and those clusters by slot.
+    Everything is stopped and removed afterwards."""
     with contextlib.ExitStack() as stack:
         clusters = []
         for slot in range(shards):
-            quota = stack.enter_context(CpuQuota(f"atf-bench-{os.getpid()}-shard{slot}",
-                                                 plan.shard_cpu))
+            quota = (stack.enter_context(CpuQuota(f"atf-bench-{os.getpid()}-shard{slot}",
+                                                  plan.shard_cpu)) if plan.shard_cpu else None)
             server, data = stack.enter_context(private_cluster(quota))
             dsn = services.ensure_database(server, f"shards_{target.name}")
             clusters.append(Cluster(slot=slot, dsn=dsn, data=data, quota=quota))
@@ -114,20 +116,26 @@ def sharded_target(target: Target, plan: Plan,
                 if alias != CONTROL_ALIAS:
                     run_once(target.driver.shard_setup_command(env, alias))
         for cluster in clusters:  # set up at full speed; measured in the quotas
-            _hold(cluster)
+            if cluster.quota is not None:
+                _hold(cluster, cluster.quota)
         yield here, clusters
 
 
-def _hold(cluster: Cluster) -> None:
+def _hold(cluster: Cluster, quota: CpuQuota) -> None:
     """Start the cluster's quota; RuntimeError unless its server runs inside it (a backend
     forked now is checked too)."""
-    cluster.quota.limit()
+    quota.limit()
     with psycopg.connect(cluster.dsn, autocommit=True) as conn:
         backend = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
-        inside = set(cluster.quota.pids())
+        inside = set(quota.pids())
     if not {postmaster_pid(cluster.data), backend} <= inside:
         raise RuntimeError(f"shard {cluster.slot}'s server is not in its CPU quota "
-                           f"{cluster.quota.path}")
+                           f"{quota.path}")
+
+
+def _throttled_s(cluster: Cluster) -> float:
+    """Seconds the cluster's quota has held it back so far (0 without a quota)."""
+    return cluster.quota.throttled_s() if cluster.quota is not None else 0.0
 
 
 def _scalar(dsn: str, query: str) -> int:
@@ -186,12 +194,12 @@ def _drain(target: Target, plan: Plan, clusters: list[Cluster]) -> dict[str, flo
     count = len(clusters)
     homes = _backlog(target, plan, clusters)
     wal_before = [_wal_bytes(cluster) for cluster in clusters]
-    throttled_before = [cluster.quota.throttled_s() for cluster in clusters]
+    throttled_before = [_throttled_s(cluster) for cluster in clusters]
     with _fleet(target, clusters) as fleet:
         target.wait_records("drain", plan.drain_n, timeout_s=plan.drain_timeout_s, fleet=fleet)
         wal = [_wal_bytes(cluster) - before for cluster, before in zip(clusters, wal_before,
                                                                         strict=True)]
-        throttled = [cluster.quota.throttled_s() - before
+        throttled = [_throttled_s(cluster) - before
                      for cluster, before in zip(clusters, throttled_before, strict=True)]
         connections = [sum(fleet.connections_to(cluster.port).values()) for cluster in clusters]
         late = lateness(target, plan, fleet)

@@ -49,3 +49,7 @@ def test_the_shard_drains_count_each_cluster_and_the_kill_only_above_one_shard()
     assert estimate.seconds(plan, ["atf"], ["shard_kill"], once=()) == pytest.approx(drain(2))
     assert estimate.seconds(_plan(shard_counts=(1,), shard_cpu=0.5), ["atf"], ["shard_kill"],
                             once=()) == 0.0
+    unlimited = _plan(repeats=1, shard_counts=(2,), shard_cpu=0)  # no quota: the plain drain
+    assert estimate.seconds(unlimited, ["atf"], ["shard_kill"], once=()) == pytest.approx(
+        estimate.PRIVATE_CLUSTER_S * 2 + 13_000 / estimate.BULK["atf"] + estimate.FLEET_S
+        + 13_000 / estimate.DRAIN["atf"])
