@@ -20,8 +20,8 @@ BACKEND_PATHS = (f"{DJANGO_TASKS_BRIDGE}.", "tasks_core.backend.")
 def _sync_lambdas(sender: AppConfig, *, using: str, **kwargs: object) -> None:
     from tasks_core import lambda_sync, periodic, shards
 
-    if using in shards.others():  # a shard's own database: its ids, and the control rows
-        shards.prepare(using)
+    if using != shards.CONTROL:  # a shard's own database: its ids and the control rows
+        shards.prepare(using)  # (nothing for another database of the project)
         return
     lambda_sync.sync_to_store()
     periodic.sync_code_schedules()

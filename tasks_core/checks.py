@@ -11,6 +11,7 @@
 | atf.E007 | tasks_api installed without rest_framework or tasks_core (in `tasks_api.checks`) |
 | atf.E008 | ATF_LOG_LEVEL is not a logging level's name |
 | atf.E009 | a setting needs the database session that a pooler in transaction mode drops |
+| atf.E010 | ATF_STORE_SHARDS names unknown, repeated or non-PostgreSQL aliases; no router |
 | atf.W001 | tasks_api installed without drf_spectacular (the docs page cannot render) |
 | atf.W002 | tasks_api installed without drf_spectacular_sidecar (the docs page has no Swagger UI) |
 | atf.W003 | REST_FRAMEWORK sets what DRF applies to all views, ATF's too (`tasks_api.checks`) |
@@ -27,7 +28,7 @@ from django.conf import settings
 from django.core import checks
 from django.db import DatabaseError
 
-from tasks_core import conf, logs, pooling, redaction
+from tasks_core import conf, logs, pooling, redaction, shards
 from tasks_core.conf import atf_settings
 
 logger = logging.getLogger(__name__)
@@ -108,10 +109,32 @@ def _unknown_name_warnings() -> list[checks.CheckMessage]:
             for name, close in sorted(conf.unknown_names(names).items())]
 
 
+def _shard_errors() -> list[checks.CheckMessage]:
+    """What keeps ATF_STORE_SHARDS from working (tasks_core.shards); nothing for one alias."""
+    names = list(atf_settings.store_shards or [])
+    if names in ([], [shards.CONTROL]):
+        return []
+    problems = []
+    if unknown := [name for name in names if name not in settings.DATABASES]:
+        problems.append(f"names no database of DATABASES: {', '.join(map(str, unknown))}")
+    if len(set(names)) < len(names):
+        problems.append("names an alias twice")
+    if len(names) > shards.MAX_SHARDS:
+        problems.append(f"names {len(names)} aliases; ids have room for {shards.MAX_SHARDS}")
+    if others := [name for name in names if name in settings.DATABASES and "postgresql" not in
+                  settings.DATABASES[name].get("ENGINE", "")]:
+        problems.append(f"names databases that are not PostgreSQL: {', '.join(others)}")
+    if "tasks_core.shards.Router" not in getattr(settings, "DATABASE_ROUTERS", []):
+        problems.append("is set without 'tasks_core.shards.Router' in DATABASE_ROUTERS")
+    return [checks.Error(f"ATF_STORE_SHARDS {problem}", id="atf.E010",
+                         hint="See docs/production.md, a task store sharded across several "
+                              "PostgreSQL primaries.") for problem in problems]
+
+
 def settings_errors() -> list[checks.CheckMessage]:
     """Every problem with the ATF settings of tasks_core, in id order."""
     return (_queue_errors() + _priority_errors() + _number_errors() + _log_level_errors()
-            + _unknown_name_warnings())
+            + _shard_errors() + _unknown_name_warnings())
 
 
 @checks.register("atf")

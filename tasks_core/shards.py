@@ -2,9 +2,9 @@
 
 `ATF_STORE_SHARDS` lists the database aliases (`DATABASES` keys) that hold tasks; a shard's
 *slot* is its position in that list. Control data (teams, lambdas and their gates and options,
-collections, tokens, workers, periodic tasks, the outcome rollups) lives in the control
-database, `default`; tasks and what hangs off them (assoc rows, attempts, dependencies, steps,
-progress, traces, groups, flow starts) live in the shards.
+collections, tokens, workers, periodic tasks) lives in the control database, `default`; tasks
+and what hangs off them (assoc rows, attempts, dependencies, steps, progress, traces, groups,
+flow starts, and each shard's rollup of its finished tasks) live in the shards.
 
 A task's id says its shard: `id = (slot << SLOT_SHIFT) | sequence`, the sequence being the
 shard's own. Slot 0 is today's ids, so an existing store is shard 0 as it is; every id stays
@@ -22,6 +22,7 @@ collection gates) are written by `mirror`, from the lambda sync and every gate c
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import itertools
 import logging
@@ -49,7 +50,7 @@ MAX_SHARDS = 1 << (53 - SLOT_SHIFT)
 BUCKETS = 4096
 #: Seconds a shard that refused a connection is passed over by unkeyed placement.
 DOWN_S = 5.0
-#: The control database: teams, lambdas, gates, tokens, workers, periodic tasks, rollups.
+#: The control database: teams, lambdas, gates, tokens, workers, periodic tasks.
 CONTROL = DEFAULT_DB_ALIAS
 
 #: The models whose rows live in the shards (every other tasks_core model is control data).
@@ -130,7 +131,7 @@ def on(task_id: int) -> contextlib.AbstractContextManager[str]:
     return using(alias_of(task_id))
 
 
-def split(items: Iterable[_T], task_id: Any) -> dict[str, list[_T]]:
+def split(items: Iterable[_T], task_id: Callable[[_T], int]) -> dict[str, list[_T]]:
     """`items` by the alias of their shard (`task_id(item)`: the id that places it), each
     list in the items' order; one entry where there is one shard."""
     names = aliases()
@@ -140,7 +141,6 @@ def split(items: Iterable[_T], task_id: Any) -> dict[str, list[_T]]:
     for item in items:
         groups.setdefault(alias_of(task_id(item)), []).append(item)
     return groups
-
 
 
 def atomic(*, savepoint: bool = True) -> transaction.Atomic:
@@ -271,6 +271,7 @@ def latest(answers: list[Any]) -> Any:
         for key, value in answer.items():
             most[key] = value if key not in most else max(most[key], value)
     return most
+
 
 # --- placement ----------------------------------------------------------------------------
 
@@ -422,9 +423,10 @@ def mirror_rows(rows: list[Any], targets: list[str] | None = None) -> None:
     for target in others() if targets is None else targets:
         if target == CONTROL:
             continue
-        try:
+        try:  # copies: bulk_create binds what it saves to its database, the caller's stay
             model.objects.using(target).bulk_create(
-                rows, update_conflicts=True, unique_fields=["id"], update_fields=fields)
+                [copy.copy(row) for row in rows], update_conflicts=True, unique_fields=["id"],
+                update_fields=fields)
         except DatabaseError as exc:
             logger.warning("could not copy %s rows into shard %s: %s",
                            model._meta.model_name, target, exc,

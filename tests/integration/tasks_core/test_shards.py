@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tasks_core import atf, directory, scheduling, shards, stats, store, wakeup
+from tasks_core import atf, checks, directory, scheduling, shards, stats, store, wakeup
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
@@ -307,3 +307,15 @@ def test_the_console_shows_a_tasks_shard_and_filters_by_it(sharded: Clusters,
     shown = admin_client.get(reverse("admin:tasks_core_taskentity_change", args=[on_one.pk]))
     assert shown.status_code == 200
     assert "shard1" in shown.content.decode()
+
+
+def test_a_shard_setting_that_cannot_work_is_a_system_check_error(settings: Any) -> None:
+    settings.ATF_STORE_SHARDS = ["default", "nowhere", "default"]
+    assert [error.msg for error in checks.settings_errors() if error.id == "atf.E010"] == [
+        "ATF_STORE_SHARDS names no database of DATABASES: nowhere",
+        "ATF_STORE_SHARDS names an alias twice"]
+    settings.ATF_STORE_SHARDS = ["default", *ALIASES]
+    assert not [error for error in checks.settings_errors() if error.id == "atf.E010"]
+    settings.DATABASE_ROUTERS = []
+    assert [error.msg for error in checks.settings_errors() if error.id == "atf.E010"] == [
+        "ATF_STORE_SHARDS is set without 'tasks_core.shards.Router' in DATABASE_ROUTERS"]
