@@ -38,6 +38,7 @@ help:
 	@echo "             (python -m tests.chaos long \$$CHAOS_ARGS; see docs/chaos.md)"
 	@echo "make bench   install the peers into bench/.venv-peers, then the side-by-side benchmark"
 	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; see docs/benchmarks.md)"
+	@echo "             the sharded store: BENCH_ARGS=\"--systems atf --shards 1,2,3\" (root: CPU quotas)"
 	@echo "make fuzz    stateful fuzzing of the REST API by two teams: ATF_FUZZ_CASES (10,000), then a quarter as many at once"
 	@echo "             requests; prints cases, 5xx and cross-team observations"
 	@echo "make lint    ruff check, then mypy over the packages and the project (mypy.ini)"

@@ -1,6 +1,6 @@
 """In-process probes of ATF's store: `python -m bench.atf_probe pass ROUNDS DUE`,
-`… explain`, `… reads ROUNDS` or `… prune ROUNDS AGE_S`. They run in the project's venv with
-the bench's ATF settings (or any DATABASE_URL) and print one JSON line.
+`… explain`, `… reads ROUNDS`, `… prune ROUNDS AGE_S` or `… shards`. They run in the project's
+venv with the bench's ATF settings (or any DATABASE_URL) and print one JSON line.
 
 - `pass`: {"idle_ms", "busy_ms"}: the median time of a consumer pass with nothing due, and of
   one that enqueues DUE no-op tasks (scheduled due now before it, not timed). A pass reads the
@@ -19,6 +19,9 @@ the bench's ATF settings (or any DATABASE_URL) and print one JSON line.
   housekeeps once a HOUSEKEEPING_INTERVAL_S, so its rate is a round's tasks over the longer of
   that interval and the round. WAL is the records of this database's tables and indexes
   (pg_walinspect, PostgreSQL 15+), commit records left out.
+- `shards`: {"shards": [alias, ...]}: the task store's shards as the settings name them
+  (`ATF_STORE_SHARDS`, which the standalone service makes of `ATF_SHARD_URLS`); null where the
+  code has no such setting. It reads the settings only: no database need exist yet.
 """
 
 from __future__ import annotations
@@ -31,11 +34,15 @@ import time
 from typing import Any
 
 
-def _setup() -> None:
+def _django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "atf_project.settings")
     import django
 
     django.setup()
+
+
+def _setup() -> None:
+    _django()
     from tasks_core import lambda_sync
 
     lambda_sync.sync_to_store()
@@ -208,7 +215,17 @@ def prune(rounds: int, age_s: float) -> dict[str, float]:
             "wal_bytes_per_task": sum(wal) / sum(pruned)}
 
 
+def shards() -> dict[str, Any]:
+    from django.conf import settings
+
+    return {"shards": getattr(settings, "ATF_STORE_SHARDS", None)}
+
+
 def main(argv: list[str]) -> None:
+    if argv[1] == "shards":
+        _django()
+        sys.stdout.write(json.dumps(shards()) + "\n")
+        return
     _setup()
     answer: dict[str, Any]
     if argv[1] == "pass":

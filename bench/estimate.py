@@ -32,6 +32,8 @@ VACUUM_PER_S = 100_000
 
 #: Seconds to create a private PostgreSQL cluster, migrate it and remove it.
 PRIVATE_CLUSTER_S = 20.0
+#: ATF's drain per core of a shard's CPU quota, tasks/s (the sharded store's measurements).
+SHARD_DRAIN_PER_CORE = 2000
 
 Estimator = Callable[["Plan", str], float]
 
@@ -47,6 +49,29 @@ def _drain_s(plan: Plan, system: str) -> float:
 def _isolation_s(plan: Plan, system: str) -> float:
     waits = 2 * plan.none_started_s if system in STARVED_IN_ISOLATION else plan.b_seconds
     return _backlog_s(system, plan.backlog_n) + FLEET_S + waits
+
+
+def _latency_s(plan: Plan, system: str) -> float:
+    return (FLEET_S + plan.immediate_n / plan.immediate_rate + plan.delayed_n / ENQUEUE[system]
+            + plan.delay_max_s)
+
+
+def _shard_drain_s(plan: Plan, system: str, shards: int) -> float:
+    """A drain over `shards` new clusters in their quotas (without quotas: at the plain drain's
+    rate), their set-up included."""
+    rate = SHARD_DRAIN_PER_CORE * plan.shard_cpu * shards if plan.shard_cpu else DRAIN[system]
+    return PRIVATE_CLUSTER_S * shards + _backlog_s(system, plan.drain_n) + FLEET_S + \
+        plan.drain_n / rate
+
+
+def _shard_scaling_s(plan: Plan, system: str) -> float:
+    return sum(_shard_drain_s(plan, system, shards) + _latency_s(plan, system)
+               for shards in plan.shard_counts)
+
+
+def _shard_kill_s(plan: Plan, system: str) -> float:
+    shards = max(plan.shard_counts)
+    return _shard_drain_s(plan, system, shards) if shards > 1 else 0.0
 
 
 def _store_size_s(plan: Plan, system: str) -> float:
@@ -80,8 +105,7 @@ PER_SYSTEM: dict[str, Estimator] = {
     "drain_remote": _atf_only(lambda plan, s: _backlog_s(s, plan.drain_n) + plan.drain_n / 300
                               + 2 * FLEET_S),
     "connections": _atf_only(lambda _plan, _s: 60.0),
-    "latency": lambda plan, system: (FLEET_S + plan.immediate_n / plan.immediate_rate
-                                     + plan.delayed_n / ENQUEUE[system] + plan.delay_max_s),
+    "latency": _latency_s,
     "isolation": _isolation_s,
     "isolation_per_lambda": _atf_only(_isolation_s),
     "backlog_ramp": _atf_only(lambda plan, s: _backlog_s(s, plan.ramp_n) + 5 + FLEET_S
@@ -91,6 +115,8 @@ PER_SYSTEM: dict[str, Estimator] = {
     "drain_cpu_scaling": _atf_only(lambda plan, s: PRIVATE_CLUSTER_S + _drain_s(plan, s)
                                    * len(plan.scale_workers)),
     "store_size": _atf_only(_store_size_s),
+    "shard_scaling": _atf_only(_shard_scaling_s),
+    "shard_kill": _atf_only(_shard_kill_s),
     "store_cost_per_task": lambda plan, system: (
         plan.cost_n / ENQUEUE[system] + plan.cost_n / DRAIN[system] + 2 * FLEET_S
         if system in POSTGRES_STORES else 0.0),

@@ -17,6 +17,7 @@ import redis
 from bench import services, stats, store_cost
 from bench.drivers.base import ATF_PYTHON, PEERS_PYTHON, ROOT, Env
 from bench.procs import Fleet, run_once
+from bench.stats import drain_rate
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,9 @@ class Plan:
     limit_round_trips: int = 10_000
     #: The store's cost of one task: tasks enqueued one call each, then drained.
     cost_n: int = 10_000
+    #: The sharded store (ATF): the shard counts drained, and each shard's CPU quota (cores).
+    shard_counts: tuple[int, ...] = (1, 2, 3)
+    shard_cpu: float = 0.1
 
 
 @dataclass(kw_only=True)
@@ -177,15 +181,6 @@ def enqueue_bulk(target: Target, plan: Plan) -> dict[str, float]:
     target.reset()
     seconds = target.produce(task="record", key="enq", n=plan.enqueue_n, mode="bulk")
     return {"enqueue_bulk": plan.enqueue_n / seconds}
-
-
-def drain_rate(rows: list[tuple[float, float, float]]) -> float:
-    """Tasks ÷ (last end − first start): the workers' start-up is not counted."""
-    if not rows:
-        raise ValueError("no task finished before the wait ended (see the notes)")
-    first_start = min(start for _due, start, _end in rows)
-    last_end = max(end for _due, _start, end in rows)
-    return len(rows) / (last_end - first_start)
 
 
 def drained_rows(target: Target, plan: Plan, fleet: Fleet, *,
@@ -331,23 +326,30 @@ def _wait_registered(target: Target, n: int, fleet: Fleet) -> None:
         time.sleep(0.5)
 
 
-def latency(target: Target, plan: Plan) -> dict[str, float]:
-    """Immediate schedule -> start at a light rate, then delivery of delayed tasks."""
-    target.reset()
-    with target.fleet() as fleet:
-        target.warm_up(fleet, timeout_s=120)
-        target.produce(task="record", key="imm", n=plan.immediate_n, mode="paced",
-                       rate=plan.immediate_rate)
-        immediate = stats.lateness_ms(target.wait_records("imm", plan.immediate_n,
-                                                          timeout_s=60, fleet=fleet))
-        target.produce(task="record", key="late", n=plan.delayed_n, mode="delayed",
-                       delay_min=plan.delay_min_s, delay_max=plan.delay_max_s)
-        delayed = stats.lateness_ms(target.wait_records("late", plan.delayed_n,
-                                                        timeout_s=plan.delay_max_s + 60,
-                                                        fleet=fleet))
+def lateness(target: Target, plan: Plan, fleet: Fleet) -> dict[str, float]:
+    """With `fleet` running: immediate schedule -> start at a light rate, then delivery of
+    delayed tasks."""
+    target.warm_up(fleet, timeout_s=120)
+    target.produce(task="record", key="imm", n=plan.immediate_n, mode="paced",
+                   rate=plan.immediate_rate)
+    immediate = stats.lateness_ms(target.wait_records("imm", plan.immediate_n,
+                                                      timeout_s=60, fleet=fleet))
+    target.produce(task="record", key="late", n=plan.delayed_n, mode="delayed",
+                   delay_min=plan.delay_min_s, delay_max=plan.delay_max_s)
+    delayed = stats.lateness_ms(target.wait_records("late", plan.delayed_n,
+                                                    timeout_s=plan.delay_max_s + 60,
+                                                    fleet=fleet))
     return {"immediate_p50": immediate["p50"], "immediate_p95": immediate["p95"],
             "immediate_p99": immediate["p99"],
-            **{f"late_{name}": value for name, value in delayed.items()}, **_rss(fleet)}
+            **{f"late_{name}": value for name, value in delayed.items()}}
+
+
+def latency(target: Target, plan: Plan) -> dict[str, float]:
+    """`lateness` of the system's workers, and their memory."""
+    target.reset()
+    with target.fleet() as fleet:
+        figures = lateness(target, plan, fleet)
+    return {**figures, **_rss(fleet)}
 
 
 def _isolation(target: Target, plan: Plan, *, per_lambda: bool) -> float:

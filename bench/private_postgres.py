@@ -6,6 +6,8 @@ directory (as the `postgres` user when the bench runs as root, since PostgreSQL 
 as root), `pg_stat_statements` preloaded, started on a free loopback port, removed at the end.
 Everything else is the server's defaults (synchronous commits, fsync on, full-page writes),
 except autovacuum, which is off so that a measurement window holds only the system's own work.
+A cluster may run inside a CPU quota (`bench.cpu_quota`): its postmaster starts in the quota's
+group, so every backend it forks is held to the same CPUs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from bench.procs import run_once
 from bench.services import ensure_database, free_port, wait_for_port
 
 if TYPE_CHECKING:
+    from bench.cpu_quota import CpuQuota
+    from bench.drivers.base import Env
     from bench.measure import Target
 
 #: Settings of the private cluster beside initdb's defaults.
@@ -58,10 +62,20 @@ def _as_postgres(argv: list[str]) -> list[str]:
     return argv
 
 
+def _pg_ctl(data: Path, *args: str) -> list[str]:
+    return _as_postgres([str(binaries() / "pg_ctl"), "-D", str(data), *args])
+
+
+def stop(data: Path, *, mode: str = "fast") -> None:
+    """Stop the cluster in `data` (`mode` "immediate": as if its machine died; no error where
+    it is not running)."""
+    subprocess.run(_pg_ctl(data, "-m", mode, "-w", "stop"), capture_output=True, check=False)
+
+
 @contextlib.contextmanager
-def private_cluster() -> Iterator[tuple[str, Path]]:
-    """Yield (server DSN without a database, data directory) of a new cluster; stop and
-    remove it afterwards."""
+def private_cluster(quota: CpuQuota | None = None) -> Iterator[tuple[str, Path]]:
+    """Yield (server DSN without a database, data directory) of a new cluster, its server
+    inside `quota` where one is given; stop and remove it afterwards."""
     bin_dir, port = binaries(), free_port()
     home = Path(tempfile.mkdtemp(prefix="atf-bench-pg-"))
     data = home / "data"
@@ -74,32 +88,37 @@ def private_cluster() -> Iterator[tuple[str, Path]]:
         with (data / "postgresql.conf").open("a") as conf:
             conf.writelines(f"{name} = {value}\n" for name, value in SETTINGS.items())
             conf.write(f"port = {port}\nunix_socket_directories = '{home}'\n")
-        subprocess.run(_as_postgres([str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-l",
-                                     str(home / "server.log"), "start"]),
+        launcher = quota.launcher() if quota is not None else []
+        subprocess.run([*launcher, *_pg_ctl(data, "-w", "-l", str(home / "server.log"),
+                                            "start")],
                        check=True, capture_output=True, text=True)
         wait_for_port(port, timeout_s=30)
         yield f"postgresql://postgres@127.0.0.1:{port}", data
     finally:
-        subprocess.run(_as_postgres([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast",
-                                     "-w", "stop"]), capture_output=True, check=False)
+        stop(data)
         shutil.rmtree(home, ignore_errors=True)
 
 
 @contextlib.contextmanager
+def set_up(target: Target, env: Env) -> Iterator[Target]:
+    """A copy of `target` that keeps its state where `env` says, its schema set up by the
+    driver; what went short there (the copy's notes) is added to `target`'s notes at the end."""
+    here = dataclasses.replace(target, env=env, notes=[])
+    for command in target.driver.setup_commands(env):
+        run_once(command)
+    try:
+        yield here
+    finally:
+        target.notes.extend(here.notes)
+
+
+@contextlib.contextmanager
 def private_target(target: Target, database: str) -> Iterator[tuple[Target, Path]]:
-    """A copy of `target` whose store is `database` on a new private cluster, its schema set
-    up by the driver, and the cluster's data directory; what went short there (the copy's
-    notes) is added to `target`'s notes at the end."""
-    with private_cluster() as (server, data):
-        dsn = ensure_database(server, database)
-        here = dataclasses.replace(target, env=dataclasses.replace(target.env, pg_dsn=dsn),
-                                   notes=[])
-        for command in target.driver.setup_commands(here.env):
-            run_once(command)
-        try:
-            yield here, data
-        finally:
-            target.notes.extend(here.notes)
+    """`set_up` with its store `database` on a new private cluster, and the cluster's data
+    directory."""
+    with private_cluster() as (server, data), set_up(target, dataclasses.replace(
+            target.env, pg_dsn=ensure_database(server, database))) as here:
+        yield here, data
 
 
 def postmaster_pid(data: Path) -> int:

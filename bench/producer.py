@@ -4,8 +4,9 @@ It runs in the system's own environment (the peers' venv, or the project's for A
 each system is driven through its normal public API. SPEC: {"task": "record"|"noop", "key",
 "n", "mode": "burst"|"bulk"|"paced"|"delayed"|"in_transaction"|"release", "rate" (paced),
 "delay_min", "delay_max" (delayed, seconds), "run_at" (release: the epoch second at which
-every task falls due)}. Only the enqueue loop is timed. The last two modes are ATF's:
-`in_transaction` makes its one call per task inside one open transaction of the caller's.
+every task falls due), "chunk" (bulk: tasks per call, at most CHUNK, the default)}. Only the
+enqueue loop is timed. The last two modes are ATF's: `in_transaction` makes its one call per
+task inside one open transaction of the caller's.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def _delayed(client: Any, spec: dict) -> None:
 def _bulk(client: Any, spec: dict) -> None:
     dues = [0.0] * spec["n"]
     sender = getattr(client, "send_many", None) or client.backlog
-    for begin in range(0, len(dues), CHUNK):
-        sender(spec["task"], spec["key"], dues[begin:begin + CHUNK])
+    chunk = spec.get("chunk", CHUNK)
+    for begin in range(0, len(dues), chunk):
+        sender(spec["task"], spec["key"], dues[begin:begin + chunk])
 
 
 def _release(client: Any, spec: dict) -> None:

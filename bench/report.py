@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from bench import shard_figures
 from bench.scaling_figures import cpu_key, scaling_key, worker_counts
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -159,6 +160,16 @@ METRICS = (
              "worker processes, as a multiple of one process's (private PostgreSQL)", unit="×",
              higher_is_better=False, target=f"≤ {SCALING_CPU_LIMIT}×",
              met=_at_most(SCALING_CPU_LIMIT)) for workers in (2, 4)),
+    *(Metric(key=shard_figures.key(count, "efficiency"), label=f"sharded store: drain with "
+             f"{count} shards ÷ ({count} × one shard's), each a cluster in the same CPU quota",
+             unit="×", higher_is_better=True, target=f"≥ {least}", met=_at_least(least))
+      for count, least in shard_figures.EFFICIENCY_TARGETS.items()),
+    Metric(key=shard_figures.key(3, "pipeline_ratio"), label="sharded store: the pipeline's "
+           "CPU per task with 3 shards ÷ one shard's", unit="×", higher_is_better=False,
+           target=f"≤ {shard_figures.PIPELINE_CPU_LIMIT}×",
+           met=_at_most(shard_figures.PIPELINE_CPU_LIMIT)),
+    Metric(key=shard_figures.KILL_RATIO, label="sharded store: the survivors' drain after one "
+           "shard's server dies ÷ before", unit="×", higher_is_better=True),
     Metric(key="ramp_s", label="backlog ramp: release of the backlog → full drain speed",
            unit="s", higher_is_better=False, target="≤ 2 s", met=_at_most(2)),
     Metric(key="ramp_steady", label="backlog ramp: steady drain rate", unit="tasks/s",
@@ -318,6 +329,65 @@ def scaling_table(summaries: Summaries) -> str:
     lines.append(row(f"all of them ÷ one process's (target ≤ {SCALING_CPU_LIMIT}×)",
                      [cpu_key(count, "ratio") for count in counts], "×"))
     return "\n".join(lines)
+
+
+#: The sharded store's figures of each shard count: part of the key, label, unit.
+SHARD_ROWS = (("efficiency", "scaling efficiency: total ÷ (shards × one shard's total)", "×"),
+              ("skew", "skew: (fastest − slowest shard) ÷ mean shard", "×"),
+              ("pipeline_cpu_us", "pipeline's CPU per task: consumer, workers, Redis", "µs"),
+              ("pipeline_ratio", "pipeline's CPU per task ÷ one shard's", "×"),
+              ("immediate_p50", "immediate schedule→start p50", "ms"),
+              ("immediate_p99", "immediate schedule→start p99", "ms"),
+              ("late_p50", "delivery lateness p50", "ms"),
+              ("late_p99", "delivery lateness p99", "ms"))
+#: Each shard's figures: part of the key, label, unit.
+SLOT_ROWS = (("rate", "each shard's drain", "tasks/s"), ("tasks", "each shard's tasks", "tasks"),
+             ("pg_cpu_us", "each cluster's PostgreSQL CPU per task of its own", "µs"),
+             ("wal_bytes", "each cluster's WAL per task of its own", "B"),
+             ("conns", "each cluster's connections from the drain's processes", "conns"),
+             ("throttled", "each cluster's time held back by its quota, per second of drain",
+              "×"))
+SHARD_TITLE = "The sharded store: ATF's drain with each number of shards (each a private " \
+    "PostgreSQL cluster in the same CPU quota)"
+
+
+def shard_table(summaries: Summaries) -> str:
+    """The drain by shard count (columns): its total, efficiency, each shard's figures (one
+    cell per count, the shards' medians by slot), the pipeline's CPU and the lateness; then
+    the survivors' rate around a shard's death."""
+    ours = summaries.get("atf", {})
+    counts = shard_figures.shard_counts(ours)
+
+    def cell(name: str, unit: str) -> str:
+        return _cell(ours[name], unit) if name in ours else "—"
+
+    parts = []
+    if counts:
+        lines = ["| figure | " + " | ".join(f"{count} shard{'s' * (count > 1)}"
+                                           for count in counts) + " |",
+                 "|---|" + "---|" * len(counts),
+                 "| drain, all shards (tasks/s) | " + " | ".join(
+                     cell(shard_figures.rate_key(count), "tasks/s") for count in counts) + " |"]
+        for part, label, unit in SHARD_ROWS[:2]:
+            lines.append(f"| {label} ({unit}) | " + " | ".join(
+                cell(shard_figures.key(count, part), unit) for count in counts) + " |")
+        for part, label, unit in SLOT_ROWS:
+            lines.append(f"| {label}, by slot ({unit}) | " + " | ".join(" / ".join(
+                _number(ours[name]["median"], unit) if (name := shard_figures.slot_key(
+                    count, slot, part)) in ours else "—" for slot in range(count))
+                for count in counts) + " |")
+        for part, label, unit in SHARD_ROWS[2:]:
+            lines.append(f"| {label} ({unit}) | " + " | ".join(
+                cell(shard_figures.key(count, part), unit) for count in counts) + " |")
+        parts.append("\n".join(lines))
+    if shard_figures.KILL_RATIO in ours:
+        shards = _median(summaries, "atf", shard_figures.KILL_SHARDS)
+        parts.append(f"One of {shards:.0f} shards' servers stopped once a third of the other "
+                     "shards' tasks were done: those shards drained "
+                     f"{cell(shard_figures.KILL_BEFORE, 'tasks/s')} tasks/s before and "
+                     f"{cell(shard_figures.KILL_AFTER, 'tasks/s')} after "
+                     f"({cell(shard_figures.KILL_RATIO, '×')}×).")
+    return "\n\n".join(parts)
 
 
 #: The store-size figures: key, label, unit.
@@ -492,9 +562,9 @@ def _section(title: str, body: str) -> str:
 
 
 def write(summaries: Summaries, drivers: list[ModuleType], *, plan: Mapping[str, Any],
-          notes: list[str]) -> str:
-    """Write latest.json and latest.md; return the Markdown."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+          notes: list[str], results: Path = RESULTS) -> str:
+    """Write latest.json and latest.md into `results`; return the Markdown."""
+    results.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     box = machine()
     options = "\n".join(f"- **{d.LABEL}**{DURABLE if d.DURABLE else ''}: {d.OPTIONS}"
@@ -508,6 +578,7 @@ def write(summaries: Summaries, drivers: list[ModuleType], *, plan: Mapping[str,
         f"{_section('The machine’s own limits (one client)', limits_table(summaries))}"
         f"{_section('Scale curve: ATF drain (tasks/s) by processes', scale_table(summaries))}"
         f"{_section(SCALING_TITLE, scaling_table(summaries))}"
+        f"{_section(SHARD_TITLE, shard_table(summaries))}"
         f"{_section('Store size: ATF with finished tasks in the table', store_table(summaries))}"
         f"{_section(CPU_TITLE, cpu_table(summaries, drivers))}"
         f"{_section(COST_TITLE, cost_table(summaries, drivers))}"
@@ -516,12 +587,12 @@ def write(summaries: Summaries, drivers: list[ModuleType], *, plan: Mapping[str,
     )
     if notes:
         markdown += "\nNotes:\n\n" + "\n".join(f"- {note}" for note in notes) + "\n"
-    (RESULTS / "latest.md").write_text(markdown)
+    (results / "latest.md").write_text(markdown)
     document = {"date": now, "machine": box, "plan": dict(plan), "notes": notes,
                 "systems": {d.NAME: {"label": d.LABEL, "options": d.OPTIONS,
                                      "durable": d.DURABLE} for d in drivers},
                 "limits": {limit.key: {"label": limit.label, "compared": limit.compared}
                            for limit in LIMITS},
                 "results": summaries}
-    (RESULTS / "latest.json").write_text(json.dumps(document, indent=2) + "\n")
+    (results / "latest.json").write_text(json.dumps(document, indent=2) + "\n")
     return markdown

@@ -18,8 +18,10 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 from bench import (
+    cpu_quota,
     drain_scaling,
     drivers,
     estimate,
@@ -28,6 +30,7 @@ from bench import (
     measure_growth,
     report,
     services,
+    shard_scaling,
     stats,
 )
 from bench.drivers.base import REDIS_DB, Env
@@ -55,6 +58,10 @@ MACHINE_LIMITS = "machine_limits"
 #: Every measurement, in the order they run.
 MEASUREMENTS = (*measure.MEASUREMENTS, measure_growth.backlog_ramp, measure_growth.scale_curve,
                 drain_scaling.drain_cpu_scaling, measure_growth.store_size)
+#: Measurements run only when asked for (named in `--only`, or `--shards` given without it;
+#: the kill only where a count is above 1): they start a PostgreSQL cluster per shard, each in
+#: a CPU quota (root, cgroup v1).
+ON_REQUEST = (shard_scaling.shard_scaling, shard_scaling.shard_kill)
 #: Measurements run once per run, not once per repetition (their sizes are generated once,
 #: or they only draw a curve).
 ONCE = ("scale_curve", "store_size")
@@ -71,7 +78,17 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
                              f"(default {','.join(DEFAULT_SYSTEMS)})")
     parser.add_argument("--only", default="",
                         help="comma-separated measurements to run (default: all of "
-                             f"{','.join([MACHINE_LIMITS, *(m.__name__ for m in MEASUREMENTS)])})")
+                             f"{','.join([MACHINE_LIMITS, *(m.__name__ for m in MEASUREMENTS)])}"
+                             f"; on request: {','.join(m.__name__ for m in ON_REQUEST)})")
+    parser.add_argument("--shards", default="",
+                        help="the sharded store (ATF): comma-separated shard counts to drain "
+                             "(default 1,2,3); without --only, runs "
+                             f"{' and '.join(m.__name__ for m in ON_REQUEST)} alone (the "
+                             "kill where a count is above 1)")
+    parser.add_argument("--shard-cpu", type=float,
+                        help="the sharded store: each shard's CPU quota in cores (default "
+                             f"{measure.Plan.shard_cpu}; 0: no quota, on a machine of many "
+                             "cores)")
     parser.add_argument("--repeats", type=int, help="repetitions (default 3, --quick 1)")
     parser.add_argument("--backlog", type=int, help="isolation: size of lambda A's backlog")
     parser.add_argument("--tasks", type=int, help="enqueue and drain: number of tasks")
@@ -83,6 +100,8 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
                              "(default: start a private redis-server)")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432",
                         help="PostgreSQL server; the bench creates databases bench_<system>")
+    parser.add_argument("--results", type=Path, default=report.RESULTS,
+                        help="where latest.md and latest.json go (default bench/results)")
     parser.add_argument("--db-prefix", default="bench",
                         help="name the databases <prefix>_<system> instead (two runs at once "
                              "on one server must not share ATF's tables)")
@@ -100,19 +119,56 @@ def _plan(args: argparse.Namespace) -> measure.Plan:
         changes.update(enqueue_n=args.tasks, drain_n=args.tasks)
     if args.store_sizes:
         changes["store_sizes"] = tuple(sorted(int(n) for n in args.store_sizes.split(",")))
+    if args.shards:
+        changes["shard_counts"] = _shard_counts(args.shards)
+    if args.shard_cpu is not None:
+        if args.shard_cpu < 0:
+            raise SystemExit(f"--shard-cpu: a number of cores (0: no quota), not "
+                             f"{args.shard_cpu}")
+        changes["shard_cpu"] = args.shard_cpu
     return dataclasses.replace(plan, **changes)
 
 
+def _shard_counts(text: str) -> tuple[int, ...]:
+    """"1,2,3" -> (1, 2, 3); SystemExit with one line for anything but positive whole
+    numbers."""
+    try:
+        counts = tuple(sorted({int(part) for part in text.split(",")}))
+    except ValueError:
+        counts = ()
+    if not counts or counts[0] < 1:
+        raise SystemExit(f"--shards: comma-separated shard counts of 1 or more, not {text!r}")
+    return counts
+
+
+def _require_shards(plan: measure.Plan, targets: list[measure.Target]) -> None:
+    """SystemExit with one line where the shard measurements cannot run here: no CPU quotas,
+    or more than one shard asked of ATF code without shard support."""
+    if plan.shard_cpu and not cpu_quota.available():
+        raise SystemExit("the shard measurements need root and the cgroup v1 cpu hierarchy "
+                         f"at {cpu_quota.HIERARCHY} (each shard's CPU quota)")
+    shards = max(plan.shard_counts)
+    for target in targets:
+        if target.name == "atf" and shards > 1:
+            try:
+                shard_scaling.require_support(target, shards)
+            except shard_scaling.ShardsUnsupported as exc:
+                raise SystemExit(f"--shards {shards}: {exc}") from None
+
+
 def _targets(names: list[str], redis_url: str, pg_url: str, plan: measure.Plan, *,
-             prefix: str) -> list[measure.Target]:
+             prefix: str, set_up: bool = True) -> list[measure.Target]:
+    """The systems, each with its database on `pg_url` made and set up (`set_up`: the
+    measurements chosen use it; those ON_REQUEST make stores of their own)."""
     targets = []
     for name in names:
         driver = drivers.load(name)
-        dsn = services.ensure_database(pg_url, f"{prefix}_{name}")
+        dsn = (services.ensure_database(pg_url, f"{prefix}_{name}") if set_up
+               else f"{pg_url}/{prefix}_{name}")
         env = Env(name=name, redis_url=f"{redis_url}/{REDIS_DB[name]}", pg_dsn=dsn)
         # A driver whose set-up is not idempotent (procrastinate's schema) runs it only once.
         once = getattr(driver, "SETUP_ONCE", False)
-        if not (once and services.has_tables(dsn, driver.SCHEMA)):
+        if set_up and not (once and services.has_tables(dsn, driver.SCHEMA)):
             for command in driver.setup_commands(env):
                 measure.run_once(command)
         targets.append(measure.Target(driver=driver, env=env,
@@ -183,17 +239,23 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
     if unknown:
         raise SystemExit(f"unknown systems: {', '.join(sorted(unknown))}")
     only = [n for n in args.only.split(",") if n]
-    known = {MACHINE_LIMITS, *(m.__name__ for m in MEASUREMENTS)}
+    if args.shards and not only:  # a shard kill needs a shard to survive it
+        only = ["shard_scaling", *["shard_kill"] * (max(plan.shard_counts) > 1)]
+    known = {MACHINE_LIMITS, *(m.__name__ for m in (*MEASUREMENTS, *ON_REQUEST))}
     if unknown := set(only) - known:
         raise SystemExit(f"unknown measurements: {', '.join(sorted(unknown))}")
-    chosen = [m for m in MEASUREMENTS if not only or m.__name__ in only]
+    chosen = [m for m in (*MEASUREMENTS, *ON_REQUEST)
+              if m.__name__ in only or (not only and m in MEASUREMENTS)]
     with_limits = not only or MACHINE_LIMITS in only
     planned = [MACHINE_LIMITS] * with_limits + [m.__name__ for m in chosen]
     logger.info("estimated duration: about %.1f minutes (%s on %s)",
                 estimate.seconds(plan, names, planned, once=ONCE) / 60, ", ".join(planned),
                 ", ".join(names))
-    runner = Runner(plan, _targets(names, redis_url, args.pg_url, plan, prefix=args.db_prefix),
-                    redis_url, args.pg_url, prefix=args.db_prefix)
+    targets = _targets(names, redis_url, args.pg_url, plan, prefix=args.db_prefix,
+                       set_up=any(m not in ON_REQUEST for m in chosen))
+    if any(m in ON_REQUEST for m in chosen):
+        _require_shards(plan, targets)
+    runner = Runner(plan, targets, redis_url, args.pg_url, prefix=args.db_prefix)
     load_at_start, started = os.getloadavg()[0], time.monotonic()
     if with_limits:
         runner.machine_limits()
@@ -208,7 +270,7 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
     summaries = {name: {key: stats.summary(series) for key, series in metrics.items()}
                  for name, metrics in runner.values.items()}
     return report.write(summaries, [t.driver for t in runner.targets],
-                        plan=dataclasses.asdict(plan), notes=notes)
+                        plan=dataclasses.asdict(plan), notes=notes, results=args.results)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

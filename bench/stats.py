@@ -24,6 +24,15 @@ def lateness_ms(rows: Sequence[tuple[float, float, float]]) -> dict[str, float]:
             "p99": percentile(late, 0.99), "max": max(late)}
 
 
+def drain_rate(rows: Sequence[tuple[float, float, float]]) -> float:
+    """Tasks ÷ (last end − first start): the workers' start-up is not counted."""
+    if not rows:
+        raise ValueError("no task finished before the wait ended (see the notes)")
+    first_start = min(start for _due, start, _end in rows)
+    last_end = max(end for _due, _start, end in rows)
+    return len(rows) / (last_end - first_start)
+
+
 def summary(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
             "runs": len(values)}

@@ -28,14 +28,22 @@ TEAM = "demo"
 RECORD_PREFIX = "demo:"
 
 
+def _database_url(dsn: str) -> str:
+    return dsn.replace("postgresql://", "postgres://")
+
+
 def variables(env: Env) -> dict[str, str]:
-    """Our settings pointed at the bench's own database and Redis database."""
-    return {**env.variables(), "DATABASE_URL": env.pg_dsn.replace("postgresql://", "postgres://"),
+    """Our settings pointed at the bench's own database and Redis database (and, for a
+    sharded store, at its shards: the first is DATABASE_URL itself, which keeps the control
+    data)."""
+    shards = ({"ATF_SHARD_URLS": ",".join(map(_database_url, env.shard_dsns))}
+              if env.shard_dsns else {})
+    return {**env.variables(), "DATABASE_URL": _database_url(env.pg_dsn),
             "REDIS_URL": env.redis_url, "ATF_QUEUE_PREFIX": "atfbench",
             "DJANGO_SETTINGS_MODULE": "atf_project.settings", "ATF_LOG_LEVEL": "WARNING",
             "ATF_DEMO_TEAM": TEAM, "ATF_DEMO": "1",
             # Retention off: the store-size runs keep millions of finished rows in the table.
-            "ATF_RETENTION_S": "0"}
+            "ATF_RETENTION_S": "0", **shards}
 
 
 def _manage(env: Env, role: str, *args: str) -> Command:
@@ -44,6 +52,18 @@ def _manage(env: Env, role: str, *args: str) -> Command:
 
 def setup_commands(env: Env) -> list[Command]:
     return [_manage(env, "setup", "migrate", "-v", "0")]
+
+
+def shard_setup_command(env: Env, alias: str) -> Command:
+    """Migrates the shard `alias` (a `DATABASES` key) of a sharded store."""
+    return _manage(env, "setup", "migrate", "--database", alias, "-v", "0")
+
+
+def shards_command(env: Env) -> Command:
+    """Prints, as its last line, {"shards": [alias, ...]}: the store's shards as the settings
+    of the code under test name them (null: it has no shard support)."""
+    return Command(role="setup", argv=[str(ATF_PYTHON), "-m", "bench.atf_probe", "shards"],
+                   env=variables(env))
 
 
 def worker_commands(env: Env) -> list[Command]:
@@ -119,11 +139,17 @@ def record_key(key: str) -> str:
 
 def records(client: redis.Redis, key: str) -> list[tuple[float, float, float]]:
     """demo.record lines joined with the due times the producer stored in `<key>:due`."""
+    return [(due, start, end) for _task_id, due, start, end in task_records(client, key)]
+
+
+def task_records(client: redis.Redis, key: str) -> list[tuple[int, float, float, float]]:
+    """`records` with each line's task id first."""
     dues = {int(task_id): float(due) for task_id, due in client.hgetall(f"{key}:due").items()}
     rows = []
     for line in client.lrange(record_key(key), 0, -1):
         item = json.loads(line)
-        rows.append((dues.get(item["task_id"], 0.0), item["start"], item["end"]))
+        rows.append((item["task_id"], dues.get(item["task_id"], 0.0), item["start"],
+                     item["end"]))
     return rows
 
 

@@ -26,6 +26,9 @@ class Env:
     name: str
     redis_url: str
     pg_dsn: str
+    #: A store sharded across several databases (ATF): their DSNs by slot, `pg_dsn` first
+    #: (it keeps the control data too). Empty: the one database, `pg_dsn`.
+    shard_dsns: tuple[str, ...] = ()
 
     def variables(self) -> dict[str, str]:
         return {"BENCH_REDIS_URL": self.redis_url, "BENCH_PG_DSN": self.pg_dsn,

@@ -33,3 +33,23 @@ def test_the_machine_limits_are_measured_once_per_repetition():
     plan = _plan()
     assert estimate.seconds(plan, ["atf"], ["machine_limits"], once=()) == pytest.approx(
         3 * (5 + 1 + 1 + 2))
+
+
+def test_the_shard_drains_count_each_cluster_and_the_kill_only_above_one_shard():
+    plan = _plan(repeats=1, shard_counts=(1, 2), shard_cpu=0.5, immediate_n=60,
+                 immediate_rate=20, delayed_n=800, delay_max_s=8)
+    lateness = estimate.FLEET_S + 3 + 800 / estimate.ENQUEUE["atf"] + 8
+
+    def drain(shards):
+        return (estimate.PRIVATE_CLUSTER_S * shards + 13_000 / estimate.BULK["atf"]
+                + estimate.FLEET_S + 13_000 / (estimate.SHARD_DRAIN_PER_CORE * 0.5 * shards))
+
+    assert estimate.seconds(plan, ["atf", "huey"], ["shard_scaling"], once=()) == \
+        pytest.approx(drain(1) + drain(2) + 2 * lateness)
+    assert estimate.seconds(plan, ["atf"], ["shard_kill"], once=()) == pytest.approx(drain(2))
+    assert estimate.seconds(_plan(shard_counts=(1,), shard_cpu=0.5), ["atf"], ["shard_kill"],
+                            once=()) == 0.0
+    unlimited = _plan(repeats=1, shard_counts=(2,), shard_cpu=0)  # no quota: the plain drain
+    assert estimate.seconds(unlimited, ["atf"], ["shard_kill"], once=()) == pytest.approx(
+        estimate.PRIVATE_CLUSTER_S * 2 + 13_000 / estimate.BULK["atf"] + estimate.FLEET_S
+        + 13_000 / estimate.DRAIN["atf"])

@@ -172,3 +172,38 @@ def test_scaling_table_has_a_column_per_worker_count_and_the_ratio_row():
     assert not any(line.startswith("| consumer") for line in lines)  # measured in none
     assert lines[-1] == "| all of them ÷ one process's (target ≤ 1.25×) | 1.00 | 1.40 |"
     assert report.scaling_table({"atf": {"drain": _summary(1000)}}) == ""
+
+
+def test_shard_targets_are_the_issues():
+    assert _metric("shard_s2_efficiency").met(0.9, {}) is True
+    assert _metric("shard_s2_efficiency").met(0.89, {}) is False
+    assert _metric("shard_s3_efficiency").met(0.85, {}) is True
+    assert _metric("shard_s3_efficiency").met(0.84, {}) is False
+    assert _metric("shard_s3_pipeline_ratio").met(1.10, {}) is True
+    assert _metric("shard_s3_pipeline_ratio").met(1.11, {}) is False
+
+
+def test_shard_table_has_a_column_per_count_and_each_slot_in_its_cell():
+    figures = {"shard_s1": 400, "shard_s2": 760, "shard_s1_efficiency": 1.0,
+               "shard_s2_efficiency": 0.95, "shard_s1_slot0_rate": 400,
+               "shard_s2_slot0_rate": 390, "shard_s2_slot1_rate": 371,
+               "shard_s2_slot1_wal_bytes": 3300, "shard_s1_pipeline_cpu_us": 1000,
+               "shard_kill_before": 760, "shard_kill_after": 380, "shard_kill_ratio": 0.5,
+               "shard_kill_shards": 2}
+    summaries = {"atf": {key: _summary(value) for key, value in figures.items()}}
+    text = report.shard_table(summaries)
+    lines = text.splitlines()
+    assert lines[0] == "| figure | 1 shard | 2 shards |"
+    assert lines[2] == "| drain, all shards (tasks/s) | 400 | 760 |"
+    assert "| each shard's drain, by slot (tasks/s) | 400 | 390 / 371 |" in lines
+    assert "| each cluster's WAL per task of its own, by slot (B) | — | — / 3,300 |" in lines
+    assert any(line.startswith("| scaling efficiency") and line.endswith("| 1.00 | 0.95 |")
+               for line in lines)
+    assert any(line.startswith("| pipeline's CPU per task: ") and line.endswith("| 1,000 | — |")
+               for line in lines)
+    assert lines[-1] == ("One of 2 shards' servers stopped once a third of the other shards' "
+                         "tasks were done: those shards drained 760 tasks/s before and 380 "
+                         "after (0.50×).")
+    assert report.shard_table({"atf": {"drain": _summary(1000)}}) == ""
+    kill_only = {key: value for key, value in summaries["atf"].items() if "kill" in key}
+    assert report.shard_table({"atf": kill_only}) == lines[-1]
