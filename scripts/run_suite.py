@@ -37,7 +37,10 @@ def default_workers() -> int:
 def run(python: str, workers: int, pytest_args: list[str]) -> int:
     """Both phases with `python -m pytest`; the first failing phase's status, else 0."""
     phases = [
-        ("parallel", ["-n", str(workers)], f"{workers} pytest processes at once"),
+        # worksteal: a worker that runs out of tests takes some of another's queue, so the
+        # slow acceptance tests do not leave one worker busy alone at the end
+        ("parallel", ["-n", str(workers), "--dist", "worksteal"],
+         f"{workers} pytest processes at once"),
         ("serial", ["-p", "no:xdist"], "the tests marked serial, alone"),
     ]
     statuses = []
