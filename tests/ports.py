@@ -25,7 +25,8 @@ FIRST, SPAN = 20000, 1000
 _offsets = itertools.count(os.getpid() % SPAN)
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
+    """Whether `port` on loopback can be bound now (nobody listens on it)."""
     with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))
@@ -44,6 +45,6 @@ def free_port() -> int:
     first = FIRST + number * SPAN
     for _ in range(SPAN):
         port = first + next(_offsets) % SPAN
-        if _bindable(port):
+        if bindable(port):
             return port
     raise RuntimeError(f"no free port left in {first}-{first + SPAN - 1} (xdist worker gw{number})")
