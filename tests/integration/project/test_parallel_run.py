@@ -45,7 +45,8 @@ def pytest_run(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT),
            "REDIS_URL": "redis://127.0.0.1:6379/15", "ATF_QUEUE_PREFIX": "atftest",
            "ATF_TEST_DATABASE_NAME": "test_records", "RECORDS": str(directory / "records")}
-    env.pop("ATF_TEST_REDIS_DATABASES", None)
+    for inherited in ("ATF_TEST_REDIS_DATABASES", "PYTEST_XDIST_WORKER"):  # a run of its own
+        env.pop(inherited, None)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.parallel",
          "-o", "markers=serial: alone", "--rootdir", str(directory), "-c", "/dev/null",

@@ -225,6 +225,8 @@ def test_one_housekeeping_round_folds_outcomes_and_prunes_more_than_a_batch(
     from tasks_core.models import OutcomeTotal
 
     monkeypatch.setattr("workers.consumer.PRUNE_BATCH_SIZE", 5)
+    # (and time for all four batches: the round's 0.3 s ran out after three beside other tests)
+    monkeypatch.setattr("tasks_core.retention.PRUNE_BUDGET_S", 30.0)
     lam = LambdaFactory()
     old = clock.now - timedelta(seconds=atf_settings.retention_s + 60)
     for _ in range(17):
