@@ -5,7 +5,8 @@
 #                SQLite (Ctrl-C stops it, and the services it started)
 #
 # Settings come from the environment (or `make VAR=value`) and reach every command below:
-# REDIS_URL, DATABASE_URL, ATF_TEST_DATABASE_NAME, ATF_QUEUE_PREFIX, ATF_DEMO_PORT, PYTEST_ARGS.
+# REDIS_URL, DATABASE_URL, ATF_TEST_DATABASE_NAME, ATF_QUEUE_PREFIX, ATF_DEMO_PORT, PYTEST_ARGS,
+# TEST_WORKERS, ATF_TEST_REDIS_DATABASES.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -15,6 +16,9 @@ PYTHON := $(VENV)/bin/python
 ATF_DEMO_PORT ?= 8000
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
+# test, test-matrix: pytest processes the suite runs on at once (pytest-xdist); empty: the
+# machine's cores, at least 2, at most 8 (scripts/run_suite.py); 0: one process
+TEST_WORKERS ?=
 CHAOS_ARGS ?=
 BENCH_ARGS ?=
 # test-matrix: the combinations to run (all by default), e.g. MATRIX="py3.13-dj6.1"
@@ -22,6 +26,8 @@ MATRIX ?=
 
 # No `export` line: make passes variables from the environment and the command line to every
 # recipe as they are, and leaves unset ones unset (tests/settings.py then picks its defaults).
+
+SUITE_WORKERS := $(if $(TEST_WORKERS),--workers $(TEST_WORKERS))
 
 # PostgreSQL for the demo only when DATABASE_URL asks for it; the default is SQLite.
 DEMO_SERVICES := redis $(if $(filter postgres%,$(DATABASE_URL)),postgres)
@@ -54,9 +60,7 @@ dev-venv:
 
 test: dev-venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres chromium promtool pgbouncer standby iproute2
-	@echo "==> running the test suite"
-	@$(VENV)/bin/pytest $(PYTEST_ARGS); status=$$?; \
-	if [ $$status -eq 5 ]; then echo "==> pytest collected no tests"; exit 0; fi; exit $$status
+	@$(PYTHON) scripts/run_suite.py $(SUITE_WORKERS) -- $(PYTEST_ARGS)
 	@echo "==> the store's contract suite, chains, the rollup of outcomes and the testing helpers again on SQLite"
 	@mkdir -p var && DATABASE_URL=sqlite:///$(CURDIR)/var/test-smoke.sqlite3 \
 	  $(VENV)/bin/pytest -m sqlite -q tests/integration/tasks_core/test_store.py tests/integration/tasks_core/test_chains.py \
@@ -68,7 +72,7 @@ test: dev-venv
 # and says in one line which combinations it could not run).
 test-matrix: dev-venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres chromium
-	@$(PYTHON) scripts/test_matrix.py $(MATRIX) -- $(PYTEST_ARGS)
+	@$(PYTHON) scripts/test_matrix.py $(SUITE_WORKERS) $(MATRIX) -- $(PYTEST_ARGS)
 
 # The services it started (never one that was already running) stop with the demo.
 demo: venv

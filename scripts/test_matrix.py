@@ -1,16 +1,18 @@
 """The version matrix (`make test-matrix`): the whole suite under each supported Python and
 Django, one virtualenv per combination.
 
-    python scripts/test_matrix.py [py3.11-dj5.2 py3.12-dj6.0 py3.13-dj6.1 ...] [-- pytest args]
+    python scripts/test_matrix.py [--workers N] [py3.11-dj5.2 py3.12-dj6.0 ...] [-- pytest args]
 
 For each combination it finds the interpreter (pyenv's newest X.Y, else `pythonX.Y` on PATH),
 makes `$MATRIX_DIR/<combination>` (default var/matrix) with requirements-dev.txt (the runtime of
 requirements.txt, the tests and tools) and that Django
 (the django-tasks backport stays installed on Django 6 too: the suite checks it is never
-imported there), and runs pytest in it with the caller's environment (ATF_TEST_DATABASE_NAME,
-REDIS_URL, ...). On Django 6 Django's own deprecation warnings are errors. It prints one line
-per combination, then one line naming those it could not run; the exit status is non-zero
-when a run failed, or when a combination could not run under CI (CI=true).
+imported there), and runs the suite in it with the caller's environment (ATF_TEST_DATABASE_NAME,
+REDIS_URL, ...) as `make test` does: scripts/run_suite.py, its parallel phase on N processes
+(--workers; run_suite.py's default when not given), then the tests marked serial. On Django 6
+Django's own deprecation warnings are errors. It prints one line per combination, then one
+line naming those it could not run; the exit status is non-zero when a run failed, or when a
+combination could not run under CI (CI=true).
 
 Standard library only: it runs before any virtualenv exists.
 """
@@ -104,9 +106,11 @@ def ensure_venv(combination: Combination, python: str, directory: Path) -> Path:
     return venv
 
 
-def run_suite(combination: Combination, venv: Path, pytest_args: list[str]) -> bool:
+def run_suite(combination: Combination, venv: Path, workers: list[str],
+              pytest_args: list[str]) -> bool:
     warnings = DJANGO_6_WARNINGS if int(combination.django.split(".")[0]) >= 6 else ()
-    command = [str(venv / "bin" / "python"), "-m", "pytest",
+    command = [sys.executable, str(ROOT / "scripts" / "run_suite.py"),
+               "--python", str(venv / "bin" / "python"), *workers, "--",
                *(arg for warning in warnings for arg in ("-W", warning)), *pytest_args]
     print(f"==> {combination.name}: {' '.join(command[1:])}", flush=True)
     return subprocess.run(command, cwd=ROOT).returncode == 0
@@ -116,6 +120,10 @@ def main(argv: list[str]) -> int:
     names, pytest_args = argv, []
     if "--" in argv:
         names, pytest_args = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    workers: list[str] = []
+    if "--workers" in names:
+        at = names.index("--workers")
+        workers, names = names[at:at + 2], names[:at] + names[at + 2:]
     combinations = [Combination.parse(name) for name in names or COMBINATIONS]
     directory = Path(os.environ.get("MATRIX_DIR", ROOT / "var" / "matrix"))
     outcomes: list[str] = []
@@ -130,7 +138,7 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         try:
             passed = run_suite(combination, ensure_venv(combination, python, directory),
-                               pytest_args)
+                               workers, pytest_args)
         except (RuntimeError, subprocess.CalledProcessError) as exc:
             missing.append(f"{combination.name} ({exc})")
             continue

@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.chaos.services import free_port, wait_until
+from tests.chaos.services import wait_until
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,9 +10,7 @@ beside each other on one machine never share a server. Use them from session fix
 from __future__ import annotations
 
 import contextlib
-import random
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 from moto.server import ThreadedMotoServer
+
+from tests.ports import bindable, free_port
 
 #: Seconds a server gets to come up before the fixture fails.
 START_TIMEOUT_S = 30.0
@@ -34,20 +34,11 @@ DUMMY_AWS_ENV = {
 }
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _cluster_port() -> int:
     # A cluster node also listens on port + 10000 (the cluster bus): both must be free.
     for _ in range(200):
-        port = random.randint(20000, 50000)
-        if _port_is_free(port) and _port_is_free(port + 10000):
+        port = free_port()
+        if port + 10000 <= 65535 and bindable(port + 10000):
             return port
     raise RuntimeError("no free port pair for a Redis Cluster node")
 

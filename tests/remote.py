@@ -16,9 +16,9 @@ from django.db import connection
 from tasks_api import tokens
 from tasks_api.models import Scope
 from tasks_core.models import Team
-from tests.chaos.services import free_port
 from tests.conftest import ROOT, Processes, wait_for
 from tests.netns import WorkerHost
+from tests.ports import free_port
 from tests.proxy import Proxy
 
 

@@ -37,7 +37,8 @@ from pathlib import Path
 
 import psycopg
 
-from tests.chaos.services import free_port, wait_until
+from tests.chaos.services import wait_until
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = "15"

@@ -32,8 +32,8 @@ import pytest
 from django.conf import settings
 
 from tasks_core.conf import atf_settings
-from tests.chaos.services import free_port
 from tests.conftest import ROOT, Processes, wait_for
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -188,6 +188,7 @@ def test_a_killed_workers_slot_comes_back_only_when_its_lease_lapses(
     assert TaskEntity.objects.get(pk=long.pk).status == "dead"
 
 
+@pytest.mark.serial  # it times the run: 2 to 4 s after the last schedule (4.7 s beside others)
 def test_debounce_runs_the_last_payload_once_after_the_last_schedule(
         processes: Processes, env: dict[str, str], records: Callable[..., list[dict]]) -> None:
     # Given a consumer and a worker

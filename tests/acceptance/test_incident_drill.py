@@ -47,6 +47,9 @@ def operator() -> Client:
     return client
 
 
+# serial: its steps have rates to meet (100 queued tasks handed back within 30 s, ...), which a
+# remote worker beside other tests missed twice at a load of 10 to 16 on 2 cores
+@pytest.mark.serial
 @pytest.mark.parametrize("kind", ["direct", "remote"])
 def test_an_operators_incident_drill(processes: Processes, operator: Client, kind: str) -> None:
     env = subprocess_env(**FAST, ATF_TASK_TIMEOUT_S=str(DEFAULT_LIMIT_S),

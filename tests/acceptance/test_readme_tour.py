@@ -15,7 +15,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 from tasks_core.models import TaskEntity
 from tests.conftest import ROOT, Processes, subprocess_env, wait_for
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -47,12 +47,6 @@ def tour_commands(readme: str) -> list[str]:
                 continue  # the output the README shows
             continued = line.endswith("\\")
     return commands
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_the_tour_reads_its_commands_from_the_readme() -> None:

@@ -43,7 +43,10 @@ from tests.proxy import Proxy
 from tests.remote import host_redis, start_api, start_on_host, worker_env, worker_token
 from workers.replacement import REPLACING
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+# serial: a worker host's heartbeat budget is 3 s, its API calls time out after 1 s; beside
+# other tests' processes a starved heartbeat ends a worker that nothing cut off (seen at a load
+# of 10 on 2 cores: an extra replacement, a worker replaced while the API restarted)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.serial]
 
 #: Heartbeats every second: the budget is 3 s, and a task without one for 5 s runs again.
 FAST = {"ATF_HEARTBEAT_INTERVAL_S": "1", "ATF_HEARTBEAT_TIMEOUT_S": "5",

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from tasks_api.models import ApiToken, Scope
 from tasks_core import atf, scheduling, stats
-from tasks_core.models import TaskAttempt, TaskEntity, Worker
+from tasks_core.models import TaskAttempt, TaskEntity, TaskStep, Worker
 from tests.conftest import ROOT, Processes, subprocess_env, wait_for
 from tests.proxy import Proxy
 from tests.remote import Workers, start_api, worker_env, worker_token
@@ -447,7 +447,10 @@ def test_a_task_whose_worker_is_killed_after_step_2_of_4_resumes_at_step_3(
     key = "demo:steps"
     task = atf.schedule("demo.steps", {"key": key, "steps": 4, "pause_after": 2,
                                        "seconds": 60})
-    wait_for(lambda: len(records(key)) == 2, timeout_s=30, message="steps 1 and 2 to run")
+    # (recorded, not only run: the lambda writes its line before ctx.step records the result,
+    # and a kill between the two runs step 2 again, as it should)
+    wait_for(lambda: TaskStep.objects.filter(task_id=task.pk).count() == 2, timeout_s=30,
+             message="steps 1 and 2 to run and be recorded")
     # When its worker is SIGKILLed there, and another worker takes the task over
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)

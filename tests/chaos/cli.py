@@ -18,9 +18,10 @@ from pathlib import Path
 
 from tests.chaos.failover import ReplicatedChaosDatabase
 from tests.chaos.faults import FAULTS
-from tests.chaos.services import ChaosDatabase, PrivateRedis, free_port, say
+from tests.chaos.services import ChaosDatabase, PrivateRedis, say
 from tests.pooler import MODES as POOL_MODES
 from tests.pooler import PgBouncer
+from tests.ports import free_port
 
 #: Timeouts of every process of the run: short, so that recovery takes seconds, not minutes.
 #: The heartbeat timeout exceeds three heartbeat intervals, as the workers check at start.

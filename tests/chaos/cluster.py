@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests import netns
-from tests.chaos.services import free_port, wait_until
+from tests.chaos.services import wait_until
+from tests.ports import free_port
 from tests.proxy import Proxy
 from workers.replacement import REPLACING
 

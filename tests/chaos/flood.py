@@ -35,7 +35,8 @@ import requests
 from bench.stats import percentile
 from tests.chaos import cpu
 from tests.chaos.cli import CHILD_SETTINGS, api_token
-from tests.chaos.services import ChaosDatabase, PrivateRedis, free_port, say
+from tests.chaos.services import ChaosDatabase, PrivateRedis, say
+from tests.ports import free_port
 
 #: Worker tokens team flood spreads its claims over.
 FLOOD_TOKENS = 4

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import shlex
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -29,13 +28,6 @@ logger = logging.getLogger(__name__)
 def say(line: str) -> None:
     """The runner's output: one flushed line on stdout."""
     print(line, flush=True)  # noqa: T201 - the runner is a command-line program
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until(condition: Callable[[], object], *, timeout_s: float, what: str) -> object:

@@ -8,7 +8,8 @@ import re
 from scripts import test_matrix
 from tests.conftest import ROOT
 
-TOOLS = ("pytest", "pytest-django", "ruff", "mypy", "mkdocs", "playwright", "schemathesis")
+TOOLS = ("pytest", "pytest-django", "pytest-xdist", "ruff", "mypy", "mkdocs", "playwright",
+         "schemathesis")
 
 
 def pins(name: str) -> dict[str, str]:

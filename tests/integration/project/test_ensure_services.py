@@ -17,16 +17,11 @@ import pytest
 from django.conf import settings
 
 from tests.conftest import ROOT, wait_for
+from tests.ports import free_port
 
 ENSURE = [sys.executable, str(ROOT / "scripts" / "ensure_services.py"), "redis", "--"]
 #: The command under it: says it runs, then waits (as the demo does) until it is stopped.
 WAIT = [sys.executable, "-c", "import time; print('running', flush=True); time.sleep(60)"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def answers(port: int) -> bool:

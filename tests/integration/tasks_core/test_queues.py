@@ -23,8 +23,8 @@ from tasks_core.queues import Message, Popped, QueueBackend
 from tasks_core.queues.redis import RedisQueue
 from tasks_core.queues.sqs import SqsQueue, sqs_queue_name
 from tests import queue_servers
-from tests.chaos.services import free_port
 from tests.conftest import wait_for
+from tests.ports import free_port
 
 BACKENDS = ["redis", "redis-cluster", "sqs"]
 

@@ -19,8 +19,9 @@ from django.utils import timezone
 from tasks_core import atf, lambda_sync
 from tasks_core.conf import atf_settings
 from tasks_core.queues.redis import RedisQueue
-from tests.chaos.services import PrivateRedis, free_port
+from tests.chaos.services import PrivateRedis
 from tests.conftest import wait_for
+from tests.ports import free_port
 from workers.consumer import Consumer
 from workers.transport import DirectTransport
 from workers.worker import WorkerProcess

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.chaos.services import free_port
+from tests.ports import free_port
 
 
 @pytest.mark.parametrize(("args", "message"), [
