@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from tests.chaos.services import free_port
+from tests.ports import free_port
 from tests.replication import CONFIG, Node, _run, _runs_as, installed, private_home
 
 

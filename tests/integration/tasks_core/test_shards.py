@@ -26,9 +26,9 @@ from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
 from tasks_core.models import TaskEntity
-from tests.chaos.services import free_port
 from tests.conftest import Processes, race, subprocess_env, wait_for
 from tests.integration.tasks_api.test_api_support import Member, member
+from tests.ports import free_port
 from tests.shard_clusters import Clusters
 from workers.consumer import Consumer
 
