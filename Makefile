@@ -16,8 +16,8 @@ PYTHON := $(VENV)/bin/python
 ATF_DEMO_PORT ?= 8000
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
-# test, test-matrix: pytest processes the suite runs on at once (pytest-xdist); empty: the
-# machine's cores, at least 2, at most 8 (scripts/run_suite.py); 0: one process
+# test, test-matrix: pytest processes the suite runs on at once (pytest-xdist); empty: one per
+# 4 cores, at most 8, and one process below 8 cores (scripts/run_suite.py); 0: one process
 TEST_WORKERS ?=
 CHAOS_ARGS ?=
 BENCH_ARGS ?=

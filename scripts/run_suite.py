@@ -8,9 +8,12 @@ then the `serial` ones, which cannot share the machine, alone in one process. Bo
 whatever the first gave; the exit status is the first failing phase's, 0 when both passed (a
 phase with no test to run, as `-k` or a file of no serial test leaves, counts as passed).
 
-N: --workers, else the machine's cores, at least 2 (most slow tests wait on the processes
-they start, so even 2 cores run two at once), at most the 8 Redis databases the workers take
-by default (ATF_TEST_REDIS_DATABASES). `--workers 0` runs the first phase without xdist too.
+N: --workers, else one for each CORES_PER_WORKER of the machine's cores, at most the 8 Redis
+databases the workers take by default (ATF_TEST_REDIS_DATABASES); below two of them (a machine
+of fewer than 8 cores) the first phase runs in one process, without xdist, as `--workers 0`
+asks. A test keeps about two cores busy (it and the workers, consumers and servers it starts):
+on a 2-core machine two pytest workers gained a fifth of the wall time and lost three timing
+tests to the shared processors (a 300 s timeout among them).
 
 Standard library only: the python it runs pytest with is the virtualenv's (--python).
 """
@@ -28,10 +31,14 @@ ROOT = Path(__file__).resolve().parent.parent
 NO_TESTS = 5
 #: The most workers by default: the Redis databases tests/parallel.py gives them (1-8).
 MAX_DEFAULT_WORKERS = 8
+#: Cores each default worker gets: a test, and the processes it starts, keep about two busy.
+CORES_PER_WORKER = 4
 
 
 def default_workers() -> int:
-    return max(2, min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1))
+    """Workers for this machine; 0 (one process, no xdist) where fewer than two fit."""
+    workers = min(MAX_DEFAULT_WORKERS, (os.cpu_count() or 1) // CORES_PER_WORKER)
+    return workers if workers >= 2 else 0
 
 
 def run(python: str, workers: int, pytest_args: list[str]) -> int:
