@@ -47,7 +47,7 @@ def run(python: str, workers: int, pytest_args: list[str]) -> int:
         # worksteal: a worker that runs out of tests takes some of another's queue, so the
         # slow acceptance tests do not leave one worker busy alone at the end
         ("parallel", ["-n", str(workers), "--dist", "worksteal"],
-         f"{workers} pytest processes at once"),
+         f"{workers} pytest processes at once" if workers else "one pytest process"),
         ("serial", ["-p", "no:xdist"], "the tests marked serial, alone"),
     ]
     statuses = []
