@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from scripts import run_suite
 from tests import parallel, ports
 
 
@@ -81,3 +82,12 @@ def test_a_port_in_use_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
         taken.bind(("127.0.0.1", following))
         taken.listen()
         assert ports.free_port() == after_it
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(1, 0), (2, 0), (7, 0), (8, 2), (16, 4),
+                                                (64, 8)])
+def test_the_default_workers_leave_each_about_four_cores(
+        monkeypatch: pytest.MonkeyPatch, cores: int, workers: int) -> None:
+    # A test keeps about two cores busy with what it starts: on a small machine, one process.
+    monkeypatch.setattr(run_suite.os, "cpu_count", lambda: cores)
+    assert run_suite.default_workers() == workers
