@@ -34,10 +34,13 @@ def answers(port: int) -> bool:
 
 
 def start(redis_url: str, log: Path) -> subprocess.Popen:
-    """The wrapper and its command in a process group of their own, as a terminal runs them."""
+    """The wrapper and its command in a process group of their own, as a terminal runs them:
+    with Ctrl-C's default action (a run started in the background of a shell without job
+    control, as a CI script may, has SIGINT ignored, and every child inherits that)."""
     return subprocess.Popen(ENSURE + WAIT, env={**os.environ, "REDIS_URL": redis_url},
                             stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 @pytest.fixture
