@@ -11,11 +11,9 @@ phase with no test to run, as `-k` or a file of no serial test leaves, counts as
 N: --workers, else one for each CORES_PER_WORKER of the machine's cores, at most the 8 Redis
 databases the workers take by default (ATF_TEST_REDIS_DATABASES); below two of them (a machine
 of fewer than 8 cores) the first phase runs in one process, without xdist, as `--workers 0`
-asks. A test keeps about two cores busy (it and the workers, consumers and servers it starts):
-on a 2-core machine two pytest workers gained a fifth of the wall time and lost three timing
-tests to the shared processors (a 300 s timeout among them).
-
-Standard library only: the python it runs pytest with is the virtualenv's (--python).
+asks. A test keeps about two cores busy (it and the workers, consumers and servers it
+starts): on a 2-core machine two pytest workers gained about a fifth of the wall time, too
+little for the timing tests a loaded machine puts at risk.
 """
 
 from __future__ import annotations
