@@ -339,6 +339,7 @@ class Consumer:
             if reopened:
                 logger.info("reopened %d %s gate(s) whose time ran out", reopened,
                             model._meta.verbose_name)
+                shards.mirror()  # every shard's claims read the gate from their own copy
         gone = worker_registry.mark_gone(now=now, unseen_s=atf_settings.worker_stale_s)
         if gone:
             logger.info("marked %d worker(s) gone (not seen for %ss)", gone,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from tasks_core import atf, checks, directory, scheduling, shards, stats, store,
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
-from tasks_core.models import TaskEntity
+from tasks_core.models import Lambda, TaskEntity
 from tests.conftest import Processes, race, subprocess_env, wait_for
 from tests.integration.tasks_api.test_api_support import Member, member
 from tests.ports import free_port
@@ -205,6 +206,15 @@ def test_an_idempotency_key_has_one_shard_whatever_the_process() -> None:
 
 # --- the store on every shard ----------------------------------------------------------------
 
+
+def test_a_gate_whose_time_ran_out_reopens_on_every_shard(sharded: Clusters, queue: Any) -> None:
+    # A gate paused until a moment ago: the copies every shard's claims read reopen with it
+    scheduling.set_gate("demo.noop", "paused", until=timezone.now() + timedelta(seconds=1))
+    lambda_id = directory.by_name("demo.noop").id
+    assert {Lambda.objects.using(alias).get(pk=lambda_id).gate for alias in ALIASES} == {"paused"}
+    Consumer(batch_size=100, poll_interval_s=1, queue=queue, shard="shard1").housekeep(
+        timezone.now() + timedelta(seconds=2))
+    assert {Lambda.objects.using(alias).get(pk=lambda_id).gate for alias in ALIASES} == {"open"}
 
 def test_a_paused_gate_holds_tasks_on_every_shard(sharded: Clusters, redis_client: redis.Redis,
                                                   queue: Any) -> None:
