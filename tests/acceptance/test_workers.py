@@ -467,24 +467,24 @@ def test_a_task_whose_worker_is_killed_after_step_2_of_4_resumes_at_step_3(
 
 def test_a_groups_then_runs_exactly_once_while_its_worker_is_killed_twice(
         processes: Processes, env: dict[str, str], records: callable) -> None:
-    # Given a group of 300 members and a `then`, on a direct worker
+    # Given a group of 1,000 members and a `then`, on a direct worker
     workers = Workers("direct", processes, env)
     processes.start("runconsumer", env=env)
     members, then = "demo:members", "demo:then"
     group = atf.group([atf.call("demo.record", {"key": members, "seconds": 0.01})
-                       for _ in range(300)],
+                       for _ in range(1000)],
                       then=atf.call("demo.record", {"key": then}))
     # When its worker is SIGKILLed twice while the members run, and replaced each time
     worker = workers.start("demo.record", "--threads", "8")
-    for done in (50, 150):
-        wait_for(lambda done=done: len(records(members)) >= done, timeout_s=30,
+    for done in (200, 600):
+        wait_for(lambda done=done: len(records(members)) >= done, timeout_s=60,
                  message=f"{done} members to run")
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)
         worker = workers.start("demo.record", "--threads", "8")
-    wait_for(lambda: records(then), timeout_s=60, message="`then` to run")
+    wait_for(lambda: records(then), timeout_s=120, message="`then` to run")
     # Then `then` ran exactly once, after every member had succeeded
     time.sleep(1)  # a second release, were there one, would run within the poll interval
     assert len(records(then)) == 1
-    assert group.refresh().status == "succeeded" and group.succeeded == 300
+    assert group.refresh().status == "succeeded" and group.succeeded == 1000
     assert records(then)[0]["start"] >= max(line["end"] for line in records(members))
