@@ -22,8 +22,8 @@ from tasks_core.models import Collection, FlowStart, Lambda, TaskAttempt, TaskEn
 from tasks_core.operations import set_options
 from tests.conftest import ROOT, closing_connections, subprocess_env, wait_for
 from tests.factories import LambdaFactory, TaskFactory, TeamFactory
-from workers import testing, turns
-from workers.consumer import SLICE_ROWS, Consumer, PassSummary
+from workers import compiled_query, testing, turns
+from workers.consumer import SLICE_ROWS, Consumer, PassSummary, _lambda_gates_query
 
 pytestmark = [pytest.mark.django_db]
 
@@ -704,3 +704,29 @@ def test_a_stale_copy_a_worker_pops_does_not_run_the_task_twice(
     assert [(o.task_id, o.status) for o in outcomes] == [(task.pk, "success")]
     assert TaskAttempt.objects.filter(task_id=task.pk).count() == 1
     assert queue.depth(name) == 0
+
+
+
+def test_the_pass_finds_due_rows_without_walking_those_a_drain_already_took(
+        consumer: Consumer, clock: Clock) -> None:
+    """Each row the consumer enqueues leaves a dead entry at the old end of the due index
+    until no snapshot can see it (in a busy store there always is one). The pass's probe for
+    lambdas with due rows reads that index from now backwards, so it meets live rows first
+    and its cost does not grow with the drain: read forwards, it walked every dead entry
+    (13,000 buffers a probe, 87 ms, in a 60,000-task drain on 16 cores)."""
+    for _ in range(3):
+        scheduling.schedule_many([{"lambda": "demo.noop"}] * 1000)
+    clock.catch_up()
+    for _ in range(5):
+        assert consumer.run_pass().enqueued == 500
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE tasks_core_taskassoc")
+        sql, params = _lambda_gates_query().query.get_compiler(connection=connection).as_sql()
+        now = connection.ops.adapt_datetimefield_value(clock.now)
+        placeholder = connection.ops.adapt_datetimefield_value(compiled_query.NOW)
+        cursor.execute(f"EXPLAIN {sql}", [now if p == placeholder else p for p in params])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert plan.count(" Scan Backward using assoc_") == len(
+        atf_settings.priorities), plan
+    assert consumer.run_pass().enqueued == 500  # the probe still finds the last due rows
+    assert consumer.run_pass().total == 0
