@@ -23,6 +23,9 @@ CHAOS_ARGS ?=
 BENCH_ARGS ?=
 # test-matrix: the combinations to run (all by default), e.g. MATRIX="py3.13-dj6.1"
 MATRIX ?=
+# test-matrix: a pytest marker expression that picks the tests each combination runs (empty:
+# all), e.g. MATRIX_MARKS="not drill" (.ci/run; the markers: pytest.ini, docs/testing.md)
+MATRIX_MARKS ?=
 
 # No `export` line: make passes variables from the environment and the command line to every
 # recipe as they are, and leaves unset ones unset (tests/settings.py then picks its defaults).
@@ -72,7 +75,8 @@ test: dev-venv
 # and says in one line which combinations it could not run).
 test-matrix: dev-venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres chromium
-	@$(PYTHON) scripts/test_matrix.py $(SUITE_WORKERS) $(MATRIX) -- $(PYTEST_ARGS)
+	@$(PYTHON) scripts/test_matrix.py $(SUITE_WORKERS) $(MATRIX) -- \
+	  $(if $(MATRIX_MARKS),-m "$(MATRIX_MARKS)") $(PYTEST_ARGS)
 
 # The services it started (never one that was already running) stop with the demo.
 demo: venv

@@ -20,7 +20,7 @@ from tests.chaos.faults import FAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.drill]
 
 
 def test_short_chaos_run_loses_nothing_and_never_overlaps(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from tests.remote import Workers
 from tests.replication import ReplicatedPostgres
 from workers import db
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.drill]
 
 RECORDS = "demo:records"
 #: Tasks scheduled per second (in batches of BATCH), each a demo.record of TASK_S.

@@ -21,7 +21,7 @@ from tests.conftest import Processes, subprocess_env, wait_for
 from tests.remote import Workers
 from workers.replacement import REPLACING
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.drill]
 
 BACKLOG = 5000
 #: The deployment's default time limit in the drill (600 s out of the box).

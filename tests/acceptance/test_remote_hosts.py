@@ -46,7 +46,8 @@ from workers.replacement import REPLACING
 # serial: a worker host's heartbeat budget is 3 s, its API calls time out after 1 s; beside
 # other tests' processes a starved heartbeat ends a worker that nothing cut off (seen at a load
 # of 10 on 2 cores: an extra replacement, a worker replaced while the API restarted)
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.serial,
+              pytest.mark.drill]
 
 #: Heartbeats every second: the budget is 3 s, and a task without one for 5 s runs again.
 FAST = {"ATF_HEARTBEAT_INTERVAL_S": "1", "ATF_HEARTBEAT_TIMEOUT_S": "5",

@@ -120,6 +120,7 @@ def test_outcomes_end_in_the_right_status_with_the_right_attempts(
     assert "Traceback" in last_error["traceback"]
 
 
+@pytest.mark.drill
 def test_at_least_once_and_never_concurrently_while_workers_are_killed(
         processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
     # Given 2,000 tasks and two worker processes
@@ -181,6 +182,7 @@ def result_left_waiting(holder: psycopg.Connection, records: callable) -> TaskEn
     return task
 
 
+@pytest.mark.drill
 def test_a_result_not_yet_durable_when_its_worker_is_killed_costs_one_lost_attempt_and_a_rerun(
         processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
     # Given a worker, and a session that holds the attempts' table, so that no attempt's end
@@ -212,6 +214,7 @@ def test_a_result_not_yet_durable_when_its_worker_is_killed_costs_one_lost_attem
                 ) == ["lost"] * (attempts - 1) + ["success"]
 
 
+@pytest.mark.drill
 def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere_and_comes_back(
         processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
     # Given a worker whose link to ATF (the database, or the API) goes through a proxy we can cut
@@ -291,6 +294,7 @@ def test_a_worker_runs_only_its_lambdas_and_a_backlog_does_not_slow_another(
         assert workers[task.worker] == [task.lambda_ref.name]
 
 
+@pytest.mark.drill
 def test_sigterm_loses_nothing_and_hands_back_buffered_tasks_at_once(
         processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
     # Given a worker in the middle of a batch
@@ -465,6 +469,7 @@ def test_a_task_whose_worker_is_killed_after_step_2_of_4_resumes_at_step_3(
     assert TaskEntity.objects.get(pk=task.pk).result == {"steps": [10, 20, 30, 40]}
 
 
+@pytest.mark.drill
 def test_a_groups_then_runs_exactly_once_while_its_worker_is_killed_twice(
         processes: Processes, env: dict[str, str], records: callable) -> None:
     # Given a group of 1,000 members and a `then`, on a direct worker

@@ -51,11 +51,12 @@ def bulk_tasks(lam: Lambda, *, count: int, statuses: list[TaskStatus],
         )
 
 
-def test_pruning_100000_finished_tasks_leaves_the_others_untouched(db: None) -> None:
-    # Given 100,000 tasks that finished two weeks ago, in every final status
+def test_pruning_20000_finished_tasks_leaves_the_others_untouched(db: None) -> None:
+    # Given 20,000 tasks that finished two weeks ago, in every final status (the pruning rate
+    # at volume is the bench's: docs/benchmarks.md)
     now = timezone.now()
     lam = LambdaFactory()
-    bulk_tasks(lam, count=100_000, statuses=sorted(FINAL), finished_at=now - 2 * WEEK)
+    bulk_tasks(lam, count=20_000, statuses=sorted(FINAL), finished_at=now - 2 * WEEK)
     # And tasks that must stay: unfinished ones, and finished ones younger than the retention
     unfinished = sorted(set(TaskStatus) - FINAL)
     bulk_tasks(lam, count=1_000, statuses=unfinished, finished_at=None)
@@ -74,7 +75,7 @@ def test_pruning_100000_finished_tasks_leaves_the_others_untouched(db: None) -> 
     elapsed_s = time.monotonic() - started
     logger.warning("pruned %d tasks in %d batches in %.1fs", pruned, batches, elapsed_s)
     # Then exactly the old finished tasks are gone, with their assoc rows
-    assert (pruned, batches) == (100_000, 100)
+    assert (pruned, batches) == (20_000, 20)
     assert set(TaskEntity.objects.values_list("pk", flat=True)) == kept
     assert set(TaskAssoc.objects.values_list("task_id", flat=True)) == kept
     statuses = set(TaskEntity.objects.filter(finished_at=None).values_list("status", flat=True))
