@@ -71,18 +71,19 @@ def finished_by_lambda(*, statuses: Collection[TaskStatus] = FINAL,
                        lambda_ids: Collection[int] | None = None,
                        ) -> Counter[tuple[int, str]]:
     """(lambda id, status) -> tasks that reached the status, since the store began."""
-    until = folded_until()
-    counts: Counter[tuple[int, str]] = Counter()
-    totals = OutcomeTotal.objects.filter(status__in=[s.value for s in statuses])
-    if lambda_ids is not None:
-        totals = totals.filter(lambda_ref_id__in=list(lambda_ids))
-    for lambda_id, status, n in totals.values_list("lambda_ref_id", "status", "finished"):
-        counts[lambda_id, status] += n
-    tail = (_finished(statuses, until, lambda_ids).order_by()
-            .values_list("lambda_ref_id", "status").annotate(n=Count("pk")))
-    for lambda_id, status, n in tail:
-        counts[lambda_id, status] += n
-    return counts
+    with shards.one_snapshot():  # the mark, the totals and the rows after the mark
+        until = folded_until()
+        counts: Counter[tuple[int, str]] = Counter()
+        totals = OutcomeTotal.objects.filter(status__in=[s.value for s in statuses])
+        if lambda_ids is not None:
+            totals = totals.filter(lambda_ref_id__in=list(lambda_ids))
+        for lambda_id, status, n in totals.values_list("lambda_ref_id", "status", "finished"):
+            counts[lambda_id, status] += n
+        tail = (_finished(statuses, until, lambda_ids).order_by()
+                .values_list("lambda_ref_id", "status").annotate(n=Count("pk")))
+        for lambda_id, status, n in tail:
+            counts[lambda_id, status] += n
+        return counts
 
 
 def _minutes(answers: list[dict[datetime, int]]) -> dict[datetime, int]:
@@ -94,21 +95,22 @@ def finished_per_minute(*, since: datetime, statuses: Collection[TaskStatus] = F
                         lambda_ids: Collection[int] | None = None) -> dict[datetime, int]:
     """minute -> tasks that reached one of `statuses` in it, for the minutes from the one that
     holds `since` on (that first minute counted whole)."""
-    first = since.astimezone(UTC).replace(second=0, microsecond=0)
-    until = folded_until()
-    counts: Counter[datetime] = Counter()
-    minutes = OutcomeMinute.objects.filter(status__in=[s.value for s in statuses],
-                                           minute__gte=first)
-    if lambda_ids is not None:
-        minutes = minutes.filter(lambda_ref_id__in=list(lambda_ids))
-    for minute, n in minutes.values_list("minute", "finished"):
-        counts[minute] += n
-    tail = (_finished(statuses, first if until is None else max(until, first), lambda_ids)
-            .annotate(minute=TruncMinute("finished_at", tzinfo=UTC)).order_by()
-            .values_list("minute").annotate(n=Count("pk")))
-    for minute, n in tail:
-        counts[minute] += n
-    return dict(sorted(counts.items()))
+    with shards.one_snapshot():  # the mark, the minutes and the rows after the mark
+        first = since.astimezone(UTC).replace(second=0, microsecond=0)
+        until = folded_until()
+        counts: Counter[datetime] = Counter()
+        minutes = OutcomeMinute.objects.filter(status__in=[s.value for s in statuses],
+                                               minute__gte=first)
+        if lambda_ids is not None:
+            minutes = minutes.filter(lambda_ref_id__in=list(lambda_ids))
+        for minute, n in minutes.values_list("minute", "finished"):
+            counts[minute] += n
+        tail = (_finished(statuses, first if until is None else max(until, first), lambda_ids)
+                .annotate(minute=TruncMinute("finished_at", tzinfo=UTC)).order_by()
+                .values_list("minute").annotate(n=Count("pk")))
+        for minute, n in tail:
+            counts[minute] += n
+        return dict(sorted(counts.items()))
 
 
 def fold(*, now: datetime, budget_s: float = FOLD_BUDGET_S) -> int:

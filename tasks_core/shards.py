@@ -148,6 +148,23 @@ def atomic(*, savepoint: bool = True) -> transaction.Atomic:
     return transaction.atomic(using=current(), savepoint=savepoint)
 
 
+@contextlib.contextmanager
+def one_snapshot() -> Iterator[None]:
+    """The reads inside see one state of the shard the store works on: a read-only
+    REPEATABLE READ transaction on PostgreSQL, a transaction on SQLite (whose reads in one see
+    one state). For counts made of several statements (rows, the rollup, its mark) that a
+    commit between them would count twice or miss. Inside a transaction the caller opened,
+    that transaction's own isolation holds (its level cannot change once it has read)."""
+    if connection().in_atomic_block:
+        yield
+        return
+    with atomic():
+        if connection().vendor == "postgresql":
+            with connection().cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
 def on_commit(func: Callable[[], Any]) -> None:
     """`transaction.on_commit` of the shard the store works on now; `func` runs on that
     shard too (a wake-up goes to its consumers)."""

@@ -103,7 +103,13 @@ def _counts(lambda_ids: Collection[int] | None) -> Counter[tuple[int, str]]:
     """(lambda id, status) -> tasks: live tasks and dead letters counted from their rows (one
     range of the task_status index per status: the history is not read), the other final
     statuses from the rollup of outcomes (every task that ever reached them, however many
-    were pruned since)."""
+    were pruned since). One snapshot: a fold that commits between the reads would otherwise
+    count its tasks both in the rollup and in the rows after its old mark."""
+    with shards.one_snapshot():
+        return _counts_here(lambda_ids)
+
+
+def _counts_here(lambda_ids: Collection[int] | None) -> Counter[tuple[int, str]]:
     rows = (_tasks(lambda_ids).filter(status__in=[s.value for s in COUNTED_FROM_ROWS])
             .order_by().values_list("lambda_ref_id", "status").annotate(n=Count("pk")))
     counts: Counter[tuple[int, str]] = Counter(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import threading
 from collections import Counter
 from datetime import datetime, timedelta
 from types import SimpleNamespace
@@ -199,3 +200,39 @@ def test_the_migration_fills_the_rollup_from_the_finished_tasks(db: None) -> Non
     assert rolled_up() == real_counts() == Counter({(lam.pk, "success"): 2, (lam.pk, "dropped"): 1})
     assert list(OutcomeMinute.objects.values_list("status", "finished")) == [("dropped", 1)]
     assert OutcomeFold.objects.get().folded_until > now - SETTLED
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("read", ["status counts", "throughput"])
+def test_a_fold_that_commits_between_a_readers_statements_is_counted_once(
+        read: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given five tasks that finished a minute ago, not folded yet
+    lam = LambdaFactory()
+    finished(lam, TaskStatus.SUCCESS, timezone.now() - timedelta(minutes=1), count=5)
+    # When a consumer's fold commits right after a reader has read where the rollup ends
+    read_mark = outcomes.folded_until
+
+    def mark_then_a_fold_elsewhere() -> datetime | None:
+        mark = read_mark()
+        folding = threading.Thread(target=fold_on_its_own_connection)
+        folding.start()
+        folding.join()
+        return mark
+
+    monkeypatch.setattr(outcomes, "folded_until", mark_then_a_fold_elsewhere)
+    if read == "status counts":
+        counted = stats.status_counts(lambda_ids=[lam.pk])["success"]
+    else:
+        since = timezone.now() - timedelta(minutes=5)
+        counted = sum(outcomes.finished_per_minute(since=since, lambda_ids=[lam.pk]).values())
+    # Then the reader counts each task once (the rollup and the rows after the old mark would
+    # both hold them without one snapshot), and the fold did commit
+    assert counted == 5
+    assert rolled_up()[lam.pk, TaskStatus.SUCCESS.value] == 5
+
+
+def fold_on_its_own_connection() -> None:
+    try:
+        fold_all(timezone.now())
+    finally:
+        connection.close()  # this thread's
