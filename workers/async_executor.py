@@ -165,4 +165,5 @@ class AsyncExecutor:
             return
         finished = [(task, result)]
         self.results.submit(finished).add_done_callback(
-            functools.partial(recorded, self.buffer, self.tally, finished))
+            functools.partial(recorded, self.buffer, self.tally, finished,
+                              writer=self.results))

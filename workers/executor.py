@@ -217,7 +217,7 @@ class ExecutorThread(threading.Thread):
     def _recorded(self, finished: list[FinishedAttempt],
                   future: Future[list[TaskStatus | None]]) -> None:
         """The result writer's answer about a run's results (in the writer's thread)."""
-        recorded(self.buffer, self.tally, finished, future)
+        recorded(self.buffer, self.tally, finished, future, writer=self.results)
 
     def context(self, task: store.ClaimedTask) -> TaskContext:
         """The `ctx` of a started task's lambda: its heartbeat and cancel are this worker's."""

@@ -9,8 +9,11 @@ full sizes (30,000 tasks) belong to the benchmark.
 from __future__ import annotations
 
 import contextlib
+import json
+import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -281,6 +284,74 @@ def test_a_shard_that_is_down_costs_only_its_own_tasks(sharded: Clusters, alice:
     found = ids_on(sharded)
     assert not found[1] and len(found[0]) + len(found[2]) == 6
     assert keyed.status_code == 503 and keyed["Retry-After"] == "5"
+
+
+def done_on(clusters: Clusters, slots: list[int]) -> int:
+    """Tasks that succeeded on the clusters of `slots` (which must be up)."""
+    return sum(statuses_on_nodes(clusters, slots)[slot].get("success", 0) for slot in slots)
+
+
+def statuses_on_nodes(clusters: Clusters, slots: list[int]) -> dict[int, dict[str, int]]:
+    return {slot: dict(clusters.nodes[slot].query(
+        f"SELECT status, count(*) FROM {TASKS} GROUP BY status", DBNAME)) for slot in slots}
+
+
+def overlapping(lines: list[dict]) -> list[int]:
+    """Task ids with two recorded executions whose [start, end] intervals overlap."""
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for line in lines:
+        spans.setdefault(line["task_id"], []).append((line["start"], line["end"]))
+    return [task_id for task_id, runs in spans.items()
+            if any(later[0] < earlier[1] for earlier, later in zip(sorted(runs), sorted(runs)[1:],
+                                                                   strict=False))]
+
+
+def test_a_shard_killed_mid_drain_costs_the_others_nothing_and_its_tasks_finish_when_back(
+        sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
+    # Given 400 tasks on each shard, drained by a consumer and a direct worker
+    env = subprocess_env(ATF_SHARD_URLS=",".join(sharded.url(slot, DBNAME)
+                                                 for slot in range(len(ALIASES))),
+                         ATF_HEARTBEAT_INTERVAL_S="1", ATF_HEARTBEAT_TIMEOUT_S="5",
+                         ATF_ENQUEUE_TIMEOUT_S="5", ATF_POLL_INTERVAL_S="0.2")
+    per_shard, key = 400, "demo:shard-kill"
+    for alias in ALIASES:
+        with transaction.atomic(using=alias):
+            atf.schedule_many([{"lambda": "demo.record",
+                                "payload": {"key": key, "seconds": 0.03}}] * per_shard)
+    survivors, victim = [0, 2], sharded.nodes[1]
+    # (small consumer batches: each shard's messages are spread through the queue)
+    consumer = processes.start("runconsumer", "--batch-size", "20", env=env)
+    worker = processes.start("runworker", "demo.record", "--threads", "4", env=env)
+    wait_for(lambda: done_on(sharded, survivors) >= 20, timeout_s=60, message="a drain going")
+    began_s, began = time.monotonic(), done_on(sharded, survivors)
+    wait_for(lambda: done_on(sharded, survivors) >= 200, timeout_s=60, message="a quarter done")
+    rate_before = (done_on(sharded, survivors) - began) / (time.monotonic() - began_s)
+    assert statuses_on_nodes(sharded, [1])[1].get("success", 0) < per_shard / 2
+    # When shard1's server dies mid-drain
+    victim.fence()
+    try:
+        killed_s, left = time.monotonic(), 2 * per_shard - done_on(sharded, survivors)
+        wait_for(lambda: done_on(sharded, survivors) == 2 * per_shard, timeout_s=120,
+                 message="the other shards' tasks done")
+        rate_after = left / (time.monotonic() - killed_s)
+    finally:
+        victim.start()
+        connections["shard1"].close()  # the test's own, broken by the kill
+    # Then the other shards' tasks finish at about the rate they had (the old code: 0.14x
+    # here: every claim and every batch of results that took one of shard1's tasks failed)
+    assert rate_after >= 0.5 * rate_before, (rate_before, rate_after)
+    # and neither the worker nor the consumer gave up on the shards that answer
+    worker_log = Path(worker.log_path).read_text()  # type: ignore[attr-defined]
+    assert "so no task can run twice at once" not in worker_log
+    consumer_log = Path(consumer.log_path).read_text()  # type: ignore[attr-defined]
+    assert consumer_log.count("shard1") <= 3, consumer_log[-3000:]
+    # And once shard1 is back, its tasks finish too: every task once at least, none twice at
+    # the same time
+    wait_for(lambda: statuses_on_nodes(sharded, [1])[1].get("success", 0) == per_shard,
+             timeout_s=120, message="shard1's tasks done after its return")
+    lines = [json.loads(line) for line in redis_client.lrange(key, 0, -1)]
+    assert {line["task_id"] for line in lines} == set().union(*ids_on(sharded))
+    assert overlapping(lines) == []
 
 
 # --- reads -----------------------------------------------------------------------------------
