@@ -17,6 +17,11 @@ models' queries to it, and the store's raw statements and transactions take its 
 Every shard database carries the whole schema; its copies of the control rows that the task
 tables' foreign keys name (teams, lambdas) and that its claim statements read (lambda and
 collection gates) are written by `mirror`, from the lambda sync and every gate change.
+
+A shard that is down costs only its own tasks: the workers' calls split by shard pass an
+`unreached` set (`each_part`, `each_group`), so a shard whose connection fails is passed over
+(and not tried again for RETRY_S) while the others' parts commit; the caller learns which
+tasks were not reached. Without the set, a failure is raised, as with one database.
 """
 
 from __future__ import annotations
@@ -214,8 +219,8 @@ def each_part(items: Iterable[_T], task_id: Callable[[_T], int],
 
 
 def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
-               ids: Callable[[_G], Iterable[int]], unreached: set[int] | None = None,
-               ) -> list[_R]:
+               ids: Callable[[_G], Iterable[int]] = lambda _group: (),
+               unreached: set[int] | None = None) -> list[_R]:
     """`work(group)` of each shard's group (`groups`: by alias), on that shard: the answers,
     one per group reached.
 

@@ -19,7 +19,6 @@ from concurrent.futures import Future
 
 from tasks_core import store
 from tasks_core.context import TaskCancelled, TimeLimitExceeded
-from tasks_core.states import TaskStatus
 from workers.batching import BatchWriterThread
 from workers.buffer import Running, WorkBuffer
 from workers.results import Tally, log_outcome
@@ -48,7 +47,7 @@ class AttemptStops:
     cancel asked to stop."""
 
     def __init__(self, *, buffer: WorkBuffer,
-                 results: BatchWriterThread[FinishedAttempt, TaskStatus | None], worker_id: str,
+                 results: BatchWriterThread[FinishedAttempt, Written], worker_id: str,
                  tally: Tally, grace_s: float) -> None:
         self.buffer = buffer
         self.results = results

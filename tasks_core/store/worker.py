@@ -47,14 +47,15 @@ def held(worker: str, ending: Sequence[Lease], *, credential: str | None = None,
     token_workers = worker_registry.of_credential(credential) if credential is not None \
         else None
     endings = shards.split(ending, _lease_id)
-    mine = token = 0
-    for alias in shards.aliases():
-        with shards.using(alias):
-            counts = backends.current().held(worker, endings.get(alias, []),
-                                             credential=credential, worker_most=worker_most,
-                                             token_most=token_most, token_workers=token_workers)
-        mine, token = mine + counts[0], token + counts[1]
-    return mine, token
+
+    def held_here(part: list[Lease]) -> tuple[int, int]:
+        return backends.current().held(worker, part, credential=credential,
+                                       worker_most=worker_most, token_most=token_most,
+                                       token_workers=token_workers)
+
+    counts = shards.each_group({alias: endings.get(alias, []) for alias in shards.aliases()},
+                               held_here)
+    return sum(mine for mine, _token in counts), sum(token for _mine, token in counts)
 
 
 def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int],

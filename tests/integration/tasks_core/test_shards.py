@@ -20,12 +20,22 @@ import pytest
 import redis
 from django.apps import apps
 from django.core.management import CommandError, call_command
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tasks_core import atf, checks, directory, scheduling, shards, stats, store, wakeup
+from tasks_core import (
+    atf,
+    checks,
+    directory,
+    scheduling,
+    shards,
+    stats,
+    store,
+    wakeup,
+    worker_registry,
+)
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
@@ -284,6 +294,49 @@ def test_a_shard_that_is_down_costs_only_its_own_tasks(sharded: Clusters, alice:
     found = ids_on(sharded)
     assert not found[1] and len(found[0]) + len(found[2]) == 6
     assert keyed.status_code == 503 and keyed["Retry-After"] == "5"
+
+
+def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shards, "outages", type(shards.outages)())
+    # Given a running task on each shard
+    leases = {}
+    for alias in ALIASES:
+        with transaction.atomic(using=alias):
+            pk = atf.schedule("demo.noop").pk
+        TaskEntity.objects.using(alias).filter(pk=pk).update(status="processing", worker="w1",
+                                                             lease=7)
+        leases[pk] = 7
+    on_one = next(pk for pk in leases if shards.alias_of(pk) == "shard1")
+    with unreachable("shard1"):
+        # A heartbeat that must reach every shard fails
+        with pytest.raises(OperationalError):
+            store.heartbeat(leases, now=timezone.now())
+        # One that spares: the others renewed, shard1's neither renewed nor lost
+        unreached: set[int] = set()
+        assert store.heartbeat(leases, now=timezone.now(), unreached=unreached) == set()
+        assert unreached == {on_one}
+        # and within RETRY_S it is not tried again (no connection attempt, no wait)
+        again: set[int] = set()
+        monkeypatch.setattr(connections["shard1"], "ensure_connection", None)
+        assert store.heartbeat(leases, now=timezone.now(), unreached=again) == set()
+        assert again == {on_one}
+
+
+def test_a_tokens_bound_counts_what_its_workers_hold_on_every_shard(sharded: Clusters) -> None:
+    # Given two workers of one token (registered in control), holding tasks on shard1 and
+    # shard2, and one task on shard0 held by a worker of no token
+    for worker_id, credential in (("w1", "token:1"), ("w2", "token:1"), ("w3", "")):
+        worker_registry.register(worker_id=worker_id, host="h", pid=1, lambda_names=["demo.noop"],
+                                 threads=1, now=timezone.now(), credential=credential)
+    for alias, worker_id, count in (("shard1", "w1", 2), ("shard2", "w2", 3), ("shard0", "w3", 1)):
+        with transaction.atomic(using=alias):
+            ids = [atf.schedule("demo.noop").pk for _n in range(count)]
+        TaskEntity.objects.using(alias).filter(pk__in=ids).update(status="processing",
+                                                                  worker=worker_id)
+    # Then the token's count is every shard's (it was slot 0's alone: 0)
+    assert store.held("w1", [], credential="token:1") == (2, 5)
+    assert store.held("w3", []) == (1, 0)
 
 
 def done_on(clusters: Clusters, slots: list[int]) -> int:
