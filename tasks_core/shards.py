@@ -244,6 +244,8 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
             with using(alias):
                 answers.append(work(group))
         except (OperationalError, InterfaceError) as exc:
+            if not unreachable(exc):
+                raise
             outages.failed(alias)
             unreached.update(ids(group))
             logger.debug("shard %s unreachable: %s", alias, exc)
@@ -252,6 +254,15 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
         else:
             outages.answered(alias)
     return answers
+
+
+def unreachable(exc: DatabaseError) -> bool:
+    """Whether `exc` says the database could not be reached (no connection, one lost, a
+    server shutting down or starting), not that a statement failed (a deadlock, a timeout)."""
+    if isinstance(exc, InterfaceError):
+        return True
+    state = getattr(exc.__cause__, "sqlstate", None)
+    return state is None or state.startswith(("08", "57P"))
 
 
 def per_shard(items: Sequence[_T], task_id: Callable[[_T], int],

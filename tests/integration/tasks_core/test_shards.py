@@ -396,8 +396,11 @@ def test_a_shard_killed_mid_drain_costs_the_others_nothing_and_its_tasks_finish_
     # and neither the worker nor the consumer gave up on the shards that answer
     worker_log = Path(worker.log_path).read_text()  # type: ignore[attr-defined]
     assert "so no task can run twice at once" not in worker_log
+    # (the dead shard's consumer loop says so once, not at every try)
     consumer_log = Path(consumer.log_path).read_text()  # type: ignore[attr-defined]
-    assert consumer_log.count("shard1") <= 3, consumer_log[-3000:]
+    outage = [line for line in consumer_log.splitlines() if "database" in line
+              and ("unavailable" in line or "cannot reach" in line)]
+    assert 1 <= len(outage) <= 2, outage
     # And once shard1 is back, its tasks finish too: every task once at least, none twice at
     # the same time
     wait_for(lambda: statuses_on_nodes(sharded, [1])[1].get("success", 0) == per_shard,
