@@ -410,6 +410,50 @@ def test_a_shard_killed_mid_drain_costs_the_others_nothing_and_its_tasks_finish_
     assert overlapping(lines) == []
 
 
+def test_a_worker_stops_a_dead_shards_running_tasks_and_keeps_the_others(
+        sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
+    # Given three long tasks running on shard1 and a stream of short ones on shard0 and shard2
+    env = subprocess_env(ATF_SHARD_URLS=",".join(sharded.url(slot, DBNAME)
+                                                 for slot in range(len(ALIASES))),
+                         ATF_HEARTBEAT_INTERVAL_S="2", ATF_HEARTBEAT_TIMEOUT_S="10",
+                         ATF_ENQUEUE_TIMEOUT_S="5", ATF_POLL_INTERVAL_S="0.2")
+    with transaction.atomic(using="shard1"):
+        long = [atf.schedule("demo.record", {"key": "demo:long", "started_key": "demo:began",
+                                             "seconds": 30}).pk for _n in range(3)]
+    victim = sharded.nodes[1]
+    consumer = processes.start("runconsumer", env=env)
+    worker = processes.start("runworker", "demo.record", "--threads", "5", env=env)
+    wait_for(lambda: redis_client.llen("demo:began") == 3, timeout_s=60,
+             message="the long tasks running")
+    # When shard1's server dies, and short tasks keep coming to the others
+    victim.fence()
+    try:
+        for alias in ("shard0", "shard2"):
+            with transaction.atomic(using=alias):
+                atf.schedule_many([{"lambda": "demo.record",
+                                    "payload": {"key": "demo:short", "seconds": 0.01}}] * 100)
+        # Then the worker stops shard1's lambdas within its heartbeat budget (two intervals,
+        # and each lambda's next second), before shard1 is back, without ending the process
+        log = Path(worker.log_path)  # type: ignore[attr-defined]
+        wait_for(lambda: log.read_text().count("its lambda stopped") == 3, timeout_s=30,
+                 message="shard1's lambdas stopped")
+        assert "so no task can run twice at once" not in log.read_text()
+        # and the other shards' tasks all run meanwhile, on the two threads left and the three
+        # freed
+        wait_for(lambda: done_on(sharded, [0, 2]) == 200, timeout_s=60,
+                 message="the other shards' tasks done while shard1 is down")
+    finally:
+        victim.start()
+        connections["shard1"].close()
+    # And once shard1 is back, its tasks run again (after their heartbeat timeout) and succeed
+    wait_for(lambda: statuses_on_nodes(sharded, [1])[1] == {"success": 3}, timeout_s=120,
+             message="the long tasks done after shard1's return")
+    assert {json.loads(line)["task_id"] for line in redis_client.lrange("demo:long", 0, -1)} \
+        == set(long)
+    assert "so no task can run twice at once" not in log.read_text()
+    assert consumer.poll() is None
+
+
 # --- reads -----------------------------------------------------------------------------------
 
 
