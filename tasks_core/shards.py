@@ -256,7 +256,7 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
     return answers
 
 
-def unreachable(exc: DatabaseError) -> bool:
+def unreachable(exc: Exception) -> bool:
     """Whether `exc` says the database could not be reached (no connection, one lost, a
     server shutting down or starting), not that a statement failed (a deadlock, a timeout)."""
     if isinstance(exc, InterfaceError):

@@ -70,6 +70,10 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
                             start=start)[1]
 
 
+#: One shard's part of a finish_and_claim: its results and its messages.
+_Part = tuple[list[tuple[ClaimedTask, Result]], list[Message]]
+
+
 def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Sequence[Message],
                      *, worker: str, lambda_ids: Iterable[int], now: datetime,
                      start: bool = False, from_lambdas: Iterable[int] | None = None,
@@ -95,19 +99,21 @@ def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Seque
     statuses: dict[int, TaskStatus | None] = {}
     claimed: list[ClaimedTask] = []
 
-    def on_its_shard(alias: str) -> None:
-        part = by_done.get(alias, [])
-        written, got = _finish_and_claim(part, by_message.get(alias, []), worker=worker,
-                                         lambda_ids=lambda_ids, now=now, start=start,
-                                         from_lambdas=from_lambdas)
-        statuses.update(zip((task.task_id for task, _result in part), written, strict=True))
+    def on_its_shard(part: _Part) -> None:
+        results, taken = part
+        written, got = _finish_and_claim(results, taken, worker=worker, lambda_ids=lambda_ids,
+                                         now=now, start=start, from_lambdas=from_lambdas)
+        statuses.update(zip((task.task_id for task, _result in results), written, strict=True))
         claimed.extend(got)
 
-    touched = {alias: alias for alias in shards.aliases()
-               if alias in by_done or alias in by_message}
-    shards.each_group(touched, on_its_shard, lambda alias: [
-        *(task.task_id for task, _result in by_done.get(alias, [])),
-        *(message.task_id for message in by_message.get(alias, []))], unreached)
+    def ids(part: _Part) -> list[int]:
+        return [*(task.task_id for task, _result in part[0]),
+                *(message.task_id for message in part[1])]
+
+    parts: dict[str, _Part] = {alias: (by_done.get(alias, []), by_message.get(alias, []))
+                              for alias in shards.aliases()
+                              if alias in by_done or alias in by_message}
+    shards.each_group(parts, on_its_shard, ids, unreached)
     return [statuses.get(task.task_id) for task, _result in done], claimed
 
 
