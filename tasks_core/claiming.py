@@ -44,21 +44,26 @@ class Claimer:
         order = self.queues_by_lambda[self._turn:] + self.queues_by_lambda[:self._turn]
         return [name for names in order for name in names]
 
-    def take(self, max_count: int, *, wait_s: float) -> list[store.ClaimedTask]:
-        """Up to `max_count` claimed tasks, waiting up to `wait_s` while the queues are empty."""
+    def take(self, max_count: int, *, wait_s: float,
+             unreached: set[int] | None = None) -> list[store.ClaimedTask]:
+        """Up to `max_count` claimed tasks, waiting up to `wait_s` while the queues are empty.
+        `unreached`: as `store.finish_and_claim` takes it."""
         popped = self.queue.pop(self.queue_names(), max_count=max_count, wait_s=wait_s)
-        return self.claim(popped) if popped else []
+        return self.claim(popped, unreached=unreached) if popped else []
 
     def finish_and_take(self, done: Sequence[tuple[store.ClaimedTask, store.Result]],
-                        max_count: int) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+                        max_count: int, *, unreached: set[int] | None = None,
+                        ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
         """Record attempts' ends and claim up to `max_count` ready tasks in one transaction,
-        without waiting (the results' statuses are not held back by a wait for work)."""
+        without waiting (the results' statuses are not held back by a wait for work).
+        `unreached`: as `store.finish_and_claim` takes it."""
         popped = self.queue.pop(self.queue_names(), max_count=max_count, wait_s=0)
-        return self.finish_and_claim(done, popped)
+        return self.finish_and_claim(done, popped, unreached=unreached)
 
-    def claim(self, popped: Sequence[queues.Popped]) -> list[store.ClaimedTask]:
+    def claim(self, popped: Sequence[queues.Popped], *,
+              unreached: set[int] | None = None) -> list[store.ClaimedTask]:
         """Claim the popped messages whose lease is current; stale ones are dropped."""
-        return self.finish_and_claim((), popped)[1]
+        return self.finish_and_claim((), popped, unreached=unreached)[1]
 
     def put_back(self, popped: Sequence[queues.Popped]) -> None:
         """Push popped messages that will not be claimed back onto their queues (and ack the
@@ -73,10 +78,13 @@ class Claimer:
                 self.queue.ack(queue_name, messages)
 
     def finish_and_claim(self, done: Sequence[tuple[store.ClaimedTask, store.Result]],
-                         popped: Sequence[queues.Popped],
+                         popped: Sequence[queues.Popped], *,
+                         unreached: set[int] | None = None,
                          ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
         """Record attempts' ends and claim the popped messages whose lease is current in one
-        transaction (`store.finish_and_claim`); stale messages are dropped."""
+        transaction (`store.finish_and_claim`, which takes `unreached`); stale messages are
+        dropped, and so are those of a shard that cannot be reached (it enqueues their tasks
+        again once it is back)."""
         messages = [item.message for item in popped if item.message is not None]
         for item in popped:
             if item.message is None:
@@ -85,7 +93,7 @@ class Claimer:
         from_lambdas = [self.lambda_of_queue.get(item.queue) for item in popped]
         statuses, claimed = store.finish_and_claim(
             done, messages, worker=self.worker_id, lambda_ids=self.lambda_ids.values(),
-            now=timezone.now(), start=self.start,
+            now=timezone.now(), start=self.start, unreached=unreached,
             from_lambdas=None if None in from_lambdas
             else {lambda_id for lambda_id in from_lambdas if lambda_id is not None})
         if self.queue.supports_ack:

@@ -45,6 +45,12 @@ class TaskCancelled(AttemptStopped):
     """A cancel stopped the running task: its attempt has already ended `cancelled`."""
 
 
+class ShardUnreachable(AttemptStopped):
+    """The worker could not renew the task's lease on its shard for too long (the shard is
+    down or cut off): the attempt is stopped before the shard could give the task to another
+    worker; nothing of it is recorded, and the task runs again once its shard is back."""
+
+
 class LeaseLost(AttemptStopped):
     """This attempt no longer holds its task (another execution took it over): it may record
     nothing, and its result will be refused."""

@@ -17,6 +17,11 @@ models' queries to it, and the store's raw statements and transactions take its 
 Every shard database carries the whole schema; its copies of the control rows that the task
 tables' foreign keys name (teams, lambdas) and that its claim statements read (lambda and
 collection gates) are written by `mirror`, from the lambda sync and every gate change.
+
+A shard that is down costs only its own tasks: the workers' calls split by shard pass an
+`unreached` set (`each_part`, `each_group`), so a shard whose connection fails is passed over
+(and not tried again for RETRY_S) while the others' parts commit; the caller learns which
+tasks were not reached. Without the set, a failure is raised, as with one database.
 """
 
 from __future__ import annotations
@@ -30,13 +35,20 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from django.apps import apps
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    connections,
+    transaction,
+)
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model, QuerySet
 
@@ -50,6 +62,9 @@ MAX_SHARDS = 1 << (53 - SLOT_SHIFT)
 BUCKETS = 4096
 #: Seconds a shard that refused a connection is passed over by unkeyed placement.
 DOWN_S = 5.0
+#: Seconds a shard whose connection failed is passed over by the workers' and consumers'
+#: calls that spare it (`each_group`), before one of them tries it again.
+RETRY_S = 1.0
 #: The control database: teams, lambdas, gates, tokens, workers, periodic tasks.
 CONTROL = DEFAULT_DB_ALIAS
 
@@ -69,6 +84,7 @@ _current: ContextVar[str | None] = ContextVar("atf_shard", default=None)
 #: Inside a function that `across` runs on every shard.
 _across: ContextVar[bool] = ContextVar("atf_across_shards", default=False)
 _T = TypeVar("_T")
+_G = TypeVar("_G")
 _R = TypeVar("_R")
 
 
@@ -185,19 +201,104 @@ def connection() -> BaseDatabaseWrapper:
     return connections[current()]
 
 
+class _Outages:
+    """Shards whose connection failed a moment ago, per process: the workers' and consumers'
+    calls that spare a shard that is down (`each_group`) pass it over for RETRY_S rather than
+    pay a connection attempt (and its timeout) in every call."""
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def down(self, alias: str) -> bool:
+        return self._until.get(alias, 0.0) > time.monotonic()
+
+    def failed(self, alias: str) -> None:
+        with self._lock:
+            self._until[alias] = time.monotonic() + RETRY_S
+
+    def answered(self, alias: str) -> None:
+        if alias in self._until:
+            with self._lock:
+                self._until.pop(alias, None)
+
+
+outages = _Outages()
+
+
+def each_part(items: Iterable[_T], task_id: Callable[[_T], int],
+              work: Callable[[list[_T]], _R], unreached: set[int] | None = None) -> list[_R]:
+    """`work(part)` of each shard's part of `items` (`task_id(item)`: the id that places
+    it), on that shard: the answers, one per part reached; one part, all of `items`, where
+    there is one shard. With `unreached`, as `each_group` says."""
+    return each_group(split(items, task_id), work,
+                      lambda part: (task_id(item) for item in part), unreached)
+
+
+def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
+               ids: Callable[[_G], Iterable[int]] = lambda _group: (),
+               unreached: set[int] | None = None) -> list[_R]:
+    """`work(group)` of each shard's group (`groups`: by alias), on that shard: the answers,
+    one per group reached.
+
+    With `unreached` (a set) and shards, a shard that cannot be reached costs only its own
+    group: where its connection fails (OperationalError, InterfaceError: a server down,
+    restarting, cut off), the task ids of its group (`ids(group)`) join `unreached` and the
+    next group follows; a shard that failed within RETRY_S is not tried again (its ids join at
+    once). `work` must be one transaction, or harmless to repeat: a group that failed may
+    have been written or not. Without `unreached` (or with one shard), a failure is raised,
+    as it always was."""
+    answers: list[_R] = []
+    for alias, group in groups.items():
+        if unreached is None or not sharded():
+            with using(alias):
+                answers.append(work(group))
+            continue
+        if outages.down(alias):
+            unreached.update(ids(group))
+            continue
+        try:
+            with using(alias):
+                answers.append(work(group))
+        except (OperationalError, InterfaceError) as exc:
+            if not unreachable(exc):
+                raise
+            outages.failed(alias)
+            unreached.update(ids(group))
+            logger.debug("shard %s unreachable: %s", alias, exc)
+            with contextlib.suppress(Exception):  # a broken connection: the next opens anew
+                connections[alias].close()
+        else:
+            outages.answered(alias)
+    return answers
+
+
+def unreachable(exc: Exception) -> bool:
+    """Whether `exc` says the database could not be reached (no connection, one lost, a
+    server shutting down or starting), not that a statement failed (a deadlock, a timeout)."""
+    if isinstance(exc, InterfaceError):
+        return True
+    state = getattr(exc.__cause__, "sqlstate", None)
+    return state is None or state.startswith(("08", "57P"))
+
+
 def per_shard(items: Sequence[_T], task_id: Callable[[_T], int],
-              work: Callable[[Sequence[_T]], list[_R]]) -> list[_R]:
+              work: Callable[[Sequence[_T]], list[_R]], *,
+              unreached: set[int] | None = None, missing: Any = None) -> list[_R]:
     """`work(part)` of each shard's part of `items`, on that shard; its results (one per
-    item) back in the items' order. One shard: `work(items)` as it is."""
+    item) back in the items' order. One shard: `work(items)` as it is. With `unreached`, as
+    `each_part` says: the items of a shard that cannot be reached get `missing`."""
     if not sharded():
         return work(items)
     results: dict[int, _R] = {}
     positions = {id(item): index for index, item in enumerate(items)}
-    for alias, part in split(items, task_id).items():
-        with using(alias):
-            for item, result in zip(part, work(part), strict=True):
-                results[positions[id(item)]] = result
-    return [results[index] for index in range(len(items))]
+
+    def work_on(part: list[_T]) -> None:
+        for item, result in zip(part, work(part), strict=True):
+            results[positions[id(item)]] = result
+
+    each_part(items, task_id, work_on, unreached)
+    return [results.get(index, missing) for index in range(len(items))]
 
 
 def by_task(func: Callable[..., _R]) -> Callable[..., _R]:

@@ -32,6 +32,12 @@ def register(*, worker_id: str, host: str, pid: int, lambda_names: Sequence[str]
         raise WorkerExists(f"worker {worker_id!r} is registered already") from exc
 
 
+def of_credential(credential: str) -> list[str]:
+    """The ids of every worker `credential` registered (stopped ones too: a task may still
+    name one)."""
+    return list(Worker.objects.filter(credential=credential).values_list("worker_id", flat=True))
+
+
 def seen(worker_id: str, *, now: datetime) -> None:
     """The worker heartbeated at `now`."""
     Worker.objects.filter(worker_id=worker_id).update(last_seen=now)

@@ -35,13 +35,12 @@ from typing import Any, NoReturn
 
 from tasks_core import registry, store
 from tasks_core.context import LeaseLost, TaskContext
-from tasks_core.states import TaskStatus
 from workers import db, interrupts
 from workers.batching import BatchWriterThread
 from workers.buffer import Running, WorkBuffer
 from workers.executor import lambda_result
 from workers.results import Tally, recorded
-from workers.transport import FinishedAttempt
+from workers.transport import FinishedAttempt, Written
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ class AsyncExecutor:
     """One event-loop thread that runs the coroutines of a worker process's async lambdas."""
 
     def __init__(self, *, lambda_names: Collection[str], buffer: WorkBuffer, worker_id: str,
-                 results: BatchWriterThread[FinishedAttempt, TaskStatus | None],
+                 results: BatchWriterThread[FinishedAttempt, Written],
                  tally: Tally) -> None:
         self.lambda_names = frozenset(lambda_names)  #: the async lambdas it runs
         self.buffer, self.results, self.tally = buffer, results, tally
@@ -165,4 +164,5 @@ class AsyncExecutor:
             return
         finished = [(task, result)]
         self.results.submit(finished).add_done_callback(
-            functools.partial(recorded, self.buffer, self.tally, finished))
+            functools.partial(recorded, self.buffer, self.tally, finished,
+                              writer=self.results))

@@ -44,6 +44,9 @@ RETRY_MOST_S = 1.0
 #: Seconds between two looks at a write left to a controller that waits for a free executor
 #: (it takes the write with its claim within microseconds; this only bounds a missed wake-up).
 IDLE_LOOK_S = 0.01
+#: Seconds a parked run of writes (its shard could not be reached) waits before it is tried
+#: again.
+PARK_S = 1.0
 
 
 def retry_budget_s() -> float:
@@ -62,6 +65,8 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         self.free_slots = free_slots  #: executors free for a claim (WorkBuffer.free_slots)
         self._changed = threading.Condition()
         self._pending: deque[Entry[Item, Out]] = deque()
+        #: runs whose shard could not be reached, each with when it is tried again (monotonic)
+        self._parked: deque[tuple[float, Entry[Item, Out]]] = deque()
         self._carriers: set[object] = set()  #: controllers whose claim in flight carries writes
         self._idle: set[object] = set()  #: controllers waiting for a free executor
         self._stopping = False
@@ -72,6 +77,19 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         future: Future[list[Out]] = Future()
         with self._changed:
             self._pending.append((list(items), future))
+            self._changed.notify()
+        return future
+
+    def park(self, items: Sequence[Item]) -> Future[list[Out]]:
+        """Queue a run of writes whose shard could not be reached, to be tried again PARK_S
+        from now, while the other writes go on; once stopped, its future fails at once."""
+        future: Future[list[Out]] = Future()
+        with self._changed:
+            if self._stopping:
+                future.set_exception(TransportUnavailable("the worker stopped before the "
+                                                          "shard of these results was back"))
+                return future
+            self._parked.append((time.monotonic() + PARK_S, (list(items), future)))
             self._changed.notify()
         return future
 
@@ -157,13 +175,26 @@ class BatchWriterThread(threading.Thread, Generic[Item, Out]):
         """The waiting writes that no claim in flight will carry (blocking until there are
         some); None once stopped and drained."""
         with self._changed:
-            while not self._stopping and not (self._pending and not self._claim_coming()):
+            while True:
+                parked_s = self._unpark()
+                if self._stopping or (self._pending and not self._claim_coming()):
+                    break
                 # A free executor is not announced here: look again shortly while one is.
-                self._changed.wait(timeout=IDLE_LOOK_S if self._pending and not self._carriers
-                                   else None)
+                timeout_s = IDLE_LOOK_S if self._pending and not self._carriers else None
+                if parked_s is not None:
+                    timeout_s = parked_s if timeout_s is None else min(timeout_s, parked_s)
+                self._changed.wait(timeout=timeout_s)
             if not self._pending:
                 return None
             return self._take()
+
+    def _unpark(self) -> float | None:
+        """Parked runs whose time has come (all of them once stopping) go to the back of the
+        pending writes; the seconds until the next one's time, None when none is parked."""
+        now_s = time.monotonic()
+        while self._parked and (self._stopping or self._parked[0][0] <= now_s):
+            self._pending.append(self._parked.popleft()[1])
+        return self._parked[0][0] - now_s if self._parked else None
 
     def _write(self, batch: list[Entry[Item, Out]]) -> None:
         items = self.items(batch)

@@ -18,7 +18,8 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from tasks_core.context import AttemptStopped, TaskCancelled, TimeLimitExceeded
+from tasks_core import shards
+from tasks_core.context import AttemptStopped, ShardUnreachable, TaskCancelled, TimeLimitExceeded
 from tasks_core.store import ClaimedTask
 from workers import interrupts
 
@@ -33,7 +34,8 @@ class Running:
     #: the lambda returned: its executor has moved on, and its result is being written
     finishing: bool = False
     stopped_s: float | None = None  #: when the worker stopped it (monotonic)
-    #: why: TimeLimitExceeded (past its time limit) or TaskCancelled (a cancel asked)
+    #: why: TimeLimitExceeded (past its time limit), TaskCancelled (a cancel asked) or
+    #: ShardUnreachable (its lease could not be renewed: WorkBuffer.stop_shard)
     stopped_by: type[AttemptStopped] | None = None
     cancel_requested: bool = False  #: a heartbeat heard that a cancel asks to stop it
 
@@ -220,6 +222,35 @@ class WorkBuffer:
                 interrupts.interrupt(running.thread_id, running.stopped_by)
                 stopped.append(running)
             return stopped
+
+    def stop_shard(self, slot: int, now_s: float) -> tuple[list[Running], list[ClaimedTask]]:
+        """The tasks of shard `slot` (one the heartbeat could not reach for too long): running
+        ones are stopped as `stop_due` stops them (reason ShardUnreachable; nothing of theirs
+        is recorded), waiting ones are dropped unrun. Both, those newly stopped."""
+        with self._lock:
+            stopped = []
+            for running in self._running.values():
+                if running.finishing or running.stopped_s is not None \
+                        or shards.slot_of(running.task.task_id) != slot:
+                    continue
+                running.stopped_by, running.stopped_s = ShardUnreachable, now_s
+                interrupts.interrupt(running.thread_id, ShardUnreachable)
+                stopped.append(running)
+            dropped = [task for queue in self._waiting.values() for task in queue
+                       if shards.slot_of(task.task_id) == slot]
+            for queue in self._waiting.values():
+                kept = [task for task in queue if shards.slot_of(task.task_id) != slot]
+                queue.clear()
+                queue.extend(kept)
+            if dropped:
+                self._slot_free.notify()
+            return stopped, dropped
+
+    def running_on(self, slot: int) -> list[Running]:
+        """Tasks of shard `slot` whose lambda has not returned (stopped or not)."""
+        with self._lock:
+            return [running for running in self._running.values()
+                    if not running.finishing and shards.slot_of(running.task.task_id) == slot]
 
     def hung(self, now_s: float, grace_s: float) -> list[Running]:
         """Stopped tasks whose lambda has not returned `grace_s` after its interrupt."""

@@ -77,6 +77,9 @@ PRUNE_BATCH_SIZE = 500
 FLOW_STARTS_BUDGET_S = 0.1
 #: Seconds between two summary lines at INFO.
 SUMMARY_INTERVAL_S = 10.0
+#: Longest wait between two passes while a shard's database cannot be reached: the wait
+#: starts at ATF_RESTART_DELAY_S and doubles up to this (one database: each second).
+RETRY_MOST_S = 5.0
 
 
 @dataclass(kw_only=True)
@@ -181,6 +184,9 @@ class Consumer:
         self.queue = queue or queues.backend()
         #: What the consumer says while pushes to the queues fail.
         self.pushes = OutageLog(logger, "push tasks to the queues")
+        #: What the consumer says while its shard's database cannot be reached.
+        self.outage = OutageLog(logger, f"reach the database of shard {self.shard}"
+                                if shards.sharded() else "reach the database")
         self.clock = clock
         self.lambda_turn = lambda_turn  #: how a pass takes its turn on a lambda (workers.turns)
         self.running = True
@@ -392,10 +398,13 @@ class Consumer:
         listener.start()
         totals = PassSummary()
         logged_s = time.monotonic()
+        delay_s = atf_settings.restart_delay_s
         while self.running:
             try:
                 # The pass comes first: after a wake-up, due tasks should not wait for chores.
                 summary = self.run_pass()
+                self.outage.succeeded()
+                delay_s = atf_settings.restart_delay_s
                 totals.add(summary)
                 if time.monotonic() - self._housekept_s >= HOUSEKEEPING_INTERVAL_S:
                     consumer_liveness.passed(self._pass_now)
@@ -413,15 +422,17 @@ class Consumer:
                 self._sleep(summary)
             except Exception as exc:
                 if isinstance(exc, OperationalError | InterfaceError):
-                    # The database restarts, fails over or is cut off: one line a pass, no
-                    # traceback, until a pass finds it (or the new primary) again.
-                    logger.warning("consumer pass failed, the database is unavailable: %s",
-                                   (str(exc).splitlines() or [repr(exc)])[0],
-                                   extra={"action": "consumer_restart", "shard": self.shard})
+                    # The database restarts, fails over or is cut off: a line when that starts
+                    # and one a minute while it lasts (no traceback), tries further apart
+                    # (each shard's loop its own: the other shards' go on meanwhile), until a
+                    # pass finds it (or the new primary) again.
+                    self.outage.failed((str(exc).splitlines() or [repr(exc)])[0])
                 else:
                     logger.exception("consumer loop failed", extra={"action": "consumer_restart"})
                 db.reset_connection()
-                time.sleep(atf_settings.restart_delay_s)
+                self.wake.wait(delay_s)
+                if shards.sharded():
+                    delay_s = min(delay_s * 2, RETRY_MOST_S)
         listener.stop()
         turns.reset()
         db.reset_connection()  # a thread that ends lets go of its connection

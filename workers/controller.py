@@ -16,16 +16,15 @@ from concurrent.futures import Future
 from tasks_core import store
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
-from tasks_core.states import TaskStatus
 from workers import db
 from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.outages import OutageLog
-from workers.transport import FinishedAttempt, Transport, TransportUnavailable
+from workers.transport import FinishedAttempt, Transport, TransportUnavailable, Written
 
 logger = logging.getLogger(__name__)
 
-Carried = list[tuple[list[FinishedAttempt], Future[list[TaskStatus | None]]]]
+Carried = list[tuple[list[FinishedAttempt], Future[list[Written]]]]
 
 
 def claims_outage() -> OutageLog:
@@ -35,7 +34,7 @@ def claims_outage() -> OutageLog:
 
 class ControllerThread(threading.Thread):
     def __init__(self, *, buffer: WorkBuffer, transport: Transport,
-                 results: BatchWriterThread[FinishedAttempt, TaskStatus | None] | None = None,
+                 results: BatchWriterThread[FinishedAttempt, Written] | None = None,
                  index: int = 0, outage: OutageLog | None = None) -> None:
         super().__init__(name=f"ControllerThread-{index}", daemon=True)
         self.buffer = buffer
@@ -84,7 +83,7 @@ class ControllerThread(threading.Thread):
         carried: Carried = (self.results.carry(self) if self.results is not None
                             and self.transport.carries_results else [])
         claimed: list[store.ClaimedTask] = []
-        statuses: list[TaskStatus | None] = []
+        statuses: list[Written] = []
         try:
             if carried:
                 statuses, claimed = self.transport.finish_and_claim(

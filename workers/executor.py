@@ -32,13 +32,12 @@ from tasks_core.context import (
     TaskLink,
     TimeLimitExceeded,
 )
-from tasks_core.states import TaskStatus
 from workers import db
 from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.heartbeat import HeartbeatThread
 from workers.results import Tally, recorded
-from workers.transport import FinishedAttempt, Transport
+from workers.transport import FinishedAttempt, Transport, Written
 
 if TYPE_CHECKING:
     from workers.async_executor import AsyncExecutor
@@ -108,7 +107,7 @@ def lambda_result(call: Callable[[], Any], *, started: datetime, worker: str) ->
 
 
 def result_writer(transport: Transport, buffer: WorkBuffer | None = None,
-                  ) -> BatchWriterThread[FinishedAttempt, TaskStatus | None]:
+                  ) -> BatchWriterThread[FinishedAttempt, Written]:
     """The thread that records finished attempts in batches (what the controllers' claims do
     not carry: they claim for `buffer`'s free executors)."""
     return BatchWriterThread(name="ResultWriterThread", write=transport.finish_many,
@@ -119,7 +118,7 @@ def result_writer(transport: Transport, buffer: WorkBuffer | None = None,
 class ExecutorThread(threading.Thread):
     def __init__(self, *, index: int, buffer: WorkBuffer, heartbeat: HeartbeatThread,
                  worker_id: str,
-                 results: BatchWriterThread[FinishedAttempt, TaskStatus | None],
+                 results: BatchWriterThread[FinishedAttempt, Written],
                  tally: Tally, task_link: TaskLink | None = None,
                  async_lane: AsyncExecutor | None = None) -> None:
         super().__init__(name=f"ExecutorThread-{index}", daemon=True)
@@ -162,7 +161,7 @@ class ExecutorThread(threading.Thread):
                 self._wait_until_durable(handed)
 
     @staticmethod
-    def _wait_until_durable(handed: Future[list[TaskStatus | None]]) -> None:
+    def _wait_until_durable(handed: Future[list[Written]]) -> None:
         """The run's results are durable before this executor takes another task: a lambda
         that kills its process cannot take its executor's previous results with it, and a
         task waiting meanwhile stays in the buffer, where the heartbeat covers it (taken, it
@@ -171,12 +170,12 @@ class ExecutorThread(threading.Thread):
         `_recorded`."""
         handed.exception()  # waits; never raises the write's failure
 
-    def execute(self, task: store.ClaimedTask) -> Future[list[TaskStatus | None]] | None:
+    def execute(self, task: store.ClaimedTask) -> Future[list[Written]] | None:
         """Run one started task and hand its result to the writer (`run_from`, a run of one)."""
         return self.run_from(task, max_tasks=1)
 
     def run_from(self, task: store.ClaimedTask, *, max_tasks: int = RUN_MAX_TASKS,
-                 ) -> Future[list[TaskStatus | None]] | None:
+                 ) -> Future[list[Written]] | None:
         """Run `task`, then the tasks waiting in the buffer, one after another, while the run
         is short (`max_tasks`, RUN_MAX_S); hand their results to the writer together and
         return the future of their write (None: nothing to write: every lease lost, every
@@ -215,9 +214,9 @@ class ExecutorThread(threading.Thread):
         return handed
 
     def _recorded(self, finished: list[FinishedAttempt],
-                  future: Future[list[TaskStatus | None]]) -> None:
+                  future: Future[list[Written]]) -> None:
         """The result writer's answer about a run's results (in the writer's thread)."""
-        recorded(self.buffer, self.tally, finished, future)
+        recorded(self.buffer, self.tally, finished, future, writer=self.results)
 
     def context(self, task: store.ClaimedTask) -> TaskContext:
         """The `ctx` of a started task's lambda: its heartbeat and cancel are this worker's."""

@@ -4,6 +4,11 @@ A failed heartbeat is tried again within a second, on a fresh connection; after 
 intervals without a successful one (failures, or a write that hangs), the process ends at once
 and a fresh image of it takes over (workers.replacement). heartbeat_timeout is checked at start to
 exceed three intervals, so no task is enqueued again while this process could still run it.
+
+With a sharded store the budget is per shard too: a heartbeat that reaches some shards and not
+another renews the tasks of those it reaches, and the worker stops the unreached shard's tasks
+after two intervals without reaching it (WorkerProcess.watch), ending the process only if one
+of them is still running at three.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from tasks_core import store
+from tasks_core import shards, store
 from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS
 from workers import db, replacement
 from workers.buffer import WorkBuffer
@@ -49,6 +54,9 @@ class HeartbeatThread(threading.Thread):
         self.transport = transport
         self.failures = 0
         self.last_ok_s = time.monotonic()
+        #: Shards (by slot) the latest heartbeat could not reach while it reached the others:
+        #: when a heartbeat last reached each (its start, monotonic). Replaced, never changed.
+        self.unreached_since: dict[int, float] = {}
         self._stopped = threading.Event()
         # A lambda's own heartbeat is written here, never on the lambda's thread: a time limit
         # or a cancel raised into that thread in the middle of the write would leave its
@@ -91,9 +99,30 @@ class HeartbeatThread(threading.Thread):
                         f"({self.failures} failed)")
             return False
         self.failures = 0
-        self.last_ok_s = started_s
+        previous_s, self.last_ok_s = self.last_ok_s, started_s
         self._heard(beat)
-        return True
+        return self._reached(beat.unreached, previous_s)
+
+    def _reached(self, unreached: set[int], previous_s: float) -> bool:
+        """Note the shards this heartbeat could not reach (the others' leases were renewed):
+        a shard newly unreached was last reached by the previous heartbeat, which began at
+        `previous_s`. Whether it reached every shard (if not, it is tried again within a
+        second, as a failed one is)."""
+        slots = {shards.slot_of(task_id) for task_id in unreached}
+        if slots - self.unreached_since.keys():
+            logger.warning("heartbeat could not reach shard slot(s) %s: their tasks stop if "
+                           "it lasts %.0fs; the other shards' go on",
+                           ", ".join(map(str, sorted(slots - self.unreached_since.keys()))),
+                           (MAX_FAILED_HEARTBEATS - 1) * self.interval_s,
+                           extra={"action": "heartbeat_shard_unreached"})
+        self.unreached_since = {slot: self.unreached_since.get(slot, previous_s)
+                                for slot in slots}
+        return not slots
+
+    def unreached_for_s(self) -> dict[int, float]:
+        """Per shard slot the latest heartbeat could not reach: seconds since one reached it."""
+        now_s = time.monotonic()
+        return {slot: now_s - since_s for slot, since_s in self.unreached_since.items()}
 
     def _heard(self, beat: Beat) -> None:
         for task in self.buffer.mark_lost(beat.lost):

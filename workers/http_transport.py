@@ -20,7 +20,14 @@ from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
 from tasks_core.states import TaskStatus
 from workers.batching import retry_budget_s
-from workers.transport import Beat, FinishedAttempt, Transport, TransportUnavailable, WorkerInfo
+from workers.transport import (
+    Beat,
+    FinishedAttempt,
+    Transport,
+    TransportUnavailable,
+    WorkerInfo,
+    Written,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +73,7 @@ def _result(task: store.ClaimedTask, result: store.Result) -> dict[str, Any]:
 
 
 def _statuses(answer: Mapping[str, Any], done: Sequence[FinishedAttempt],
-              ) -> list[TaskStatus | None]:
+              ) -> list[Written]:
     """Each result's status in the API's answer (finish/'s, or a claim's that carried them)."""
     statuses = {item["id"]: item["status"] for item in answer.get("results", ())}
     return [None if statuses.get(task.task_id) is None else TaskStatus(statuses[task.task_id])
@@ -139,7 +146,7 @@ class HttpTransport(Transport):
         return self._claim(max_count, wait_s=self.claim_wait_s)[1]
 
     def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
-                         ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+                         ) -> tuple[list[Written], list[store.ClaimedTask]]:
         try:
             return self._claim(max_count, wait_s=0, done=done)
         except ApiRefused as exc:
@@ -151,7 +158,7 @@ class HttpTransport(Transport):
             raise
 
     def _claim(self, max_count: int, *, wait_s: float, done: Sequence[FinishedAttempt] = (),
-               ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+               ) -> tuple[list[Written], list[store.ClaimedTask]]:
         """A claim request, carrying `done`'s results when there are any (the API records
         them in the claim's commit and answers them as finish/ does)."""
         body: dict[str, Any] = {"worker": self._worker_id(), "max": max_count,
@@ -173,7 +180,7 @@ class HttpTransport(Transport):
             timeout_s=min(self.timeout_s, atf_settings.heartbeat_interval_s))
         return Beat(lost=set(answer["lost"]), cancel=set(answer.get("cancel", ())))
 
-    def finish_many(self, done: Sequence[FinishedAttempt]) -> list[TaskStatus | None]:
+    def finish_many(self, done: Sequence[FinishedAttempt]) -> list[Written]:
         answer = self._post("finish/", {"worker": self._worker_id(),
                                         "results": [_result(t, r) for t, r in done]})
         return _statuses(answer, done)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import Counter
@@ -11,8 +12,9 @@ from concurrent.futures import Future
 from tasks_core import registry, store
 from tasks_core.exceptions import LambdaNotFound
 from tasks_core.states import TaskStatus
+from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
-from workers.transport import FinishedAttempt
+from workers.transport import UNREACHED, FinishedAttempt, Written
 
 logger = logging.getLogger(__name__)
 
@@ -77,19 +79,39 @@ def log_outcome(task: store.ClaimedTask, result: store.Result, status: TaskStatu
 
 
 def recorded(buffer: WorkBuffer, tally: Tally, finished: list[FinishedAttempt],
-             future: Future[list[TaskStatus | None]]) -> None:
+             future: Future[list[Written]], *,
+             writer: BatchWriterThread[FinishedAttempt, Written]) -> None:
     """The result writer's answer about results handed over together (in the writer's
     thread): their tasks leave the buffer (their ends are durable, or they run again after
-    their heartbeat timeout), and their outcomes are logged."""
-    for task, _result in finished:
-        buffer.end(task)
+    their heartbeat timeout), and their outcomes are logged. Results whose shard could not
+    be reached (UNREACHED) are parked with `writer`, tried again until it is back; their
+    tasks stay in the buffer meanwhile, where the heartbeat covers them."""
     if (exc := future.exception()) is not None:
+        for task, _result in finished:
+            buffer.end(task)
         logger.error("%d task(s) (%s): their results could not be recorded (%s); they run "
                      "again after their heartbeat timeout", len(finished),
                      ", ".join(str(task.task_id) for task, _result in finished), exc,
                      extra={"action": "result_unrecorded", "task_id": finished[0][0].task_id})
         return
-    log_outcomes(finished, future.result(), tally)
+    statuses = future.result()
+    if parked := unreached(finished, statuses):
+        logger.debug("%d result(s) wait for their shard", len(parked))
+        writer.park(parked).add_done_callback(
+            functools.partial(recorded, buffer, tally, parked, writer=writer))
+    written = [(pair, status) for pair, status in zip(finished, statuses, strict=True)
+               if status is not UNREACHED]
+    for (task, _result), _status in written:
+        buffer.end(task)
+    log_outcomes([pair for pair, _status in written],
+                 [status for _pair, status in written], tally)
+
+
+def unreached(finished: Sequence[FinishedAttempt],
+              statuses: Sequence[Written]) -> list[FinishedAttempt]:
+    """The results among `finished` whose shard could not be reached."""
+    return [pair for pair, status in zip(finished, statuses, strict=True)
+            if status is UNREACHED]
 
 
 def _reported(task: store.ClaimedTask) -> bool:

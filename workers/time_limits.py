@@ -19,11 +19,10 @@ from concurrent.futures import Future
 
 from tasks_core import store
 from tasks_core.context import TaskCancelled, TimeLimitExceeded
-from tasks_core.states import TaskStatus
 from workers.batching import BatchWriterThread
 from workers.buffer import Running, WorkBuffer
 from workers.results import Tally, log_outcome
-from workers.transport import FinishedAttempt
+from workers.transport import UNREACHED, FinishedAttempt, Written
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ class AttemptStops:
     cancel asked to stop."""
 
     def __init__(self, *, buffer: WorkBuffer,
-                 results: BatchWriterThread[FinishedAttempt, TaskStatus | None], worker_id: str,
+                 results: BatchWriterThread[FinishedAttempt, Written], worker_id: str,
                  tally: Tally, grace_s: float) -> None:
         self.buffer = buffer
         self.results = results
@@ -76,10 +75,14 @@ class AttemptStops:
         return self.buffer.hung(now_s, self.grace_s)
 
     def _recorded(self, task: store.ClaimedTask, result: store.Result,
-                  future: Future[list[TaskStatus | None]]) -> None:
+                  future: Future[list[Written]]) -> None:
         if (exc := future.exception()) is not None:
             logger.error("task %d: its stop could not be recorded (%s); it will be retried "
                          "after its heartbeat timeout", task.task_id, exc)
             return
         (status,) = future.result()
+        if status is UNREACHED:  # its shard is down: written once it is back
+            self.results.park([(task, result)]).add_done_callback(
+                functools.partial(self._recorded, task, result))
+            return
         log_outcome(task, result, status, self.tally)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import enum
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,19 @@ logger = logging.getLogger(__name__)
 
 #: An attempt that ended: the claimed task and what it ended with.
 FinishedAttempt = tuple[store.ClaimedTask, store.Result]
+
+
+class Unreached(enum.Enum):
+    """The answer about a result whose shard could not be reached: not written; the worker
+    writes it again when the shard is back (workers.results)."""
+
+    UNREACHED = "unreached"
+
+
+UNREACHED = Unreached.UNREACHED
+#: What a write answers per attempt: its task's new status, None (its lease moved on: the
+#: result was refused), or UNREACHED.
+Written = TaskStatus | None | Unreached
 
 
 class TransportUnavailable(AtfError):
@@ -53,6 +67,8 @@ class Beat:
 
     lost: set[int]  #: their lease moved on: their result will be refused
     cancel: set[int] = field(default_factory=set)  #: a cancel asks the worker to stop them
+    #: their shard could not be reached: neither renewed nor lost (the others were renewed)
+    unreached: set[int] = field(default_factory=set)
 
 
 class Transport(abc.ABC):
@@ -91,7 +107,7 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
-                         ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+                         ) -> tuple[list[Written], list[store.ClaimedTask]]:
         """Record attempts' ends as `finish_many` does and claim up to `max_count` tasks as
         `claim` does, in one call and one commit, without waiting for work (the results'
         statuses are not held back): per result its status, and the tasks claimed."""
@@ -102,8 +118,9 @@ class Transport(abc.ABC):
         whose lease was lost, and those a cancel asks to stop."""
 
     @abc.abstractmethod
-    def finish_many(self, done: Sequence[FinishedAttempt]) -> list[TaskStatus | None]:
-        """Record attempts' ends; per task its new status, or None when its lease was lost."""
+    def finish_many(self, done: Sequence[FinishedAttempt]) -> list[Written]:
+        """Record attempts' ends; per task its new status, None when its lease was lost, or
+        UNREACHED when its shard could not be reached (the others were recorded)."""
 
     @abc.abstractmethod
     def release(self, tasks: Sequence[store.ClaimedTask]) -> int:
@@ -127,6 +144,15 @@ def _store_errors() -> Iterator[None]:
         yield
     except DatabaseError as exc:
         raise TransportUnavailable(f"the task store failed: {exc}") from exc
+
+
+def _marked(done: Sequence[FinishedAttempt], statuses: Sequence[TaskStatus | None],
+            unreached: set[int]) -> list[Written]:
+    """`statuses` with UNREACHED for the results whose shard could not be reached."""
+    if not unreached:
+        return list(statuses)
+    return [UNREACHED if task.task_id in unreached else status
+            for (task, _result), status in zip(done, statuses, strict=True)]
 
 
 class DirectTransport(Transport):
@@ -158,15 +184,19 @@ class DirectTransport(Transport):
     def claim(self, max_count: int) -> list[store.ClaimedTask]:
         assert self.claimer is not None, "register() comes first"
         with _store_errors():
-            claimed = self.claimer.take(max_count, wait_s=self.claim_wait_s)
+            # the messages of a shard that cannot be reached are left to it (claimer.claim)
+            claimed = self.claimer.take(max_count, wait_s=self.claim_wait_s, unreached=set())
             return tracing.with_context(claimed) if tracing.ENABLED else claimed
 
     def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
-                         ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
+                         ) -> tuple[list[Written], list[store.ClaimedTask]]:
         assert self.claimer is not None, "register() comes first"
+        unreached: set[int] = set()
         with _store_errors():
-            statuses, claimed = self.claimer.finish_and_take(done, max_count)
-            return statuses, tracing.with_context(claimed) if tracing.ENABLED else claimed
+            statuses, claimed = self.claimer.finish_and_take(done, max_count,
+                                                             unreached=unreached)
+            return (_marked(done, statuses, unreached),
+                    tracing.with_context(claimed) if tracing.ENABLED else claimed)
 
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         # A broken connection (a terminated backend, a failover) gets one immediate retry on a
@@ -179,19 +209,25 @@ class DirectTransport(Transport):
                 return self._heartbeat(leases, seen=seen)
 
     def _heartbeat(self, leases: Mapping[int, int], *, seen: bool) -> Beat:
+        # A shard that cannot be reached costs only its own tasks: the others are renewed
         now = timezone.now()
-        lost = store.heartbeat(leases, now=now)
+        unreached: set[int] = set()
+        lost = store.heartbeat(leases, now=now, unreached=unreached)
         if seen and self.worker is not None:
             worker_registry.seen(self.worker.worker_id, now=now)
-        return Beat(lost=lost, cancel=store.stop_requested(set(leases) - lost))
+        cancel = store.stop_requested(set(leases) - lost - unreached, unreached)
+        return Beat(lost=lost, cancel=cancel, unreached=unreached)
 
-    def finish_many(self, done: Sequence[FinishedAttempt]) -> list[TaskStatus | None]:
+    def finish_many(self, done: Sequence[FinishedAttempt]) -> list[Written]:
+        unreached: set[int] = set()
         with _store_errors():
-            return store.finish_many(done, now=timezone.now())
+            statuses = store.finish_many(done, now=timezone.now(), unreached=unreached)
+        return _marked(done, statuses, unreached)
 
     def release(self, tasks: Sequence[store.ClaimedTask]) -> int:
         with _store_errors():
-            return store.release(tasks, now=timezone.now()) if tasks else 0
+            # a shard that cannot be reached gets its tasks back after their timeouts
+            return store.release(tasks, now=timezone.now(), unreached=set()) if tasks else 0
 
     def deregister(self) -> None:
         if self.worker is not None:

@@ -2,7 +2,8 @@
 
 The main thread waits for a stop request and watches: three heartbeat intervals without a
 successful heartbeat and the process terminates itself (the heartbeat thread may be the one
-stuck); tasks past their time limit are timed out; a lambda that does not stop within the
+stuck); one shard of a sharded store that heartbeats cannot reach costs only its own tasks
+(`_spare_shard`); tasks past their time limit are timed out; a lambda that does not stop within the
 grace after that ends the process, which a fresh image of itself replaces (under
 `runworker --processes N`, it exits for its supervisor to restart); an executor thread that
 died makes it exit non-zero for its supervisor (systemd, Kubernetes) to start a fresh one.
@@ -139,6 +140,8 @@ class WorkerProcess:
         silent_s = self.heartbeat.silent_for_s()
         if silent_s > MAX_FAILED_HEARTBEATS * self.interval_s:
             cut_off(f"no successful heartbeat for {silent_s:.1f}s")
+        for slot, unreached_s in self.heartbeat.unreached_for_s().items():
+            self._spare_shard(slot, unreached_s)
         if hung := self.time_limits.enforce(time.monotonic()):
             self.abandon(f"the lambda of task(s) {', '.join(str(r.task.task_id) for r in hung)} "
                          f"did not stop within {self.time_limits.grace_s:g}s of its time limit or "
@@ -151,6 +154,25 @@ class WorkerProcess:
                             extra={"action": "worker_executor_lost"})
             self.exit_code = EXIT_EXECUTOR_LOST
             self.stop()
+
+    def _spare_shard(self, slot: int, unreached_s: float) -> None:
+        """The heartbeat budget of one shard (the others are reached): after two intervals
+        without reaching it, its tasks are stopped (running ones interrupted, waiting ones
+        dropped) and the others go on; at three, if one of its lambdas still runs, the
+        process ends, as it would without shards, before that shard could give the task to
+        another worker."""
+        if unreached_s <= (MAX_FAILED_HEARTBEATS - 1) * self.interval_s:
+            return
+        stopped, dropped = self.buffer.stop_shard(slot, time.monotonic())
+        if stopped or dropped:
+            logger.warning("shard slot %d unreachable for %.1fs: stopped %d running task(s), "
+                           "dropped %d waiting; they run again once it is back", slot,
+                           unreached_s, len(stopped), len(dropped),
+                           extra={"action": "shard_tasks_stopped", "shard_slot": slot})
+        if unreached_s > MAX_FAILED_HEARTBEATS * self.interval_s and \
+                (running := self.buffer.running_on(slot)):
+            cut_off(f"shard slot {slot} unreachable for {unreached_s:.1f}s and the lambda of "
+                    f"task(s) {', '.join(str(r.task.task_id) for r in running)} did not stop")
 
     def abandon(self, reason: str) -> None:
         """Hand back the buffered tasks and end the process at once (a fresh image replaces it,

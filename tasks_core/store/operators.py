@@ -40,12 +40,15 @@ def cancel(task_id: int, *, now: datetime, reason: str = "cancelled") -> TaskSta
     raise InvalidTransition("the task kept changing; try again")
 
 
-def stop_requested(task_ids: Iterable[int]) -> set[int]:
-    """The running tasks among `task_ids` that a cancel asked to stop."""
-    return {pk for part in shards.each(task_ids)
-            for pk in TaskEntity.objects.filter(pk__in=part, status=TaskStatus.PROCESSING,
-                                                cancel_requested_at__isnull=False)
-            .values_list("pk", flat=True)}
+def stop_requested(task_ids: Iterable[int], unreached: set[int] | None = None) -> set[int]:
+    """The running tasks among `task_ids` that a cancel asked to stop. With `unreached`, the
+    tasks of a shard that cannot be reached join it (shards.each_part)."""
+    def asked(part: list[int]) -> set[int]:
+        return set(TaskEntity.objects.filter(pk__in=part, status=TaskStatus.PROCESSING,
+                                             cancel_requested_at__isnull=False)
+                   .values_list("pk", flat=True))
+
+    return set().union(*shards.each_part(task_ids, int, asked, unreached))
 
 
 def requeue(task_ids: Iterable[int], *, now: datetime,

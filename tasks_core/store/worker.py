@@ -8,12 +8,12 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from tasks_core import directory, flow, shards, states
+from tasks_core import directory, flow, shards, states, worker_registry
 from tasks_core.conf import atf_settings
 from tasks_core.queues.base import Message
 from tasks_core.states import TaskStatus
 from tasks_core.store import backends, decisions, guarded, timeouts
-from tasks_core.store.values import ClaimedTask, Ending, Lease, Result, Starts
+from tasks_core.store.values import AssocChange, ClaimedTask, Ending, Lease, Result, Starts
 
 logger = logging.getLogger(__name__)
 
@@ -39,20 +39,23 @@ def held(worker: str, ending: Sequence[Lease], *, credential: str | None = None,
          worker_most: int | None = None, token_most: int | None = None) -> tuple[int, int]:
     """Tasks `worker`, and every worker of `credential` (0 without), hold once the `ending`
     ones are taken off (StoreBackend.held: a count may stop past its bound). With shards, the
-    sum of every shard's counts (a token's workers are read on each shard's own copy of the
-    worker table, which only the control database fills: the token's count is slot 0's)."""
+    sum of every shard's counts; the token's workers are read once, in the control database
+    (the only one that registers workers), and counted on every shard."""
     if not shards.sharded():
         return backends.current().held(worker, ending, credential=credential,
                                        worker_most=worker_most, token_most=token_most)
-    endings = shards.split(ending, lambda lease: lease.task_id)
-    mine = token = 0
-    for alias in shards.aliases():
-        with shards.using(alias):
-            counts = backends.current().held(worker, endings.get(alias, []),
-                                             credential=credential, worker_most=worker_most,
-                                             token_most=token_most)
-        mine, token = mine + counts[0], token + counts[1]
-    return mine, token
+    token_workers = worker_registry.of_credential(credential) if credential is not None \
+        else None
+    endings = shards.split(ending, _lease_id)
+
+    def held_here(part: list[Lease]) -> tuple[int, int]:
+        return backends.current().held(worker, part, credential=credential,
+                                       worker_most=worker_most, token_most=token_most,
+                                       token_workers=token_workers)
+
+    counts = shards.each_group({alias: endings.get(alias, []) for alias in shards.aliases()},
+                               held_here)
+    return sum(mine for mine, _token in counts), sum(token for _mine, token in counts)
 
 
 def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int],
@@ -67,9 +70,14 @@ def claim(messages: Sequence[Message], *, worker: str, lambda_ids: Iterable[int]
                             start=start)[1]
 
 
+#: One shard's part of a finish_and_claim: its results and its messages.
+_Part = tuple[list[tuple[ClaimedTask, Result]], list[Message]]
+
+
 def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Sequence[Message],
                      *, worker: str, lambda_ids: Iterable[int], now: datetime,
                      start: bool = False, from_lambdas: Iterable[int] | None = None,
+                     unreached: set[int] | None = None,
                      ) -> tuple[list[TaskStatus | None], list[ClaimedTask]]:
     """Record attempts' ends as `finish_many` does and claim the tasks of `messages` as `claim`
     does, in one transaction (one commit for a worker's finished attempts and its executors'
@@ -78,25 +86,34 @@ def finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Seque
     `from_lambdas`: the lambdas whose queues the messages came from, where known: only their
     flow limits apply (default: those of every lambda of `lambda_ids`).
 
-    With shards, each shard's part is a transaction on that shard."""
+    With shards, each shard's part is a transaction on that shard; with `unreached`, a shard
+    that cannot be reached costs only its part (shards.each_group): its results are not
+    written (their status None) and its messages not claimed (the shard enqueues their tasks
+    again when it is back), and the ids of both join `unreached`."""
     if not shards.sharded():
         return _finish_and_claim(done, messages, worker=worker, lambda_ids=lambda_ids, now=now,
                                  start=start, from_lambdas=from_lambdas)
     lambda_ids = list(lambda_ids)
-    by_done = shards.split(done, lambda pair: pair[0].task_id)
-    by_message = shards.split(messages, lambda message: message.task_id)
+    by_done = shards.split(done, _done_id)
+    by_message = shards.split(messages, _message_id)
     statuses: dict[int, TaskStatus | None] = {}
     claimed: list[ClaimedTask] = []
-    for alias in shards.aliases():
-        if alias not in by_done and alias not in by_message:
-            continue
-        part = by_done.get(alias, [])
-        with shards.using(alias):
-            written, got = _finish_and_claim(part, by_message.get(alias, []), worker=worker,
-                                             lambda_ids=lambda_ids, now=now, start=start,
-                                             from_lambdas=from_lambdas)
-        statuses.update(zip((task.task_id for task, _result in part), written, strict=True))
+
+    def on_its_shard(part: _Part) -> None:
+        results, taken = part
+        written, got = _finish_and_claim(results, taken, worker=worker, lambda_ids=lambda_ids,
+                                         now=now, start=start, from_lambdas=from_lambdas)
+        statuses.update(zip((task.task_id for task, _result in results), written, strict=True))
         claimed.extend(got)
+
+    def ids(part: _Part) -> list[int]:
+        return [*(task.task_id for task, _result in part[0]),
+                *(message.task_id for message in part[1])]
+
+    parts: dict[str, _Part] = {alias: (by_done.get(alias, []), by_message.get(alias, []))
+                              for alias in shards.aliases()
+                              if alias in by_done or alias in by_message}
+    shards.each_group(parts, on_its_shard, ids, unreached)
     return [statuses.get(task.task_id) for task, _result in done], claimed
 
 
@@ -160,6 +177,18 @@ def _task_id(task: ClaimedTask) -> int:
     return task.task_id
 
 
+def _done_id(pair: tuple[ClaimedTask, Result]) -> int:
+    return pair[0].task_id
+
+
+def _message_id(message: Message) -> int:
+    return message.task_id
+
+
+def _lease_id(lease: Lease) -> int:
+    return lease.task_id
+
+
 def _start_here(tasks: Sequence[ClaimedTask], *, now: datetime) -> list[bool]:
     """start_many() on the shard the store works on."""
     leases = list({task.task_id: _lease(task) for task in tasks}.values())
@@ -185,28 +214,39 @@ def _gated(starts: Starts, now: datetime) -> None:
                 guarded.after_final(task_id, TaskStatus.DROPPED, now)
 
 
-def heartbeat(leases: Mapping[int, int], *, now: datetime) -> set[int]:
-    """Renew the leases of running tasks; return the ids whose lease was lost."""
+def heartbeat(leases: Mapping[int, int], *, now: datetime,
+              unreached: set[int] | None = None) -> set[int]:
+    """Renew the leases of running tasks; return the ids whose lease was lost. With
+    `unreached`, a shard that cannot be reached costs only its own tasks: their ids join it,
+    neither renewed nor lost (shards.each_part)."""
     if not leases:
         return set()
-    alive: set[int] = set()
-    for alias, part in shards.split(leases.items(), lambda pair: pair[0]).items():
-        with shards.using(alias), shards.atomic():
-            alive |= backends.current().heartbeat(
-                [Lease(pk, lease) for pk, lease in part], now=now,
-                assoc_for=lambda lambda_id: timeouts.assoc(TaskStatus.PROCESSING, lambda_id,
-                                                           now))
-    return set(leases) - alive
+    assoc_for = functools.partial(_processing_assoc, now=now)
+
+    def renew(part: list[Lease]) -> set[int]:
+        with shards.atomic():
+            return backends.current().heartbeat(part, now=now, assoc_for=assoc_for)
+
+    renewed = shards.each_part([Lease(pk, lease) for pk, lease in leases.items()], _lease_id,
+                               renew, unreached)
+    return set(leases) - set().union(*renewed) - (unreached or set())
 
 
-def release(tasks: Sequence[ClaimedTask], *, now: datetime) -> int:
+def _processing_assoc(lambda_id: int, *, now: datetime) -> AssocChange:
+    return timeouts.assoc(TaskStatus.PROCESSING, lambda_id, now)
+
+
+def release(tasks: Sequence[ClaimedTask], *, now: datetime,
+            unreached: set[int] | None = None) -> int:
     """Hand back tasks whose lambda never ran (a stopping worker): claimed ones, and ones
-    claimed and started at once (their attempt uncounted); due again at once."""
-    released = 0
-    for alias, part in shards.split(tasks, _task_id).items():
-        with shards.using(alias), shards.atomic():
-            released += backends.current().release([_lease(task) for task in part], now=now)
-    return released
+    claimed and started at once (their attempt uncounted); due again at once. With
+    `unreached`, as `heartbeat` says (those come back after their claim or heartbeat
+    timeout, once their shard is back)."""
+    def release_here(part: list[ClaimedTask]) -> int:
+        with shards.atomic():
+            return backends.current().release([_lease(task) for task in part], now=now)
+
+    return sum(shards.each_part(tasks, _task_id, release_here, unreached))
 
 
 def _ending(task: ClaimedTask, result: Result, now: datetime) -> Ending:
@@ -222,12 +262,14 @@ def finish(task: ClaimedTask, result: Result, *, now: datetime) -> TaskStatus | 
     return finish_many([(task, result)], now=now)[0]
 
 
-def finish_many(done: Sequence[tuple[ClaimedTask, Result]], *,
-                now: datetime) -> list[TaskStatus | None]:
+def finish_many(done: Sequence[tuple[ClaimedTask, Result]], *, now: datetime,
+                unreached: set[int] | None = None) -> list[TaskStatus | None]:
     """Record many attempts' ends in one transaction: per task its new status, or None for a
-    task whose lease was lost (its result is refused, nothing of it is written)."""
-    return shards.per_shard(done, lambda pair: pair[0].task_id,
-                            functools.partial(_finish_here, now=now))
+    task whose lease was lost (its result is refused, nothing of it is written). With shards,
+    one transaction per shard; with `unreached`, a shard that cannot be reached costs only its
+    own tasks: their ids join it, their status None (not written)."""
+    return shards.per_shard(done, _done_id, functools.partial(_finish_here, now=now),
+                            unreached=unreached)
 
 
 def _finish_here(done: Sequence[tuple[ClaimedTask, Result]], *,

@@ -6,17 +6,22 @@ or through the writer; never both, never neither, and its future is settled once
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 
 import pytest
 
-from tasks_core.store import ClaimedTask
+from tasks_core.states import TaskStatus
+from tasks_core.store import ClaimedTask, Outcome, Result
+from workers import batching
 from workers.batching import BatchWriterThread
 from workers.buffer import WorkBuffer
 from workers.controller import ControllerThread
-from workers.transport import TransportUnavailable
+from workers.results import Tally, recorded
+from workers.transport import UNREACHED, FinishedAttempt, TransportUnavailable, Written
 
 CONTROLLER = object()
 
@@ -185,3 +190,52 @@ def test_a_controller_claims_with_the_waiting_results_and_settles_them(
     finally:
         writer.stop()
         writer.join(5)
+
+
+def test_results_whose_shard_is_down_are_parked_and_written_once_it_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batching, "PARK_S", 0.2)
+    # Given a writer whose store answers UNREACHED for task 2 until its shard is back
+    back = threading.Event()
+    writes: list[list[int]] = []
+
+    def write(items: list[FinishedAttempt]) -> list[Written]:
+        writes.append([task.task_id for task, _result in items])
+        return [TaskStatus.SUCCESS if task.task_id != 2 or back.is_set() else UNREACHED
+                for task, _result in items]
+
+    writer: BatchWriterThread[FinishedAttempt, Written] = BatchWriterThread(
+        name="TestWriter", write=write, reset=lambda: None)
+    writer.start()
+    buffer = WorkBuffer(priorities=["default"], executors=2)
+    buffer.put([claimed(1), claimed(2)])
+    finished = []
+    for _n in range(2):
+        task = buffer.take(timeout_s=0)
+        buffer.begin(task, 0.0, thread_id=0)
+        buffer.finishing(task)
+        finished.append((task, Result(outcome=Outcome.SUCCESS)))
+    # When both results are handed over together
+    handed = writer.submit(finished)
+    handed.add_done_callback(functools.partial(recorded, buffer, Tally(), finished,
+                                               writer=writer))
+    # Then their run is settled at once (its executor moves on), task 1 is done with, and
+    # task 2 stays in the buffer, heartbeated, its result tried again and again
+    assert handed.result(timeout=5) == [TaskStatus.SUCCESS, UNREACHED]
+    assert buffer.leases() == {2: 1}
+    time.sleep(0.5)
+    assert writes[0] == [1, 2] and writes[1:] and all(ids == [2] for ids in writes[1:])
+    # And once its shard answers, it is written and done with
+    back.set()
+    deadline = time.monotonic() + 5
+    while buffer.leases() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert buffer.leases() == {}
+    writer.stop()
+    writer.join(5)
+
+
+def claimed(task_id: int) -> ClaimedTask:
+    return ClaimedTask(task_id=task_id, lease=1, lambda_name="demo.noop", collection="default",
+                       priority="default", payload={}, attempt=1, max_attempts=3, timeout_s=None,
+                       heartbeat_timeout_s=30.0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from tasks_core.context import AttemptStopped, TaskCancelled, TimeLimitExceeded
+from tasks_core.context import AttemptStopped, ShardUnreachable, TaskCancelled, TimeLimitExceeded
+from tasks_core.shards import SLOT_SHIFT
 from tasks_core.store import ClaimedTask
 from workers.buffer import WorkBuffer
 
@@ -166,3 +167,39 @@ def test_a_task_a_cancel_asks_to_stop_is_interrupted_at_once_without_a_time_limi
     assert [type(exc) for exc in raised] == [TaskCancelled]
     assert buffer.leases() == {}
     assert buffer.finishing(running).discard is True
+
+
+def test_a_shard_the_heartbeat_cannot_reach_stops_its_own_tasks_and_no_other() -> None:
+    # Given a running task on slot 1, one on slot 0, and one of slot 1 waiting
+    on_one, on_zero, waiting = 1 << SLOT_SHIFT | 7, 8, 1 << SLOT_SHIFT | 9
+    buffer = WorkBuffer(priorities=PRIORITIES, executors=3)
+    buffer.put([task(on_one), task(on_zero), task(waiting)])
+    first, second = buffer.take(timeout_s=0), buffer.take(timeout_s=0)
+    raised: list[BaseException] = []
+    started = [threading.Event(), threading.Event()]
+
+    def lambda_thread(claimed: ClaimedTask, running: threading.Event) -> None:
+        buffer.begin(claimed, 0.0, thread_id=threading.get_ident())
+        try:
+            running.set()
+            busy_for(1.0)
+        except AttemptStopped as exc:
+            raised.append(exc)
+
+    threads = [threading.Thread(target=lambda_thread, args=(claimed, running))
+               for claimed, running in zip((first, second), started, strict=True)]
+    for thread in threads:
+        thread.start()
+    assert all(running.wait(5) for running in started)
+    # When the heartbeat cannot reach slot 1 for too long
+    stopped, dropped = buffer.stop_shard(1, now_s=5.0)
+    # Then slot 1's running task is interrupted and its waiting one dropped, slot 0's goes on
+    assert [r.task.task_id for r in stopped] == [on_one]
+    assert [t.task_id for t in dropped] == [waiting]
+    assert buffer.stop_shard(1, now_s=6.0) == ([], [])  # once
+    for thread in threads:
+        thread.join(5)
+    assert [type(exc) for exc in raised] == [ShardUnreachable]
+    assert set(buffer.leases()) == {on_zero}
+    assert buffer.finishing(first).discard is True
+    assert buffer.running_on(1) == [] and buffer.running_on(0) != []

@@ -151,12 +151,15 @@ class StoreBackend(ABC):
         return [task for task in claimed if task.task_id in starts.started], starts
 
     def held(self, worker: str, ending: Sequence[Lease], *, credential: str | None = None,
-             worker_most: int | None = None, token_most: int | None = None) -> tuple[int, int]:
+             worker_most: int | None = None, token_most: int | None = None,
+             token_workers: Sequence[str] | None = None) -> tuple[int, int]:
         """Tasks held (claimed or processing) by `worker`, and by every worker `credential`
         registered (0 without one), once the `ending` ones (the worker's processing tasks at
         those leases) are taken off. A count may stop past `worker_most` (`token_most`) plus
-        `len(ending)` tasks: a caller bounded by it learns that much is held, no more. Here the
-        ORM's exact counts; a backend may stop where allowed."""
+        `len(ending)` tasks: a caller bounded by it learns that much is held, no more.
+        `token_workers`: the ids of `credential`'s workers, where the caller read them (a
+        shard's copy of the worker table is empty); default: this database's. Here the ORM's
+        exact counts; a backend may stop where allowed."""
         from django.db.models import Count, Q
 
         from tasks_core.models import Worker
@@ -170,8 +173,9 @@ class StoreBackend(ABC):
             for lease in ending:
                 leases |= Q(pk=lease.task_id, lease=lease.lease)
             counts["freed"] = Count("pk", filter=mine & Q(status=TaskStatus.PROCESSING) & leases)
-        workers = Q(worker__in=Worker.objects.filter(credential=credential).values("worker_id")) \
-            if credential is not None else mine
+        token = Worker.objects.filter(credential=credential).values("worker_id") \
+            if token_workers is None else token_workers
+        workers = Q(worker__in=token) if credential is not None else mine
         found = TaskEntity.objects.filter(workers, status__in=HELD).aggregate(**counts)
         freed = found.get("freed", 0)
         return found["by_worker"] - freed, max(0, found.get("by_token", 0) - freed)

@@ -425,7 +425,9 @@ SELECT
      WHERE worker = %(worker)s AND status IN ('claimed', 'processing')
      LIMIT %(worker_most)s) AS mine),
   (SELECT count(*) FROM (SELECT 1 FROM {entity}
-     WHERE worker = ANY(ARRAY(SELECT worker_id FROM {worker} WHERE credential = %(credential)s))
+     WHERE worker = ANY(COALESCE(%(token_workers)s::text[],
+                                 ARRAY(SELECT worker_id FROM {worker}
+                                       WHERE credential = %(credential)s)))
        AND status IN ('claimed', 'processing')
      LIMIT %(token_most)s) AS token),
   (SELECT count(*) FROM {entity} AS t
@@ -459,7 +461,8 @@ class PostgresBackend(OrmBackend):
             yield
 
     def held(self, worker: str, ending: Sequence[Lease], *, credential: str | None = None,
-             worker_most: int | None = None, token_most: int | None = None) -> tuple[int, int]:
+             worker_most: int | None = None, token_most: int | None = None,
+             token_workers: Sequence[str] | None = None) -> tuple[int, int]:
         """One statement with constant text (the ORM's builds an OR of every ending task, and
         reads every held row): each count stops at its bound plus the ending tasks."""
         extra = len(ending)
@@ -468,6 +471,7 @@ class PostgresBackend(OrmBackend):
             "worker_most": None if worker_most is None else worker_most + extra,
             "token_most": 0 if credential is None else
             None if token_most is None else token_most + extra,
+            "token_workers": None if token_workers is None else list(token_workers),
             "ids": [lease.task_id for lease in ending],
             "leases": [lease.lease for lease in ending]})
         return mine - freed, max(0, token - freed)
