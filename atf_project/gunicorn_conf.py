@@ -49,5 +49,6 @@ for _name, _share in (("ATF_API_CONCURRENT_PER_TEAM", 4), ("ATF_API_CONCURRENT_P
 
 # Requests that run at once, all teams together (tasks_api/admission.py): as many as the process
 # has database connections, so that none waits for one; the others wait for a turn, handed to
-# the team that runs the fewest, and one team runs at most half of them.
+# the team that runs the fewest, and one team runs at most half of them, or
+# ATF_API_ACTIVE_REQUESTS_PER_BUSY_TEAM (1) while a lighter team is active in the process.
 os.environ.setdefault("ATF_API_ACTIVE_REQUESTS", os.environ["ATF_DB_POOL_SIZE"])

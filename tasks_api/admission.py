@@ -8,6 +8,11 @@ slower, and waits behind them for a database connection of the pool. Here at mos
 
 - one team runs at most half of them (at least one), so another team's first requests find
   one free at once, not after one of the flood's requests ends;
+- while another team is active (a request running, waiting, or ended within `HALF_LIFE_S`)
+  and kept the process less busy lately (its requests' processor time, decaying likewise; then
+  the requests it runs), a team runs at most `ATF_API_ACTIVE_REQUESTS_PER_BUSY_TEAM` (1): the
+  process's one interpreter lock is shared by the requests that run, so the lighter team's
+  request shares it with that many of the busier team's, not with half the turns;
 - a freed one goes to the waiting team that runs the fewest, then to the one whose requests
   took the least time lately (their seconds, decaying by half every `HALF_LIFE_S`), so a team
   of long requests (batches, large reads) waits before a team of short ones;
@@ -46,12 +51,26 @@ class _Team:
     running: int = 0
     started: float = 0.0  #: sum of the start times of its running requests
     used_s: float = 0.0  #: seconds its finished requests took, decayed to `at`
+    cpu_s: float = 0.0  #: processor seconds its finished requests' threads used, likewise
     at: float = 0.0
     waiting: deque[_Turn] = field(default_factory=deque)
 
+    def decayed(self, seconds: float, now: float) -> float:
+        return seconds * math.pow(0.5, (now - self.at) / HALF_LIFE_S)
+
     def finished_s(self, now: float) -> float:
         """The time its finished requests took, decayed to `now`."""
-        return self.used_s * math.pow(0.5, (now - self.at) / HALF_LIFE_S)
+        return self.decayed(self.used_s, now)
+
+    def load(self, now: float) -> tuple[float, int]:
+        """How busy it keeps the process: its finished requests' processor time, decayed
+        (their time alone would count the waits that the others' requests cause), then the
+        requests it runs."""
+        return self.decayed(self.cpu_s, now), self.running
+
+    def active(self, now: float) -> bool:
+        """Whether it runs or waits, or its last request ended within HALF_LIFE_S."""
+        return bool(self.running or self.waiting) or now - self.at < HALF_LIFE_S
 
     def recent_s(self, now: float) -> float:
         """Its request time lately: the finished, decayed, and the running so far."""
@@ -61,10 +80,12 @@ class _Team:
 class Admission:
     """The requests of one process that run at once, and the queues of those that wait."""
 
-    def __init__(self, slots: int | None = None) -> None:
+    def __init__(self, slots: int | None = None, busy: int | None = None) -> None:
         self._slots = slots  #: None: ATF_API_ACTIVE_REQUESTS, read at each admission
+        self._busy = busy  #: None: ATF_API_ACTIVE_REQUESTS_PER_BUSY_TEAM, likewise
         self._lock = threading.Lock()
         self._teams: dict[str, _Team] = {}
+        self._thread_cpu = threading.local()  #: a turn's thread_time() at its start
         self.admitted: Counter[str] = Counter()  #: requests admitted so far, per team
 
     @property
@@ -72,11 +93,28 @@ class Admission:
         return self._slots if self._slots is not None else int(
             conf.value("ATF_API_ACTIVE_REQUESTS"))
 
+    @property
+    def busy(self) -> int:
+        return self._busy if self._busy is not None else int(
+            conf.value("ATF_API_ACTIVE_REQUESTS_PER_BUSY_TEAM"))
+
     def _running(self) -> int:
         return sum(team.running for team in self._teams.values())
 
-    def _may_run(self, team: _Team, slots: int) -> bool:
-        return self._running() < slots and team.running < max(1, slots // 2)
+    def _limit(self, team: _Team, slots: int, now: float) -> int:
+        """The requests `team` may run at once: half the turns, or `busy` while another
+        active team used less request time lately."""
+        half = max(1, slots // 2)
+        busy = self.busy
+        if not busy or busy >= half:
+            return half
+        load = team.load(now)
+        lighter = any(other is not team and other.active(now) and other.load(now) < load
+                      for other in self._teams.values())
+        return busy if lighter else half
+
+    def _may_run(self, team: _Team, slots: int, now: float) -> bool:
+        return self._running() < slots and team.running < self._limit(team, slots, now)
 
     def _start(self, key: str, team: _Team, now: float) -> None:
         team.running += 1
@@ -89,20 +127,25 @@ class Admission:
         now = time.monotonic()
         with self._lock:
             team = self._teams.setdefault(key, _Team(at=now))
-            if not slots or (not team.waiting and self._may_run(team, slots)):
+            if not slots or (not team.waiting and self._may_run(team, slots, now)):
                 self._start(key, team, now)
+                self._thread_cpu.at = time.thread_time()
                 return now
             turn = _Turn()
             team.waiting.append(turn)
         turn.admitted.wait()
+        self._thread_cpu.at = time.thread_time()
         return turn.since
 
     def leave(self, key: str, since: float) -> None:
-        """Team `key`'s request that started at `since` ends: its place goes to the next."""
+        """Team `key`'s request that started at `since`, on this thread, ends: its place goes
+        to the next."""
         now = time.monotonic()
+        cpu_s = time.thread_time() - self._thread_cpu.at
         with self._lock:
             team = self._teams[key]
-            team.used_s, team.at = team.finished_s(now) + now - since, now
+            team.used_s, team.cpu_s, team.at = (team.finished_s(now) + now - since,
+                                                team.decayed(team.cpu_s, now) + cpu_s, now)
             team.running -= 1
             team.started -= since
             self._admit_waiting(now)
@@ -113,7 +156,7 @@ class Admission:
         slots = self.slots
         while True:
             ready = [(team.running, team.recent_s(now), key) for key, team in self._teams.items()
-                     if team.waiting and (not slots or self._may_run(team, slots))]
+                     if team.waiting and (not slots or self._may_run(team, slots, now))]
             if not ready:
                 return
             *_, key = min(ready)

@@ -198,6 +198,12 @@ class AtfSettings:
     #: runs the fewest (then: that used the least request time lately). Over it a request
     #: waits; a claim waiting for a task holds none.
     api_active_requests: int = 0
+    #: Requests one team may run at once in one server process, while another team that used
+    #: less request time lately is active there (a request running or waiting, or one ended
+    #: within a second), when ATF_API_ACTIVE_REQUESTS counts turns: the requests that run share
+    #: the process's one interpreter lock, so the lighter team's request shares it with this many
+    #: of the busier team's (0: half the turns, as when the team is alone).
+    api_active_requests_per_busy_team: int = 1
     #: Worker API: claims that may wait for a task (a long poll) at once, in all; they block on a
     #: Redis connection pool of this size of their own, so they never take the connections that
     #: other requests use.

@@ -173,8 +173,8 @@ class Cluster:
 
     def __init__(self, *, env: Mapping[str, str], database_nodes: Sequence[tuple[str, int]],
                  workers: int, consumers: int, threads: int, log_dir: Path,
-                 api: bool = True, web_processes: int = 1, worker_token: str | None = None,
-                 remote_workers: int = 1) -> None:
+                 api: bool = True, web_processes: int = 1, web_threads: int = 32,
+                 worker_token: str | None = None, remote_workers: int = 1) -> None:
         self.env = dict(env)
         self.log_dir = log_dir
         self.proxy = Proxies(database_nodes)
@@ -194,7 +194,8 @@ class Cluster:
             self.children.append(Child("api", 0, [
                 gunicorn, "-c", "python:atf_project.gunicorn_conf", "atf_project.wsgi",
                 "--bind", f"127.0.0.1:{self.api_port}", "--log-level", "info",
-            ], {**self.env, "WEB_CONCURRENCY": str(web_processes), "ATF_WEB_THREADS": "32",
+            ], {**self.env, "WEB_CONCURRENCY": str(web_processes),
+                "ATF_WEB_THREADS": str(web_threads),
                 "DJANGO_ALLOWED_HOSTS": allowed}, log_dir))
         for index in range(consumers):
             self.children.append(Child("consumer", index, [*manage, "runconsumer"], self.env,

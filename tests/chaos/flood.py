@@ -3,7 +3,8 @@
     python -m tests.chaos.flood [--tasks 300] [--rate 30] [--claims 64]
 
 Runs ATF as real processes on a database and a Redis of its own (as the chaos run does): the
-API (gunicorn, the project's config, 32 threads), a consumer, and a remote worker of team
+API (gunicorn, the project's config, `DJANGO_DEBUG=0`; one process of 32 threads, or
+`--web-processes 2 --web-threads 128` as the config ships), a consumer, and a remote worker of team
 `demo`. Team `demo` schedules `--tasks` `demo.noop` tasks at `--rate` a second through the API,
 twice: once alone (quiet), once while team `flood` floods: `--claims` long-polling claims from
 four worker tokens (20 s each, sent again as soon as answered), batches of 1,000 tasks sent
@@ -66,6 +67,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
                              f"{','.join(FLOOD_KINDS)} (default all)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting of every process, e.g. ATF_API_THROTTLE_RATE=3000/min")
+    parser.add_argument("--web-processes", type=int, default=1,
+                        help="API processes (the gunicorn config's default: 2)")
+    parser.add_argument("--web-threads", type=int, default=32,
+                        help="threads of each API process (the gunicorn config's default: 128)")
+    parser.add_argument("--flood-api", choices=("shared", "own"), default="shared",
+                        help="own: team flood sends to an API server of its own (same database "
+                             "and Redis), to tell what the shared API process costs team demo "
+                             "from what the shared host does")
     parser.add_argument("--database", default="atf_chaos_flood")
     parser.add_argument("--pg-host", default="127.0.0.1")
     parser.add_argument("--pg-port", type=int, default=5432)
@@ -260,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     database.recreate()
     server = PrivateRedis(free_port(), log_dir)
     server.start()
-    env = {**os.environ, **CHILD_SETTINGS, **HEARTBEAT, "DATABASE_URL": database.url,
+    env = {**os.environ, **CHILD_SETTINGS, **HEARTBEAT, "DJANGO_DEBUG": "0",
+           "DATABASE_URL": database.url,
            "REDIS_URL": server.url, "ATF_QUEUE_PREFIX": "flood",
            **dict(item.split("=", 1) for item in args.set)}
     os.environ.update({**env, "ATF_LOG_LEVEL": "WARNING"})
@@ -285,16 +295,28 @@ def _run(args: argparse.Namespace, env: dict[str, str], log_dir: Path, *,
     demo_token = api_token(env)
     cluster = Cluster(env=env, database_nodes=[(args.pg_host, args.pg_port)],
                       workers=0, consumers=1, threads=8, log_dir=log_dir,
+                      web_processes=args.web_processes, web_threads=args.web_threads,
                       worker_token=api_token(env, "--worker", user="demo-worker"))
+    (log_dir / "flood-api").mkdir()
+    flood_api = (None if args.flood_api == "shared" else Cluster(
+        env=env, database_nodes=[(args.pg_host, args.pg_port)], workers=0, consumers=0,
+        threads=8, log_dir=log_dir / "flood-api", web_processes=args.web_processes,
+        web_threads=args.web_threads))
     cluster.start()
+    if flood_api is not None:
+        flood_api.start()
     try:
         assert demo_token is not None, "atf_token made no token"
         full, workers = _prepare_flood_team(env)
         roots = {"demo client": os.getpid(), "redis": redis_pid,
                  **{child.name: child.pid for child in cluster.children if child.pid}}
+        if flood_api is not None:
+            roots.update({f"flood {child.name}": child.pid for child in flood_api.children
+                          if child.pid})
         quiet = deliver_measured(args, cluster.api_url, demo_token, roots, "quiet")
-        flood = FloodProcess(cluster.api_url, full_token=full, worker_tokens=workers,
-                             claims=args.claims, kinds=set(args.flood.split(",")))
+        flood = FloodProcess((flood_api or cluster).api_url, full_token=full,
+                             worker_tokens=workers, claims=args.claims,
+                             kinds=set(args.flood.split(",")))
         try:
             time.sleep(3.0)  # let the flood fill the server before team demo measures
             flooded = deliver_measured(args, cluster.api_url, demo_token,
@@ -303,6 +325,8 @@ def _run(args: argparse.Namespace, env: dict[str, str], log_dir: Path, *,
             answers = flood.stop()
     finally:
         cluster.stop()
+        if flood_api is not None:
+            flood_api.stop()
     return report(args, quiet, flooded, answers)
 
 

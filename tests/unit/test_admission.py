@@ -46,7 +46,15 @@ class Requests:
 
 @pytest.fixture
 def requests() -> Iterator[Requests]:
-    sent = Requests(Admission(slots=4))
+    sent = Requests(Admission(slots=4, busy=0))
+    yield sent
+    sent.end_all()
+
+
+@pytest.fixture
+def turns() -> Iterator[Requests]:
+    """Eight turns, as the API's gunicorn config has (its database pool), a busy team one."""
+    sent = Requests(Admission(slots=8, busy=1))
     yield sent
     sent.end_all()
 
@@ -98,6 +106,29 @@ def test_a_freed_place_goes_to_the_waiting_team_that_runs_the_fewest(
     assert requests.running[6] == "b2"
 
 
+def test_a_busier_team_runs_one_request_while_a_lighter_team_is_active(
+        turns: Requests) -> None:
+    # Given team A alone, flooding: it runs half of the eight turns
+    for n in range(8):
+        turns.send("a", f"a{n}")
+    queued(turns, "a", 4)
+    assert turns.admission.running("a") == 4
+    first = list(turns.running)
+    # When team B's request comes, it runs at once
+    turns.send("b", "b0")
+    wait_for(lambda: "b0" in turns.running, timeout_s=2)
+    # And while B is active, A's ended requests free turns but A runs one at a time
+    for name in first:
+        turns.end(name)
+    wait_for(lambda: turns.admission.waiting("a") == 3, timeout_s=5)
+    assert turns.admission.running("a") == 1
+    # And B, the lighter team, still runs up to half of the turns
+    for n in range(1, 5):
+        turns.send("b", f"b{n}")
+    wait_for(lambda: turns.admission.running("b") == 4, timeout_s=5)
+    assert turns.admission.running("a") == 1
+
+
 def test_no_limit_runs_everything_at_once() -> None:
     sent = Requests(Admission(slots=0))
     try:
@@ -106,3 +137,4 @@ def test_no_limit_runs_everything_at_once() -> None:
         wait_for(lambda: len(sent.running) == 6, timeout_s=5)
     finally:
         sent.end_all()
+

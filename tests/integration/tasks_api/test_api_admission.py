@@ -1,14 +1,20 @@
-"""A request holds its team's shares and its turn to run until it answers, whatever the answer."""
+"""A request holds its team's shares and its turn to run until it answers, whatever the answer;
+a team flooding the process keeps to its share of them."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
+from django.db import connections
+from rest_framework.response import Response
+from rest_framework.test import APIClient
 
 from tasks_api import admission, fair_share
 from tasks_api.views import TaskViewSet
-from tests.integration.tasks_api.test_api_support import member
+from tests.conftest import wait_for
+from tests.integration.tasks_api.test_api_support import Member, member
 
 pytestmark = pytest.mark.django_db
 
@@ -32,3 +38,78 @@ def test_a_request_that_ends_in_a_500_gives_its_share_and_its_turn_back(
     assert admission.requests.running(team) == 0
     monkeypatch.undo()
     assert someone.client.get("/api/v1/tasks/").status_code == 200
+
+
+class HeldRequests:
+    """Team members' `GET /tasks/`, each on a thread of its own, held in the view until ended."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered: list[str] = []  #: the requests that reached the view, in order
+        self._release: dict[str, threading.Event] = {}
+        self._threads: list[threading.Thread] = []
+
+        def held(view: TaskViewSet, request: Any, *_args: Any, **_kwargs: Any) -> Response:
+            name = request.query_params["probe"]
+            self.entered.append(name)
+            self._release[name].wait(10)
+            return Response([])
+
+        monkeypatch.setattr(TaskViewSet, "list", held)
+
+    def send(self, who: Member, name: str) -> None:
+        self._release[name] = threading.Event()
+        thread = threading.Thread(target=self._get, args=(who, name), daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    @staticmethod
+    def _get(who: Member, name: str) -> None:
+        try:
+            client = APIClient()
+            client.credentials(HTTP_AUTHORIZATION=f"Token {who.token}")
+            client.get(f"/api/v1/tasks/?probe={name}")
+        finally:
+            connections.close_all()
+
+    def end(self, name: str) -> None:
+        self._release[name].set()
+
+    def end_all(self) -> None:
+        for release in self._release.values():
+            release.set()
+        for thread in self._threads:
+            thread.join(10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flooding_team_keeps_to_its_share_and_runs_one_request_beside_another_team(
+        settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given four turns to run (a team half of them, a busier team one), three requests a team
+    settings.ATF_API_ACTIVE_REQUESTS, settings.ATF_API_ACTIVE_REQUESTS_PER_BUSY_TEAM = 4, 1
+    settings.ATF_API_CONCURRENT_PER_TEAM = 3
+    flooder, other = member("flooder"), member("other")
+    a, b = f"team-{flooder.team.pk}", f"team-{other.team.pk}"
+    held = HeldRequests(monkeypatch)
+    try:
+        # When team A sends three slow requests: two run, one waits for a turn
+        for n in range(3):
+            held.send(flooder, f"a{n}")
+        wait_for(lambda: admission.requests.waiting(a) == 1, timeout_s=10)
+        assert admission.requests.running(a) == 2
+        # Then its fourth is refused at once, naming the share
+        refused = flooder.client.get("/api/v1/tasks/?probe=a3")
+        assert refused.status_code == 429
+        assert "ATF_API_CONCURRENT_PER_TEAM" in refused.json()["detail"]
+        assert refused.headers["Retry-After"] == str(fair_share.RETRY_AFTER_S)
+        # And team B's request runs at once, beside A's two
+        held.send(other, "b0")
+        wait_for(lambda: "b0" in held.entered, timeout_s=10)
+        assert admission.requests.running(b) == 1
+        # And while B's runs, A's ended request frees a turn that A's waiting one does not take:
+        # A, the busier team, runs one request at a time
+        held.end(next(name for name in held.entered if name.startswith("a")))
+        wait_for(lambda: admission.requests.running(a) + admission.requests.waiting(a) == 2,
+                 timeout_s=10)
+        assert (admission.requests.running(a), admission.requests.waiting(a)) == (1, 1)
+    finally:
+        held.end_all()
