@@ -10,38 +10,26 @@ import pytest
 
 from tasks_api.admission import Admission
 from tests.conftest import wait_for
+from tests.held_threads import HeldThreads
 
 
-class Requests:
-    """Requests of several teams, each on a thread of its own, run until released."""
+class Requests(HeldThreads):
+    """Requests of several teams, each on a thread of its own, run until ended."""
 
     def __init__(self, admission: Admission) -> None:
+        super().__init__()
         self.admission = admission
         self.running: list[str] = []  #: names of the requests admitted, in order
         self._lock = threading.Lock()
-        self._release: dict[str, threading.Event] = {}
-        self._threads: list[threading.Thread] = []
 
     def send(self, team: str, name: str) -> None:
-        self._release[name] = threading.Event()
-        thread = threading.Thread(target=self._run, args=(team, name), daemon=True)
-        self._threads.append(thread)
-        thread.start()
+        self.start(name, self._run, team, name)
 
     def _run(self, team: str, name: str) -> None:
         with self.admission.turn(team):
             with self._lock:
                 self.running.append(name)
-            self._release[name].wait(10)
-
-    def end(self, name: str) -> None:
-        self._release[name].set()
-
-    def end_all(self) -> None:
-        for release in self._release.values():
-            release.set()
-        for thread in self._threads:
-            thread.join(10)
+            self.hold(name)
 
 
 @pytest.fixture

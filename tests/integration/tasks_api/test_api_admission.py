@@ -3,7 +3,6 @@ a team flooding the process keeps to its share of them."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from rest_framework.test import APIClient
 from tasks_api import admission, fair_share
 from tasks_api.views import TaskViewSet
 from tests.conftest import wait_for
+from tests.held_threads import HeldThreads
 from tests.integration.tasks_api.test_api_support import Member, member
 
 pytestmark = pytest.mark.django_db
@@ -40,27 +40,23 @@ def test_a_request_that_ends_in_a_500_gives_its_share_and_its_turn_back(
     assert someone.client.get("/api/v1/tasks/").status_code == 200
 
 
-class HeldRequests:
+class HeldRequests(HeldThreads):
     """Team members' `GET /tasks/`, each on a thread of its own, held in the view until ended."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        super().__init__()
         self.entered: list[str] = []  #: the requests that reached the view, in order
-        self._release: dict[str, threading.Event] = {}
-        self._threads: list[threading.Thread] = []
 
         def held(view: TaskViewSet, request: Any, *_args: Any, **_kwargs: Any) -> Response:
             name = request.query_params["probe"]
             self.entered.append(name)
-            self._release[name].wait(10)
+            self.hold(name)
             return Response([])
 
         monkeypatch.setattr(TaskViewSet, "list", held)
 
     def send(self, who: Member, name: str) -> None:
-        self._release[name] = threading.Event()
-        thread = threading.Thread(target=self._get, args=(who, name), daemon=True)
-        self._threads.append(thread)
-        thread.start()
+        self.start(name, self._get, who, name)
 
     @staticmethod
     def _get(who: Member, name: str) -> None:
@@ -70,15 +66,6 @@ class HeldRequests:
             client.get(f"/api/v1/tasks/?probe={name}")
         finally:
             connections.close_all()
-
-    def end(self, name: str) -> None:
-        self._release[name].set()
-
-    def end_all(self) -> None:
-        for release in self._release.values():
-            release.set()
-        for thread in self._threads:
-            thread.join(10)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -40,6 +40,7 @@ from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
 from tasks_core.models import Lambda, TaskEntity
+from tests.acceptance.test_workers import overlapping
 from tests.conftest import Processes, race, subprocess_env, wait_for
 from tests.integration.tasks_api.test_api_support import Member, member
 from tests.ports import free_port
@@ -254,8 +255,7 @@ def test_a_paused_gate_holds_tasks_on_every_shard(sharded: Clusters, redis_clien
 
 def test_a_consumer_and_a_worker_drain_every_shard(sharded: Clusters, processes: Processes,
                                                    redis_client: redis.Redis) -> None:
-    env = subprocess_env(ATF_SHARD_URLS=",".join(sharded.url(slot, DBNAME)
-                                                 for slot in range(len(ALIASES))))
+    env = shard_env(sharded)
     processes.start("runconsumer", "--poll-interval", "0.2", env=env)
     processes.start("runworker", "demo.noop", "--threads", "4", env=env)
     tasks = [atf.schedule("demo.noop", {"n": n}) for n in range(30)]
@@ -349,23 +349,17 @@ def statuses_on_nodes(clusters: Clusters, slots: list[int]) -> dict[int, dict[st
         f"SELECT status, count(*) FROM {TASKS} GROUP BY status", DBNAME)) for slot in slots}
 
 
-def overlapping(lines: list[dict]) -> list[int]:
-    """Task ids with two recorded executions whose [start, end] intervals overlap."""
-    spans: dict[int, list[tuple[float, float]]] = {}
-    for line in lines:
-        spans.setdefault(line["task_id"], []).append((line["start"], line["end"]))
-    return [task_id for task_id, runs in spans.items()
-            if any(later[0] < earlier[1] for earlier, later in zip(sorted(runs), sorted(runs)[1:],
-                                                                   strict=False))]
+def shard_env(sharded: Clusters, **variables: str) -> dict[str, str]:
+    """A child process's environment on the three shards (ATF_SHARD_URLS), with `variables`."""
+    urls = ",".join(sharded.url(slot, DBNAME) for slot in range(len(ALIASES)))
+    return subprocess_env(ATF_SHARD_URLS=urls, **variables)
 
 
 def test_a_shard_killed_mid_drain_costs_the_others_nothing_and_its_tasks_finish_when_back(
         sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
     # Given 400 tasks on each shard, drained by a consumer and a direct worker
-    env = subprocess_env(ATF_SHARD_URLS=",".join(sharded.url(slot, DBNAME)
-                                                 for slot in range(len(ALIASES))),
-                         ATF_HEARTBEAT_INTERVAL_S="1", ATF_HEARTBEAT_TIMEOUT_S="5",
-                         ATF_ENQUEUE_TIMEOUT_S="5", ATF_POLL_INTERVAL_S="0.2")
+    env = shard_env(sharded, ATF_HEARTBEAT_INTERVAL_S="1", ATF_HEARTBEAT_TIMEOUT_S="5",
+                    ATF_ENQUEUE_TIMEOUT_S="5", ATF_POLL_INTERVAL_S="0.2")
     per_shard, key = 400, "demo:shard-kill"
     for alias in ALIASES:
         with transaction.atomic(using=alias):
@@ -413,10 +407,8 @@ def test_a_shard_killed_mid_drain_costs_the_others_nothing_and_its_tasks_finish_
 def test_a_worker_stops_a_dead_shards_running_tasks_and_keeps_the_others(
         sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
     # Given three long tasks running on shard1 and a stream of short ones on shard0 and shard2
-    env = subprocess_env(ATF_SHARD_URLS=",".join(sharded.url(slot, DBNAME)
-                                                 for slot in range(len(ALIASES))),
-                         ATF_HEARTBEAT_INTERVAL_S="2", ATF_HEARTBEAT_TIMEOUT_S="10",
-                         ATF_ENQUEUE_TIMEOUT_S="5", ATF_POLL_INTERVAL_S="0.2")
+    env = shard_env(sharded, ATF_HEARTBEAT_INTERVAL_S="2", ATF_HEARTBEAT_TIMEOUT_S="10",
+                    ATF_ENQUEUE_TIMEOUT_S="5", ATF_POLL_INTERVAL_S="0.2")
     with transaction.atomic(using="shard1"):
         long = [atf.schedule("demo.record", {"key": "demo:long", "started_key": "demo:began",
                                              "seconds": 30}).pk for _n in range(3)]
