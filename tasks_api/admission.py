@@ -103,7 +103,7 @@ class Admission:
 
     def _limit(self, team: _Team, slots: int, now: float) -> int:
         """The requests `team` may run at once: half the turns, or `busy` while another
-        active team used less request time lately."""
+        active team kept the process less busy lately (`_Team.load`)."""
         half = max(1, slots // 2)
         busy = self.busy
         if not busy or busy >= half:
