@@ -87,20 +87,29 @@ def overlapping(lines: list[dict]) -> list[int]:
     return bad
 
 
+#: demo.fail and its async twin: every outcome must come out right for both kinds of lambda.
+FAILS = ("demo.fail", "demo.async_fail")
+
+
 @pytest.mark.pooled
-@pytest.mark.parametrize("fail", ["demo.fail", "demo.async_fail"])
 def test_outcomes_end_in_the_right_status_with_the_right_attempts(
-        processes: Processes, env: dict[str, str], workers: Workers, fail: str) -> None:
-    # Given one task of each kind of outcome, of a sync lambda or of its async twin
-    fatal = atf.schedule(fail, {"mode": "fatal"})
-    retried = atf.schedule(fail, {"mode": "retriable", "times": 2})
-    crashed = atf.schedule(fail, {"mode": "crash", "times": 1})
-    dead = atf.schedule(fail, {"mode": "retriable", "times": 99}, max_attempts=3)
-    # When a consumer and a supervised worker (which restarts a crashed process) run
+        processes: Processes, env: dict[str, str], workers: Workers) -> None:
+    # Given one task of each kind of outcome, of a sync lambda and of its async twin (one run
+    # for both, each lambda on a worker of its own: what a run of each alone would check)
+    made = {fail: {"fatal": atf.schedule(fail, {"mode": "fatal"}),
+                   "retried": atf.schedule(fail, {"mode": "retriable", "times": 2}),
+                   "crashed": atf.schedule(fail, {"mode": "crash", "times": 1}),
+                   "dead": atf.schedule(fail, {"mode": "retriable", "times": 99},
+                                        max_attempts=3)}
+            for fail in FAILS}
+    # When a consumer and, for each lambda, a supervised worker (which restarts a crashed
+    # process) run
     processes.start("runconsumer", env=env)
-    # One task at a time per process: a crash takes down only its own task
-    workers.start(fail, "--processes", "2", "--threads", "1", "--async-slots", "1")
-    wait_for(lambda: all_final(4), timeout_s=90, message="four final tasks")
+    for fail in FAILS:
+        # One task at a time per process: a crash takes down only its own task
+        workers.start(fail, "--processes", "2", "--threads", "1", "--async-slots", "1")
+    wait_for(lambda: all_final(4 * len(FAILS)), timeout_s=90,
+             message=f"{4 * len(FAILS)} final tasks")
 
     # Then each ends as its lambda decided, with its attempts on record
     def outcome(task: TaskEntity) -> tuple[str, int, list[str]]:
@@ -108,16 +117,17 @@ def test_outcomes_end_in_the_right_status_with_the_right_attempts(
         history = list(TaskAttempt.objects.filter(task=row).values_list("outcome", flat=True))
         return row.status, row.attempts, history
 
-    assert outcome(fatal) == ("fatal_failure", 1, ["fatal"])
-    assert outcome(retried) == ("success", 3, ["retry", "retry", "success"])
-    assert outcome(crashed) == ("success", 2, ["lost", "success"])
-    assert outcome(dead) == ("dead", 3, ["retry", "retry", "dead"])
-    assert TaskEntity.objects.get(pk=fatal.pk).last_error["message"] == (
-        "demo.fail asked to fail for good")
-    last_error = TaskEntity.objects.get(pk=dead.pk).last_error
-    assert last_error["type"] == "RuntimeError"
-    assert "failing attempt 3" in last_error["message"]
-    assert "Traceback" in last_error["traceback"]
+    for fail, tasks in made.items():
+        assert outcome(tasks["fatal"]) == ("fatal_failure", 1, ["fatal"]), fail
+        assert outcome(tasks["retried"]) == ("success", 3, ["retry", "retry", "success"]), fail
+        assert outcome(tasks["crashed"]) == ("success", 2, ["lost", "success"]), fail
+        assert outcome(tasks["dead"]) == ("dead", 3, ["retry", "retry", "dead"]), fail
+        assert TaskEntity.objects.get(pk=tasks["fatal"].pk).last_error["message"] == (
+            "demo.fail asked to fail for good"), fail
+        last_error = TaskEntity.objects.get(pk=tasks["dead"].pk).last_error
+        assert last_error["type"] == "RuntimeError", fail
+        assert "failing attempt 3" in last_error["message"], fail
+        assert "Traceback" in last_error["traceback"], fail
 
 
 @pytest.mark.drill
@@ -297,9 +307,10 @@ def test_a_worker_runs_only_its_lambdas_and_a_backlog_does_not_slow_another(
 @pytest.mark.drill
 def test_sigterm_loses_nothing_and_hands_back_buffered_tasks_at_once(
         processes: Processes, env: dict[str, str], workers: Workers, records: callable) -> None:
-    # Given a worker in the middle of a batch
+    # Given a worker in the middle of a batch (a tenth of a second a task: the 180 or so left
+    # at the signal take seconds to run, far from the claim timeout they must not wait out)
     scheduling.schedule_many([{"lambda": "demo.record",
-                               "payload": {"key": "demo:records", "seconds": 0.3}}] * 200)
+                               "payload": {"key": "demo:records", "seconds": 0.1}}] * 200)
     processes.start("runconsumer", env=env)
     worker = workers.start("demo.record", "--threads", "4")
     wait_for(lambda: statuses()["success"] >= 20, timeout_s=60, message="20 successes")
