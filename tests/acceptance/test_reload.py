@@ -64,8 +64,9 @@ def _log_says(worker: subprocess.Popen, text: str, count: int = 1) -> bool:
 
 
 def _change_until(path: Path, text: str, condition: Callable[[], bool], what: str) -> None:
-    """Write `text` to `path`, then move its modification time a second on each second until
-    `condition` holds (the reloader may not have taken its first look at the files yet)."""
+    """Write `text` to `path`, then move its modification time a second on at each look, a
+    tenth of a second apart, until `condition` holds (the reloader may not have taken its first
+    look at the files yet; it looks once a second)."""
     path.write_text(text)
 
     def seen() -> bool:
@@ -74,7 +75,7 @@ def _change_until(path: Path, text: str, condition: Callable[[], bool], what: st
         os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
         return False
 
-    wait_for(seen, timeout_s=60, interval_s=1.0, message=what)
+    wait_for(seen, timeout_s=60, interval_s=0.1, message=what)
 
 
 def _succeeded() -> int:
@@ -90,13 +91,13 @@ def test_a_reloading_worker_restarts_on_a_code_change_and_keeps_serving(
     log = Path(worker.log_path)  # type: ignore[attr-defined]
     atf.schedule("demo.noop")
     wait_for(lambda: _succeeded() == 1, timeout_s=60, message="the first task to succeed")
-    # When a module the worker imported changes (again each second: the reloader may not
+    # When a module the worker imported changes (again at each look: the reloader may not
     # have taken its first look at the files yet, and then a change is not one)
     def restarted() -> bool:
         touch()
         return log.read_text().count("started: 1 thread(s) for demo.noop") >= 2
 
-    wait_for(restarted, timeout_s=60, interval_s=1.0, message="a second worker start")
+    wait_for(restarted, timeout_s=60, interval_s=0.1, message="a second worker start")
     # Then the worker stopped gracefully (marked stopped) and a new one started
     assert "the code changed: restarting the worker" in log.read_text()
     assert Worker.objects.order_by("started_at").first().stopped_at is not None
