@@ -30,11 +30,19 @@ def _redis() -> redis.Redis:
     return _local.client
 
 
-def _seconds(payload: Any) -> float:
-    seconds = payload.get("seconds", 0) if isinstance(payload, dict) else 0
+def _seconds(payload: Any, field: str = "seconds") -> float:
+    seconds = payload.get(field, 0) if isinstance(payload, dict) else 0
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-        raise atf.Fatal(f"seconds must be a number, zero or more; got {seconds!r}")
+        raise atf.Fatal(f"{field} must be a number, zero or more; got {seconds!r}")
     return float(seconds)
+
+
+def _record_seconds(ctx: atf.TaskContext, payload: Any) -> float:
+    """demo.record's sleep: `seconds`, or `retry_seconds` (when given) after the first attempt,
+    so that a test's long first attempt, cut short by a fault, is not waited out again."""
+    if ctx.attempt > 1 and isinstance(payload, dict) and "retry_seconds" in payload:
+        return _seconds(payload, "retry_seconds")
+    return _seconds(payload)
 
 
 def _sleep(ctx: atf.TaskContext, seconds: float) -> None:
@@ -84,15 +92,15 @@ def _record_key(value: Any) -> TypeGuard[str]:
 
 @atf.register("demo.record", team=settings.ATF_DEMO_TEAM)
 def record(ctx: atf.TaskContext, payload: Any) -> dict:
-    """Sleep `seconds`, then append {task_id, attempt, start, end, pid, host} to list `key`;
-    with `started_key`, first append {task_id, attempt, start} to that list (a test's sign that
-    the lambda runs). Both must start with RECORD_PREFIX (a payload must not name any other
-    Redis key)."""
+    """Sleep `seconds` (`retry_seconds`, if given, after the first attempt), then append
+    {task_id, attempt, start, end, pid, host} to list `key`; with `started_key`, first append
+    {task_id, attempt, start} to that list (a test's sign that the lambda runs). Both must start
+    with RECORD_PREFIX (a payload must not name any other Redis key)."""
     key, started_key = _record_keys(payload)
     start = time.time()
     if started_key is not None:
         _redis().rpush(started_key, _started_line(ctx, start))
-    _sleep(ctx, _seconds(payload))
+    _sleep(ctx, _record_seconds(ctx, payload))
     _redis().rpush(key, _record_line(ctx, start))
     return {"recorded": key}
 
@@ -174,7 +182,7 @@ async def async_record(ctx: atf.TaskContext, payload: Any) -> dict:
     try:
         if started_key is not None:
             await client.rpush(started_key, _started_line(ctx, start))
-        await asyncio.sleep(_seconds(payload))
+        await asyncio.sleep(_record_seconds(ctx, payload))
         await client.rpush(key, _record_line(ctx, start))
     finally:
         await client.aclose()

@@ -1,7 +1,9 @@
-"""The demo app is installed only with ATF_DEMO=1, and demo.record writes only to `demo:` keys."""
+"""The demo app is installed only with ATF_DEMO=1, and demo.record writes only to `demo:` keys
+and sleeps `retry_seconds`, when given, after its first attempt."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -70,3 +72,18 @@ def test_demo_record_says_when_it_starts_if_asked(redis_client: redis.Redis) -> 
     (started,) = redis_client.lrange("demo:started", 0, -1)
     (line,) = redis_client.lrange("demo:records", 0, -1)
     assert json.loads(started) == {"task_id": 1, "attempt": 1, "start": json.loads(line)["start"]}
+
+
+def test_demo_record_sleeps_retry_seconds_after_its_first_attempt(
+        redis_client: redis.Redis) -> None:
+    # (a test's long first attempt, cut short by a fault, is not waited out again)
+    payload = {"key": "demo:records", "seconds": 0.5, "retry_seconds": 0}
+    for attempt in (1, 2):
+        record(dataclasses.replace(CTX, attempt=attempt), payload)
+    first, second = (json.loads(line) for line in redis_client.lrange("demo:records", 0, -1))
+    assert first["end"] - first["start"] >= 0.5
+    assert second["end"] - second["start"] < 0.5
+    # ...and without it every attempt sleeps `seconds`
+    record(dataclasses.replace(CTX, attempt=2), {"key": "demo:plain", "seconds": 0.5})
+    (plain,) = (json.loads(line) for line in redis_client.lrange("demo:plain", 0, -1))
+    assert plain["end"] - plain["start"] >= 0.5
