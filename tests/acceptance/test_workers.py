@@ -232,7 +232,9 @@ def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere_an
     try:
         processes.start("runconsumer", env=env)
         cut_off = workers.start("demo.record", "--threads", "1", via=proxy)
-        task = atf.schedule("demo.record", {"key": "demo:records", "seconds": 8})
+        # (8 s: still running when the worker ends its lambdas; the rerun need not sleep)
+        task = atf.schedule("demo.record", {"key": "demo:records", "seconds": 8,
+                                            "retry_seconds": 0})
         wait_for(lambda: TaskEntity.objects.filter(pk=task.pk, status="processing").exists(),
                  message="the task running on the proxied worker")
         # When its link is cut for longer than three heartbeats
