@@ -371,7 +371,9 @@ def test_a_second_signal_exits_at_once(processes: Processes, env: dict[str, str]
                                  "seconds": 30})
     wait_for(lambda: records("demo:started"), message="the long task's lambda running")
     worker.send_signal(signal.SIGTERM)
-    time.sleep(0.5)  # the first signal must be handled before the second is sent
+    # (the first signal must be handled before the second is sent)
+    wait_for(lambda: "SIGTERM received: stopping" in log_of(worker), timeout_s=10,
+             message="the first signal handled")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(10) == 130
 
