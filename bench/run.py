@@ -46,7 +46,9 @@ QUICK = measure.Plan(repeats=1, enqueue_n=2_000, rest_single_n=1_000, rest_batch
                      delayed_n=500, delay_min_s=2, delay_max_s=8, backlog_n=10_000,
                      b_rate=5, b_seconds=6, wait_s=60, in_transaction_n=1_000, ramp_n=10_000,
                      ramp_observe_s=6, store_sizes=(100_000,), store_schedule_n=500,
-                     pass_rounds=5, limit_inserts=1_000, limit_updated_rows=10_000,
+                     pass_rounds=5, read_rounds=5, prune_rounds=3, backlog_delayed=100_000,
+                     backlog_due=10_000, queue_seconds=8.0, limit_inserts=1_000,
+                     limit_updated_rows=10_000,
                      limit_round_trips=2_000, cost_n=2_000)
 
 #: The default systems. RQ and django-tasks-db stay selectable (`--systems`); they are left
