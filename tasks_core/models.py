@@ -308,13 +308,9 @@ class TaskAssoc(models.Model):
 
     class Meta:
         indexes = [
-            # Polling reads only rows that are not completed, so it stays O(ready rows).
-            models.Index(
-                fields=["next_trigger_at"],
-                condition=~Q(status=AssocStatus.COMPLETED),
-                name="assoc_due",
-            ),
-            # The consumer's due rows: per lambda, priority by priority, earliest first.
+            # The consumer's due rows (and its soonest trigger): per lambda, priority by
+            # priority, earliest first; only rows that are not completed, so it stays
+            # O(ready rows).
             models.Index(
                 fields=["lambda_ref", "priority", "next_trigger_at"],
                 condition=~Q(status=AssocStatus.COMPLETED),

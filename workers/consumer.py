@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import InterfaceError, OperationalError
-from django.db.models import Min, OuterRef, QuerySet, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from tasks_core import (
@@ -141,6 +141,16 @@ def _lambda_gates_query() -> QuerySet:
     return (Lambda.objects.order_by("pk")
             .annotate(quota=overrides.effective_expression("quota"), **probes)
             .values_list("pk", "name", "team_id", "gate", "gate_until", "quota", *probes))
+
+
+def _soonest_triggers() -> dict[str, Subquery]:
+    """Per priority, a lambda's soonest trigger (one probe of the (lambda, priority, trigger)
+    index each: there is no index of triggers across lambdas for every transition to write)."""
+    rows = TaskAssoc.objects.filter(lambda_ref_id=OuterRef("pk")).exclude(
+        status=AssocStatus.COMPLETED).exclude(next_trigger_at=None)
+    return {f"soonest_{rank}": Subquery(rows.filter(priority=priority)
+                                        .order_by("next_trigger_at").values("next_trigger_at")[:1])
+            for rank, priority in enumerate(atf_settings.priorities)}
 
 
 def _team_shares(lambdas: list[_LambdaGates], batch_size: int) -> dict[int, int]:
@@ -367,11 +377,11 @@ class Consumer:
 
     def _next_trigger(self) -> datetime | None:
         """The soonest trigger of a lambda the last pass found not paused."""
-        return (
-            TaskAssoc.objects.exclude(status=AssocStatus.COMPLETED)
-            .exclude(lambda_ref_id__in=self._paused)
-            .aggregate(soonest=Min("next_trigger_at"))["soonest"]
-        )
+        triggers = _soonest_triggers()
+        soonest = (Lambda.objects.exclude(pk__in=self._paused)
+                   .annotate(**triggers).values_list(*triggers))
+        return min((trigger for row in soonest for trigger in row if trigger is not None),
+                   default=None)
 
     def seconds_to_sleep(self, summary: PassSummary) -> float:
         """How long to sleep after a pass: until the next trigger is due, or the poll interval,

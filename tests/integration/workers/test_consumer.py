@@ -382,8 +382,14 @@ def test_the_consumer_sleeps_until_the_next_trigger_not_a_whole_poll(
         queue: queues.QueueBackend, clock: Clock) -> None:
     consumer = Consumer(batch_size=500, poll_interval_s=5.0, queue=queue, clock=clock)
     atf.schedule("demo.noop", run_at=clock.now + timedelta(seconds=2))
+    atf.schedule("demo.record", {"key": "r"}, run_at=clock.now + timedelta(seconds=3),
+                 priority="high")
     idle = consumer.run_pass()
     assert consumer.seconds_to_sleep(idle) == pytest.approx(2.0)
+    # The soonest of every lambda and priority
+    atf.schedule("demo.record", {"key": "r"}, run_at=clock.now + timedelta(seconds=1.5),
+                 priority="low")
+    assert consumer.seconds_to_sleep(idle) == pytest.approx(1.5)
     # A task that fell due after the pass began (while it ran) is taken at once
     atf.schedule("demo.noop", run_at=clock.now + timedelta(milliseconds=1))
     clock.advance(0.002)
