@@ -179,7 +179,13 @@ class TaskEntity(models.Model):
         ]
         indexes = [
             models.Index(fields=["lambda_ref", "status", "-id"], name="task_lambda_status"),
-            models.Index(fields=["status", "-id"], name="task_status"),
+            # Tasks by status across lambdas, for the statuses a task rests in (new, waiting,
+            # retrying, and the endings but success): the drain's path (enqueued, claimed,
+            # processing, success) writes no entry here. Tasks in a queue or in flight are
+            # found through task_in_queue and task_held, successes newest first by id.
+            models.Index(fields=["status", "-id"], name="task_status_at_rest",
+                         condition=~Q(status__in=["enqueued", "claimed", "processing",
+                                                  "success"])),
             # Only finished tasks: the status changes before a task ends write nothing here.
             models.Index(fields=["status", "finished_at"], name="task_status_finished",
                          condition=Q(finished_at__isnull=False)),

@@ -863,4 +863,4 @@ def test_a_claim_and_a_finish_reach_their_rows_by_primary_key_whatever_the_stati
             cursor.execute(f"EXPLAIN {sql}", params)
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert "task_in_queue" not in plan and "task_held" not in plan, plan
-            assert "Index Scan using tasks_core_taskentity_pkey" in plan, plan
+            assert "tasks_core_taskentity_pkey" in plan, plan  # an index or bitmap scan
