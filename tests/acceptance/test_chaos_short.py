@@ -62,7 +62,8 @@ def test_short_chaos_run_on_three_shards_survives_a_shard_killed_failed_over_and
     # link to one is cut
     status, output, summary = run_chaos(
         f"{settings.ATF_TEST_DATABASE_NAME}_chaos_shards", tmp_path, "--shards", "3",
-        "--faults", ",".join(SHARD_FAULTS), "--tasks", "600", timeout_s=240)
+        "--faults", ",".join(SHARD_FAULTS), "--tasks", "600", "--fault-interval", "1.5",
+        timeout_s=240)
     # Then nothing is lost, nothing ran twice at once, no acknowledged schedule vanished
     assert status == 0, output
     counts = dict(item.split("=", 1) for item in summary.split())
