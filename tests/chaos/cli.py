@@ -83,7 +83,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="mean seconds between faults (soak: 0 = no faults)")
     parser.add_argument("--faults", default=None,
                         help="comma-separated faults to inject (default: all of them; "
-                             "pg-failover only with --failover)")
+                             "pg-failover only with --failover, pooler-restart only with "
+                             "--pooler, shard-* only with --shards)")
     parser.add_argument("--failover", choices=("sync", "async", "off"), default=None,
                         help="run on a PostgreSQL 15 primary and a streaming standby of the "
                              "run's own, with synchronous or asynchronous replication, and "
@@ -165,7 +166,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("pooler-restart needs a pooler: add --pooler transaction or session")
     if not args.shards and (sharded := [name for name in args.faults
                                         if name.startswith("shard-")]):
-        parser.error(f"{', '.join(sharded)} need(s) shards: add --shards 3")
+        parser.error(f"{', '.join(sharded)} {'needs' if len(sharded) == 1 else 'need'} "
+                     "shards: add --shards 3")
     args.crash_every = max(1, args.tasks // max(3, args.tasks // 1000)) if args.tasks else 10**9
     return args
 

@@ -1,5 +1,5 @@
 """The links the shard faults act on: a proxy that resets its connections (`drop`), and a
-worker's shard URLs rewritten through proxies of its own."""
+worker's shard URLs rewritten through proxies of its own; and the faults that need shards."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.chaos.cli import parse
 from tests.chaos.cluster import Proxies
 from tests.proxy import Proxy
 
@@ -75,3 +76,12 @@ def test_a_workers_shard_urls_go_through_its_proxies_host_for_host() -> None:
                                         f"{second}/atf?target_session_attrs=read-write")
     finally:
         proxies.close()
+
+
+def test_the_shard_faults_come_with_shards_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert not [name for name in parse(["short"]).faults if name.startswith("shard-")]
+    assert {"shard-kill", "shard-failover", "shard-cut"} <= set(
+        parse(["short", "--shards", "3"]).faults)
+    with pytest.raises(SystemExit):
+        parse(["short", "--faults", "shard-cut"])
+    assert "shard-cut needs shards: add --shards 3" in capsys.readouterr().err
