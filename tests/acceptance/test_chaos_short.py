@@ -57,13 +57,14 @@ def test_short_chaos_run_loses_nothing_and_never_overlaps(tmp_path: Path) -> Non
 
 def test_short_chaos_run_on_three_shards_survives_a_shard_killed_failed_over_and_cut(
         tmp_path: Path) -> None:
-    # Given three shards of the run's own, each a primary and a synchronous standby
+    # Given three shards of the run's own, each a primary and a synchronous standby, served
+    # by one consumer, three direct workers and a remote one (fewer processes, a shorter run)
     # When 600 tasks are scheduled while one shard is killed, one fails over and worker 0's
     # link to one is cut
     status, output, summary = run_chaos(
         f"{settings.ATF_TEST_DATABASE_NAME}_chaos_shards", tmp_path, "--shards", "3",
         "--faults", ",".join(SHARD_FAULTS), "--tasks", "600", "--fault-interval", "1.5",
-        timeout_s=240)
+        "--consumers", "1", "--workers", "3", "--remote-workers", "1", timeout_s=240)
     # Then nothing is lost, nothing ran twice at once, no acknowledged schedule vanished
     assert status == 0, output
     counts = dict(item.split("=", 1) for item in summary.split())
