@@ -9,10 +9,10 @@ consumers and the worker processes with short timeouts, and then runs the chosen
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import random
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -172,15 +172,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def api_token(env: dict[str, str], *options: str, user: str = "chaos",
-              team: str = "demo") -> str | None:
-    """A token of `team` (`--worker`: a worker token), or None when `atf_token` does not
-    exist (yet)."""
-    result = subprocess.run([sys.executable, "manage.py", "atf_token", team, user, *options],
-                            cwd=Path(__file__).resolve().parents[2], env=env,
-                            capture_output=True, text=True, timeout=120)
-    lines = result.stdout.strip().splitlines()
-    return lines[-1].strip() if result.returncode == 0 and lines else None
+def api_token(*options: str, user: str = "chaos", team: str = "demo") -> str | None:
+    """A token of `team` (`--worker`: a worker token) made by `atf_token` in this process
+    (whose settings are the run's: a child process would cost a Django start-up), or None when
+    the command refuses."""
+    from django.core.management import CommandError, call_command
+
+    out = io.StringIO()
+    try:
+        call_command("atf_token", team, user, *options, stdout=out, stderr=io.StringIO())
+    except CommandError:
+        return None
+    lines = out.getvalue().strip().splitlines()
+    return lines[-1].strip() if lines else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,12 +254,12 @@ def _run(args: argparse.Namespace, env: dict[str, str], database: ChaosDatabase,
         call_command("migrate", verbosity=0)
     else:
         _prepare_shards(store, database)
-    token = api_token(env)
+    token = api_token()
     cluster = Cluster(env=env, database_nodes=database.nodes,
                       shard_nodes=store.nodes if store else (),
                       workers=args.workers, consumers=args.consumers, threads=args.threads,
                       log_dir=log_dir, remote_workers=args.remote_workers, web_processes=2,
-                      worker_token=api_token(env, "--worker", user="chaos-worker"))
+                      worker_token=api_token("--worker", user="chaos-worker"))
     try:
         cluster.start()
         api = ApiClient(cluster.api_url, token) if token else None
