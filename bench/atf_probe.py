@@ -1,5 +1,6 @@
 """In-process probes of ATF's store: `python -m bench.atf_probe pass ROUNDS DUE`,
-`… explain`, `… reads ROUNDS`, `… prune ROUNDS AGE_S`, `… queue SECONDS` or `… shards`. They
+`… explain`, `… reads ROUNDS`, `… prune ROUNDS AGE_S`, `… queue SECONDS`,
+`… pace SECONDS RATE RETENTION_S` or `… shards`. They
 run in the project's venv with the bench's ATF settings (or any DATABASE_URL) and print one
 JSON line.
 
@@ -28,6 +29,12 @@ JSON line.
   fires for the tasks the first passes enqueued; then the messages in demo.noop's queues
   against its tasks waiting in them (`enqueued`): a queue holds one message a task when a
   task whose message is still there is not pushed again.
+- `pace`: {"scheduled", "finished_per_s", "past_max", "past_per_minute", "waiting_max"}:
+  schedules demo.noop tasks at RATE a second (batches of 1,000) for SECONDS while a fleet
+  whose consumers prune at RETENTION_S (`ATF_RETENTION_S`) drains them; every 10 s it counts
+  the finished tasks past their retention (finished more than RETENTION_S ago) and the tasks
+  not finished. `past_per_minute` is the most past their retention as a share of one
+  minute's tasks (RATE × 60): at most 1 is retention keeping pace.
 - `shards`: {"shards": [alias, ...]}: the task store's shards as the settings name them
   (`ATF_STORE_SHARDS`, which the standalone service makes of `ATF_SHARD_URLS`); null where the
   code has no such setting. It reads the settings only: no database need exist yet.
@@ -272,6 +279,46 @@ def prune(rounds: int, age_s: float) -> dict[str, float]:
             "wal_bytes_per_task": sum(wal) / sum(pruned)}
 
 
+#: Seconds between two counts of the pace probe.
+PACE_SAMPLE_S = 10.0
+
+
+def pace(seconds: float, rate: float, retention_s: float) -> dict[str, float]:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tasks_core import atf, states
+    from tasks_core.models import TaskEntity
+
+    batch = 1_000
+    began = time.monotonic()
+    scheduled, past_max, waiting_max = 0, 0, 0
+    next_sample = began + PACE_SAMPLE_S
+    finished_at_start = TaskEntity.objects.filter(status="success").count()
+    while (now_s := time.monotonic()) < began + seconds:
+        if scheduled < (now_s - began) * rate:
+            atf.schedule_many([{"lambda": "demo.noop", "payload": {}}] * batch)
+            scheduled += batch
+        else:
+            time.sleep(min(batch / rate, 0.05))
+        if now_s >= next_sample:
+            cutoff = timezone.now() - timedelta(seconds=retention_s)
+            past_max = max(past_max, TaskEntity.objects.filter(
+                status__in=list(states.FINAL), finished_at__lt=cutoff).count())
+            waiting_max = max(waiting_max, TaskEntity.objects.filter(
+                status__in=list(states.LIVE)).count())
+            next_sample += PACE_SAMPLE_S
+    # Finished over the run: what the rollup counted (pruned ones included), not the rows.
+    from tasks_core import outcomes
+
+    outcomes.fold(now=timezone.now(), budget_s=float("inf"))
+    finished = sum(n for (_lambda, status), n in outcomes.finished_by_lambda().items()
+                   if status == "success") - finished_at_start
+    return {"scheduled": scheduled, "finished_per_s": finished / seconds, "past_max": past_max,
+            "past_per_minute": past_max / (rate * 60), "waiting_max": waiting_max}
+
+
 def shards() -> dict[str, Any]:
     from django.conf import settings
 
@@ -293,6 +340,8 @@ def main(argv: list[str]) -> None:
         answer = prune(int(argv[2]), float(argv[3]))
     elif argv[1] == "queue":
         answer = queue(float(argv[2]))
+    elif argv[1] == "pace":
+        answer = pace(float(argv[2]), float(argv[3]), float(argv[4]))
     else:
         answer = explain()
     sys.stdout.write(json.dumps(answer) + "\n")

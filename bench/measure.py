@@ -74,6 +74,11 @@ class Plan:
     #: this enqueue timeout (so that it fires for the first passes' tasks more than once).
     queue_seconds: float = 20.0
     queue_enqueue_timeout_s: float = 3.0
+    #: Retention's pace (on request): tasks a second scheduled for this long, pruned past
+    #: this retention, while the drain runs.
+    pace_rate: float = 600.0
+    pace_seconds: float = 1_800.0
+    pace_retention_s: float = 60.0
     #: The machine's limits: single-row inserts, rows updated, Redis round trips.
     limit_inserts: int = 5_000
     limit_updated_rows: int = 50_000

@@ -6,6 +6,7 @@ for a system other than ATF it returns nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -229,3 +230,22 @@ def _labelled(label: str, values: dict[str, float], empty: dict[str, float] | No
 def _log_made(what: str, made: dict[str, float]) -> None:
     logger.info("%s: inserted in %.0f s, vacuumed in %.0f s", what, made["insert_s"],
                 made["vacuum_s"])
+
+
+def retention_pace(target: Target, plan: Plan) -> dict[str, float]:
+    """Whether retention keeps pace with the drain: `pace_rate` tasks a second for
+    `pace_seconds`, drained by the plain fleet whose consumer prunes what finished more than
+    `pace_retention_s` ago (`bench.atf_probe pace`)."""
+    if not _is_atf(target):
+        return {}
+    target.reset()
+    retention = {"ATF_RETENTION_S": str(plan.pace_retention_s)}
+    fleet = Fleet(target.name, [dataclasses.replace(command, env={**command.env, **retention})
+                                for command in target.driver.worker_commands(target.env)])
+    try:
+        with fleet:
+            paced = _probe(target, "pace", str(plan.pace_seconds), str(plan.pace_rate),
+                           str(plan.pace_retention_s), **retention)
+    finally:
+        target.reset()
+    return {f"pace_{key}": value for key, value in paced.items()}

@@ -463,6 +463,23 @@ def _backlog_table(ours: Mapping[str, Mapping[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def pace_table(summaries: Summaries) -> str:
+    """What `retention_pace` measured: the rate, and the most finished tasks seen past their
+    retention against one minute's tasks (target: at most one minute's)."""
+    ours = summaries.get("atf", {})
+    if "pace_past_max" not in ours:
+        return ""
+    rows = [("tasks scheduled", "pace_scheduled", ""),
+            ("tasks finished a second", "pace_finished_per_s", "tasks/s"),
+            ("most tasks not finished at a count", "pace_waiting_max", ""),
+            ("most finished tasks past their retention at a count", "pace_past_max", "")]
+    lines = ["| figure | ATF |", "|---|---|"]
+    lines += [f"| {text} | {_cell(ours[key], unit)} |" for text, key, unit in rows]
+    share = ours["pace_past_per_minute"]["median"]
+    lines.append(f"| … as a share of one minute's tasks (target ≤ 1) | {share:.3f} |")
+    return "\n".join(lines)
+
+
 #: The store-cost counters (per task): key suffix, label, digits shown.
 COST_COUNTERS = (("statements", "statements", 2), ("commits", "commits", 2),
                  ("rows_inserted", "rows inserted", 2), ("rows_updated", "rows updated", 2),
@@ -619,6 +636,7 @@ def write(summaries: Summaries, drivers: list[ModuleType], *, plan: Mapping[str,
         f"{_section(SCALING_TITLE, scaling_table(summaries))}"
         f"{_section(SHARD_TITLE, shard_table(summaries))}"
         f"{_section('Store size: ATF with finished tasks in the table', store_table(summaries))}"
+        f"{_section('Retention at the pace of the drain (ATF)', pace_table(summaries))}"
         f"{_section(CPU_TITLE, cpu_table(summaries, drivers))}"
         f"{_section(COST_TITLE, cost_table(summaries, drivers))}"
         f"How each system was configured:\n\n{options}\n\n"

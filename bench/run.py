@@ -47,7 +47,8 @@ QUICK = measure.Plan(repeats=1, enqueue_n=2_000, rest_single_n=1_000, rest_batch
                      b_rate=5, b_seconds=6, wait_s=60, in_transaction_n=1_000, ramp_n=10_000,
                      ramp_observe_s=6, store_sizes=(100_000,), store_schedule_n=500,
                      pass_rounds=5, read_rounds=5, prune_rounds=3, backlog_delayed=100_000,
-                     backlog_due=10_000, queue_seconds=8.0, limit_inserts=1_000,
+                     backlog_due=10_000, queue_seconds=8.0, pace_seconds=60.0,
+                     pace_retention_s=20.0, limit_inserts=1_000,
                      limit_updated_rows=10_000,
                      limit_round_trips=2_000, cost_n=2_000)
 
@@ -63,7 +64,8 @@ MEASUREMENTS = (*measure.MEASUREMENTS, measure_growth.backlog_ramp, measure_grow
 #: Measurements run only when asked for (named in `--only`, or `--shards` given without it;
 #: the kill only where a count is above 1): they start a PostgreSQL cluster per shard, each in
 #: a CPU quota (root, cgroup v1).
-ON_REQUEST = (shard_scaling.shard_scaling, shard_scaling.shard_kill)
+ON_REQUEST = (shard_scaling.shard_scaling, shard_scaling.shard_kill,
+              measure_growth.retention_pace)
 #: Measurements run once per run, not once per repetition (their sizes are generated once,
 #: or they only draw a curve).
 ONCE = ("scale_curve", "store_size")
@@ -92,6 +94,9 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
                              f"{measure.Plan.shard_cpu}; 0: no quota, on a machine of many "
                              "cores)")
     parser.add_argument("--repeats", type=int, help="repetitions (default 3, --quick 1)")
+    parser.add_argument("--pace-seconds", type=float,
+                        help="retention_pace: how long the drain runs (default "
+                             f"{measure.Plan.pace_seconds:.0f}, --quick 60)")
     parser.add_argument("--backlog", type=int, help="isolation: size of lambda A's backlog")
     parser.add_argument("--tasks", type=int, help="enqueue and drain: number of tasks")
     parser.add_argument("--store-sizes", default="",
@@ -119,6 +124,8 @@ def _plan(args: argparse.Namespace) -> measure.Plan:
         changes["backlog_n"] = args.backlog
     if args.tasks:
         changes.update(enqueue_n=args.tasks, drain_n=args.tasks)
+    if args.pace_seconds:
+        changes["pace_seconds"] = args.pace_seconds
     if args.store_sizes:
         changes["store_sizes"] = tuple(sorted(int(n) for n in args.store_sizes.split(",")))
     if args.shards:

@@ -106,6 +106,15 @@ def test_store_table_ends_with_the_backlog_against_the_empty_table():
     assert "(5,050 messages, 5,000 tasks) | — | 1.010 | ≤ 1.01 |" in text
 
 
+def test_pace_table_says_how_far_retention_fell_behind_in_minutes_of_tasks():
+    figures = {"pace_scheduled": 36_000.0, "pace_finished_per_s": 598.0, "pace_waiting_max": 900.0,
+               "pace_past_max": 18_000.0, "pace_past_per_minute": 0.5}
+    text = report.pace_table({"atf": {key: _summary(v) for key, v in figures.items()}})
+    assert "| most finished tasks past their retention at a count | 18,000 |" in text
+    assert "| … as a share of one minute's tasks (target ≤ 1) | 0.500 |" in text
+    assert report.pace_table({"atf": {}}) == ""
+
+
 @pytest.mark.parametrize(("size", "label"), [(0, "0"), (100_000, "100k"),
                                              (1_000_000, "1M"), (10_000_000, "10M"),
                                              (1_500, "1500")])
