@@ -66,6 +66,8 @@ MEASUREMENTS = (*measure.MEASUREMENTS, measure_growth.backlog_ramp, measure_grow
 #: a CPU quota (root, cgroup v1).
 ON_REQUEST = (shard_scaling.shard_scaling, shard_scaling.shard_kill,
               measure_growth.retention_pace)
+#: Measurements that make stores of their own (the shards' clusters), not the system's database.
+OWN_STORES = (shard_scaling.shard_scaling, shard_scaling.shard_kill)
 #: Measurements run once per run, not once per repetition (their sizes are generated once,
 #: or they only draw a curve).
 ONCE = ("scale_curve", "store_size")
@@ -168,7 +170,7 @@ def _require_shards(plan: measure.Plan, targets: list[measure.Target]) -> None:
 def _targets(names: list[str], redis_url: str, pg_url: str, plan: measure.Plan, *,
              prefix: str, set_up: bool = True) -> list[measure.Target]:
     """The systems, each with its database on `pg_url` made and set up (`set_up`: the
-    measurements chosen use it; those ON_REQUEST make stores of their own)."""
+    measurements chosen use it; those of OWN_STORES do not)."""
     targets = []
     for name in names:
         driver = drivers.load(name)
@@ -261,8 +263,8 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
                 estimate.seconds(plan, names, planned, once=ONCE) / 60, ", ".join(planned),
                 ", ".join(names))
     targets = _targets(names, redis_url, args.pg_url, plan, prefix=args.db_prefix,
-                       set_up=any(m not in ON_REQUEST for m in chosen))
-    if any(m in ON_REQUEST for m in chosen):
+                       set_up=any(m not in OWN_STORES for m in chosen))
+    if any(m in OWN_STORES for m in chosen):
         _require_shards(plan, targets)
     runner = Runner(plan, targets, redis_url, args.pg_url, prefix=args.db_prefix)
     load_at_start, started = os.getloadavg()[0], time.monotonic()
