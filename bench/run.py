@@ -69,8 +69,8 @@ ON_REQUEST = (shard_scaling.shard_scaling, shard_scaling.shard_kill,
 #: Measurements that make stores of their own (the shards' clusters), not the system's database.
 OWN_STORES = (shard_scaling.shard_scaling, shard_scaling.shard_kill)
 #: Measurements run once per run, not once per repetition (their sizes are generated once,
-#: or they only draw a curve).
-ONCE = ("scale_curve", "store_size")
+#: or they only draw a curve, or they run for half an hour).
+ONCE = ("scale_curve", "store_size", "retention_pace")
 #: Redis database of the machine's limits on the bench's own server.
 LIMITS_REDIS_DB = 8
 
