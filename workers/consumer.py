@@ -206,6 +206,8 @@ class Consumer:
         self._backlogged: set[int] = set()  #: lambdas the last pass left due rows of
         self._teams_seen_s: dict[int, float] = {}  #: teams with due rows: when last seen
         self._housekept_s = 0.0
+        #: The last round of retention left tasks past it (see `_prune`).
+        self.retention_behind = False
         self._periodic_due_s = 0.0  #: monotonic time of the next look for periodic tasks
         self._paused: list[int] = []  #: lambdas whose gate the last pass found paused
         self._pass_now = clock()  #: the time the last pass looked for due rows at
@@ -368,10 +370,24 @@ class Consumer:
             logger.info("marked %d worker(s) gone (not seen for %ss)", gone,
                         atf_settings.worker_stale_s)
         outcomes.fold(now=now)
-        if pruned := retention.prune(now=now, budget_s=retention.PRUNE_BUDGET_S,
-                                     batch_size=PRUNE_BATCH_SIZE):
+        if pruned := self._prune(now):
             logger.info("pruned %d finished task(s) past their retention", pruned)
         flow_starts.prune(budget_s=FLOW_STARTS_BUDGET_S, batch_size=PRUNE_BATCH_SIZE)
+
+    def _prune(self, now: datetime) -> int:
+        """One round of retention within its budget; notes whether tasks past the retention
+        are left (`retention_behind`: the loop then prunes again after each pass instead of
+        sleeping, until it has caught up)."""
+        pruned = retention.prune(now=now, budget_s=retention.PRUNE_BUDGET_S,
+                                 batch_size=PRUNE_BATCH_SIZE)
+        self.retention_behind = bool(pruned) and retention.behind(now=now)
+        return pruned
+
+    def catch_up_retention(self) -> None:
+        """Another round of retention, on the loop's shard, between two passes."""
+        with shards.using(self.shard):
+            pruned = self._prune(self.clock())
+        logger.debug("pruned %d more finished task(s) past their retention", pruned)
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -398,8 +414,9 @@ class Consumer:
         return min(self.poll_interval_s, (soonest - self.clock()).total_seconds())
 
     def _sleep(self, summary: PassSummary) -> None:
-        """Sleep as long as seconds_to_sleep() says, or until a wake-up comes."""
-        wait_s = self.seconds_to_sleep(summary)
+        """Sleep as long as seconds_to_sleep() says, or until a wake-up comes; not at all while
+        retention is behind (the next round of it comes after the next pass)."""
+        wait_s = 0.0 if self.retention_behind else self.seconds_to_sleep(summary)
         if wait_s > 0 and self.wake.wait(wait_s):
             self.wake.clear()
 
@@ -420,6 +437,8 @@ class Consumer:
                     consumer_liveness.passed(self._pass_now)
                     self.housekeep(self.clock())
                     self._housekept_s = time.monotonic()
+                elif self.retention_behind:
+                    self.catch_up_retention()
                 # Periodic occurrences become ordinary tasks, due at their own time (a task due
                 # now wakes the next pass).
                 if self.periodic and (started_s := time.monotonic()) >= self._periodic_due_s:
