@@ -44,6 +44,7 @@ from tests.acceptance.test_workers import overlapping
 from tests.conftest import Processes, race, subprocess_env, wait_for
 from tests.integration.tasks_api.test_api_support import Member, member
 from tests.ports import free_port
+from tests.remote import start_api, worker_env, worker_token
 from tests.shard_clusters import Clusters
 from workers.consumer import Consumer
 
@@ -444,6 +445,58 @@ def test_a_worker_stops_a_dead_shards_running_tasks_and_keeps_the_others(
         == set(long)
     assert "so no task can run twice at once" not in log.read_text()
     assert consumer.poll() is None
+
+
+def test_a_remote_worker_spares_a_dead_shard_through_the_api_without_replacing_itself(
+        sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
+    # Given the API under gunicorn (its connections from a pool per shard), a consumer, and a
+    # remote worker running two long tasks on shard1 and two shorter ones on shard2
+    env = shard_env(sharded, ATF_HEARTBEAT_INTERVAL_S="1", ATF_HEARTBEAT_TIMEOUT_S="6",
+                    ATF_ENQUEUE_TIMEOUT_S="5", ATF_POLL_INTERVAL_S="0.2")
+    held = {"shard1": {"seconds": 12}, "shard2": {"seconds": 6}}
+    ids = {}
+    for alias, payload in held.items():
+        with transaction.atomic(using=alias):
+            ids[alias] = {atf.schedule("demo.record", {"key": "demo:ran", "started_key":
+                                                       "demo:began", **payload}).pk
+                          for _n in range(2)}
+    url = start_api(processes, env)
+    processes.start("runconsumer", env=env)
+    host_env = {key: value for key, value in worker_env(env, worker_token()).items()
+                if key != "ATF_SHARD_URLS"}  # a lambda host knows no database
+    worker = processes.start("runworker", "demo.record", "--threads", "6", "--api", url,
+                             env=host_env)
+    wait_for(lambda: redis_client.llen("demo:began") == 4, timeout_s=60,
+             message="the four tasks running")
+    victim, log = sharded.nodes[1], Path(worker.log_path)  # type: ignore[attr-defined]
+    # When shard1's server dies, and short tasks keep coming to shard0 and shard2
+    victim.fence()
+    try:
+        for alias in ("shard0", "shard2"):
+            with transaction.atomic(using=alias):
+                atf.schedule_many([{"lambda": "demo.record",
+                                    "payload": {"key": "demo:ran", "seconds": 0.01}}] * 50)
+        # Then the worker stops shard1's two lambdas within its budget for that shard
+        wait_for(lambda: log.read_text().count("its lambda stopped") == 2, timeout_s=30,
+                 message="shard1's lambdas stopped")
+        # and the other shards' tasks all finish meanwhile, shard2's long ones included
+        wait_for(lambda: done_on(sharded, [0, 2]) == 102, timeout_s=60,
+                 message="the other shards' tasks done while shard1 is down")
+        # without the worker replacing itself: its heartbeats kept renewing shard2's tasks
+        assert "so no task can run twice at once" not in log.read_text()
+        assert worker.poll() is None
+    finally:
+        victim.start()
+        connections["shard1"].close()
+    # And once shard1 is back, its tasks run again (after their heartbeat timeout) and succeed
+    wait_for(lambda: statuses_on_nodes(sharded, [1])[1] == {"success": 2}, timeout_s=120,
+             message="shard1's tasks done after its return")
+    lines = [json.loads(line) for line in redis_client.lrange("demo:ran", 0, -1)]
+    assert {line["task_id"] for line in lines} == set().union(*ids_on(sharded))
+    assert {line["task_id"] for line in lines} >= ids["shard1"] | ids["shard2"]
+    assert overlapping(lines) == []
+    assert "so no task can run twice at once" not in log.read_text()
+    assert worker.poll() is None
 
 
 # --- reads -----------------------------------------------------------------------------------
