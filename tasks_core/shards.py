@@ -277,6 +277,7 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
             logger.debug("shard %s unreachable: %s", alias, exc)
             with contextlib.suppress(Exception):  # a broken connection: the next opens anew
                 connections[alias].close()
+            _drop_broken(alias)
         else:
             outages.answered(alias)
     return answers
@@ -301,6 +302,17 @@ def _pool_answers(alias: str) -> None:
         raise OperationalError(f"no connection to shard {alias} within {POOL_WAIT_S}s") \
             from exc
     pool.putconn(pooled)
+
+
+def _drop_broken(alias: str) -> None:
+    """Where the connections of `alias` come from a pool, check its idle ones now and drop
+    those that broke with the shard (a restart or failover breaks them all): the pool hands
+    them out first, and a request that draws several in a row waits a growing backoff between
+    them (1 s, 2 s, ...), up to the pool's timeout. The pool replaces each at once."""
+    pool = getattr(connections[alias], "pool", None)
+    if pool is not None:
+        with contextlib.suppress(Exception):  # a pool closed meanwhile: nothing to check
+            pool.check()
 
 
 def unreachable(exc: Exception) -> bool:

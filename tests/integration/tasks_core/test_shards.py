@@ -25,6 +25,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tasks_api.models import Scope
 from tasks_core import (
     atf,
     checks,
@@ -42,7 +43,7 @@ from tasks_core.exceptions import InvalidTask
 from tasks_core.models import Lambda, TaskEntity
 from tests.acceptance.test_workers import overlapping
 from tests.conftest import Processes, race, subprocess_env, wait_for
-from tests.integration.tasks_api.test_api_support import Member, member
+from tests.integration.tasks_api.test_api_support import Member, member, token_client
 from tests.ports import free_port
 from tests.remote import start_api, worker_env, worker_token
 from tests.shard_clusters import Clusters
@@ -322,6 +323,45 @@ def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
         monkeypatch.setattr(connections["shard1"], "ensure_connection", None)
         assert store.heartbeat(leases, now=timezone.now(), unreached=again) == set()
         assert again == {on_one}
+
+
+def test_the_worker_api_answers_the_shards_it_reaches_and_names_the_tasks_of_one_it_cannot(
+        sharded: Clusters, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shards, "outages", type(shards.outages)())
+    # Given a remote worker of team alpha running a task on each of shard1 and shard2
+    who = member("alpha")
+    shards.mirror()
+    client = token_client(who.user, who.team, scope=Scope.WORKER)
+    assert client.post("/api/v1/worker/register/", {
+        "worker": "w1", "host": "h", "pid": 1, "lambdas": [who.lam.name], "threads": 2},
+        format="json").status_code == 201
+    running = {}
+    for alias in ("shard1", "shard2"):
+        with transaction.atomic(using=alias):
+            pk = atf.schedule(who.lam.name).pk
+        TaskEntity.objects.using(alias).filter(pk=pk).update(
+            status="processing", worker="w1", lease=7, started_at=timezone.now())
+        running[alias] = pk
+    leases = [{"id": pk, "lease": 7} for pk in running.values()]
+    ends = [{**lease, "outcome": "success", "result": None} for lease in leases]
+    with unreachable("shard1"):
+        # When the worker's heartbeat and results reach the API while shard1 is down
+        beat = client.post("/api/v1/worker/heartbeat/", {"worker": "w1", "tasks": leases},
+                           format="json").json()
+        finished = client.post("/api/v1/worker/finish/", {"worker": "w1", "results": ends},
+                               format="json").json()
+    # Then shard2's task is renewed and finished, and shard1's is named unreached: neither
+    # lost nor refused (its result is answered null, to be sent again)
+    assert beat == {"lost": [], "cancel": [], "unreached": [running["shard1"]]}
+    assert finished == {"results": [{"id": running["shard1"], "status": None},
+                                    {"id": running["shard2"], "status": "success"}],
+                        "unreached": [running["shard1"]]}
+    assert statuses_on_nodes(sharded, [1, 2]) == {1: {"processing": 1}, 2: {"success": 1}}
+    # And once shard1 answers again, the answers are as they always were
+    monkeypatch.setattr(shards, "outages", type(shards.outages)())
+    again = client.post("/api/v1/worker/finish/", {"worker": "w1", "results": ends[:1]},
+                        format="json").json()
+    assert again == {"results": [{"id": running["shard1"], "status": "success"}]}
 
 
 def test_a_tokens_bound_counts_what_its_workers_hold_on_every_shard(sharded: Clusters) -> None:
