@@ -24,6 +24,8 @@ _URL = re.compile(r"^(?P<scheme>[a-z0-9+.-]+://)(?:(?P<userinfo>[^@/]*)@)?(?P<ho
 #: One entry of the hosts list: `host`, `host:port`, `[v6]` or `[v6]:port`.
 _HOST = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<name>[^:\[\]]*))(?::(?P<port>\d+))?$")
 DEFAULT_PORT = "5432"
+#: A comma that begins the next URL of a list (`scheme://` follows it), not a host's.
+_NEXT_URL = re.compile(r",\s*(?=[a-z][a-z0-9+.-]*://)", re.IGNORECASE)
 
 
 def parse(url: str, **options: Any) -> dj_database_url.DBConfig:
@@ -49,6 +51,12 @@ def parse(url: str, **options: Any) -> dj_database_url.DBConfig:
     config["HOST"] = ",".join(hosts)
     config["PORT"] = ",".join(ports)
     return config
+
+
+def split_list(urls: str) -> list[str]:
+    """The URLs of a comma-separated list (ATF_SHARD_URLS), each of which may name several
+    hosts: a comma followed by `scheme://` begins the next URL, any other is a host's."""
+    return [url.strip() for url in _NEXT_URL.split(urls) if url.strip()]
 
 
 def compose(database: Mapping[str, Any], *, scheme: str = "postgres") -> str:

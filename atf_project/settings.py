@@ -161,9 +161,9 @@ DATABASES = {"default": _database}
 
 #: A store sharded across several PostgreSQL primaries (tasks_core.shards): their URLs,
 #: comma-separated, become the aliases shard0, shard1, ... in this order (slot 0 first); a URL
-#: equal to DATABASE_URL is `default` itself. DATABASE_URL keeps the control data.
-_SHARD_URLS = [url.strip() for url in os.environ.get("ATF_SHARD_URLS", "").split(",")
-               if url.strip()]
+#: equal to DATABASE_URL is `default` itself. DATABASE_URL keeps the control data. A shard's
+#: URL may name its primary and standbys (several hosts, as DATABASE_URL may).
+_SHARD_URLS = database_url.split_list(os.environ.get("ATF_SHARD_URLS", ""))
 if _SHARD_URLS:
     ATF_STORE_SHARDS = []
     for _slot, _url in enumerate(_SHARD_URLS):

@@ -1,14 +1,19 @@
 """In-process probes of ATF's store: `python -m bench.atf_probe pass ROUNDS DUE`,
-`… explain`, `… reads ROUNDS`, `… prune ROUNDS AGE_S` or `… shards`. They run in the project's
-venv with the bench's ATF settings (or any DATABASE_URL) and print one JSON line.
+`… explain`, `… reads ROUNDS`, `… prune ROUNDS AGE_S`, `… queue SECONDS`,
+`… pace SECONDS RATE RETENTION_S` or `… shards`. They
+run in the project's venv with the bench's ATF settings (or any DATABASE_URL) and print one
+JSON line.
 
-- `pass`: {"idle_ms", "busy_ms"}: the median time of a consumer pass with nothing due, and of
-  one that enqueues DUE no-op tasks (scheduled due now before it, not timed). A pass reads the
-  gates, takes the due rows, marks them enqueued and pushes them to Redis.
+- `pass`: {"idle_ms", "busy_ms", "claim_ms"}: the median time of a consumer pass with nothing
+  due, of one that enqueues DUE no-op tasks (scheduled due now before it, not timed; in a
+  store with a due backlog it enqueues DUE of the backlog's, the earliest due), and of the
+  claim of the DUE tasks that pass enqueued (one `store.claim`, as a worker claims what it
+  popped). A pass reads the gates, takes the due rows, marks them enqueued and pushes them
+  to Redis.
 - `explain`: {"due": plan, "mark_enqueued": …, "claim": …, "start": …, "finish": …}: the
-  `EXPLAIN (ANALYZE, BUFFERS)` of each prepared statement of the hot path as ten tasks go
-  through one consumer pass, a claim, a start and a finish: each statement is explained (and
-  rolled back) just before it runs for real, with the same parameters.
+  `EXPLAIN (ANALYZE, BUFFERS)` of each of the store's own statements of the hot path as ten
+  tasks go through one consumer pass, a claim, a start and a finish: each statement is
+  explained (and rolled back) just before it runs for real, with the same parameters.
 - `reads`: {"metrics_p50_ms", "metrics_p95_ms", "lambdas_…", "dashboard_…"}: GET /metrics,
   GET /api/v1/lambdas/ and the console dashboard's data (what its page polls), in-process
   through Django's test client as a superuser (every team), ROUNDS rounds of the three in turn
@@ -19,6 +24,17 @@ venv with the bench's ATF settings (or any DATABASE_URL) and print one JSON line
   housekeeps once a HOUSEKEEPING_INTERVAL_S, so its rate is a round's tasks over the longer of
   that interval and the round. WAL is the records of this database's tables and indexes
   (pg_walinspect, PostgreSQL 15+), commit records left out.
+- `queue`: {"queued", "waiting", "per_waiting"}: consumer passes for SECONDS with nobody
+  claiming, so that the enqueue timeout (`ATF_ENQUEUE_TIMEOUT_S`: set it well below SECONDS)
+  fires for the tasks the first passes enqueued; then the messages in demo.noop's queues
+  against its tasks waiting in them (`enqueued`): a queue holds one message a task when a
+  task whose message is still there is not pushed again.
+- `pace`: {"scheduled", "finished_per_s", "past_max", "past_per_minute", "waiting_max"}:
+  schedules demo.noop tasks at RATE a second (batches of 1,000) for SECONDS while a fleet
+  whose consumers prune at RETENTION_S (`ATF_RETENTION_S`) drains them; every 10 s it counts
+  the finished tasks past their retention (finished more than RETENTION_S ago) and the tasks
+  not finished. `past_per_minute` is the most past their retention as a share of one
+  minute's tasks (RATE × 60): at most 1 is retention keeping pace.
 - `shards`: {"shards": [alias, ...]}: the task store's shards as the settings name them
   (`ATF_STORE_SHARDS`, which the standalone service makes of `ATF_SHARD_URLS`); null where the
   code has no such setting. It reads the settings only: no database need exist yet.
@@ -48,28 +64,78 @@ def _setup() -> None:
     lambda_sync.sync_to_store()
 
 
+def _enqueued() -> dict[int, int]:
+    """Task id -> lease of every task waiting in a queue."""
+    from tasks_core.models import TaskEntity
+
+    return dict(TaskEntity.objects.filter(status="enqueued").values_list("pk", "lease"))
+
+
+def _messages(before: dict[int, int]) -> list[Any]:
+    """The messages of the tasks enqueued since `before` (_enqueued()): in a store with a due
+    backlog a pass takes the earliest due of it, not the tasks the probe scheduled."""
+    from tasks_core.queues.base import Message
+
+    return [Message(task_id=pk, lease=lease) for pk, lease in _enqueued().items()
+            if pk not in before]
+
+
 def passes(rounds: int, due: int) -> dict[str, float]:
-    from tasks_core import atf
+    from django.utils import timezone
+
+    from tasks_core import atf, directory, store
     from workers.consumer import Consumer
 
     consumer = Consumer(batch_size=due, poll_interval_s=1.0)
     consumer.run_pass()  # connections opened and statements prepared before the clock starts
-    idle, busy = [], []
-    for _ in range(rounds):
+    lambda_ids = [directory.by_name("demo.noop").id]
+    idle, busy, claims = [], [], []
+    for round_ in range(rounds):
         started = time.perf_counter()
         consumer.run_pass()
         idle.append(time.perf_counter() - started)
         atf.schedule_many([{"lambda": "demo.noop", "payload": {}}] * due)
+        before = _enqueued()
         started = time.perf_counter()
         summary = consumer.run_pass()
         busy.append(time.perf_counter() - started)
         if summary.enqueued != due:
             raise SystemExit(f"a pass enqueued {summary.enqueued} of {due} due tasks")
-    return {"idle_ms": statistics.median(idle) * 1000, "busy_ms": statistics.median(busy) * 1000}
+        messages = _messages(before)
+        started = time.perf_counter()
+        claimed = store.claim(messages, worker=f"bench-probe-{round_}", lambda_ids=lambda_ids,
+                              now=timezone.now())
+        claims.append(time.perf_counter() - started)
+        if len(claimed) != due:
+            raise SystemExit(f"a claim took {len(claimed)} of {due} enqueued tasks")
+    return {"idle_ms": statistics.median(idle) * 1000, "busy_ms": statistics.median(busy) * 1000,
+            "claim_ms": statistics.median(claims) * 1000}
+
+
+def queue(seconds: float) -> dict[str, float]:
+    from django.utils import timezone
+
+    from tasks_core import stats
+    from tasks_core.models import TaskEntity
+    from workers.consumer import Consumer
+
+    consumer = Consumer(batch_size=5_000, poll_interval_s=0.1)
+    began = timezone.now()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        consumer.run_pass()
+    queued = sum(stats.queue_depths(["demo.noop"]).get("demo.noop", {}).values())
+    # Those these passes enqueued (one kept in its queue keeps its enqueued_at); not those
+    # an earlier probe enqueued, whose messages went with its Redis database.
+    waiting = TaskEntity.objects.filter(status="enqueued", enqueued_at__gte=began).count()
+    if not waiting:
+        raise SystemExit("no task was waiting in a queue: schedule some due tasks first")
+    return {"queued": queued, "waiting": waiting, "per_waiting": queued / waiting}
 
 
 class _Explainer:
-    """While active, each prepared statement the store runs is first run under
+    """While active, each statement of the store's own (run with `prepare` true or false, as
+    ATF_DB_PREPARED_STATEMENTS says) is first run under
     `EXPLAIN (ANALYZE, BUFFERS)` and rolled back (a savepoint, or a transaction of its own),
     then for real; the plans are kept in order."""
 
@@ -85,7 +151,7 @@ class _Explainer:
         explainer, original = self, self.original
 
         def execute(cursor: Any, query: Any, params: Any = None, **options: Any) -> Any:
-            if options.get("prepare"):
+            if options.get("prepare") is not None:  # one of the store's own statements
                 explainer.plans.append(explainer.plan(cursor, query, params))
             return original(cursor, query, params, **options)
 
@@ -109,7 +175,7 @@ class _Explainer:
 
     def take(self, name: str) -> str:
         if not self.plans:
-            raise SystemExit(f"the store ran no prepared statement for {name}")
+            raise SystemExit(f"the store ran none of its own statements for {name}")
         return self.plans.pop(0)
 
 
@@ -117,19 +183,17 @@ def explain() -> dict[str, str]:
     from django.utils import timezone
 
     from tasks_core import atf, directory, store
-    from tasks_core.models import TaskEntity
-    from tasks_core.queues.base import Message
     from tasks_core.store.values import Outcome, Result
     from workers.consumer import Consumer
 
     consumer = Consumer(batch_size=10, poll_interval_s=1.0)
-    ids = [task.pk for task in atf.schedule_many([{"lambda": "demo.noop", "payload": {}}] * 10)]
+    atf.schedule_many([{"lambda": "demo.noop", "payload": {}}] * 10)
+    before = _enqueued()
     plans: dict[str, str] = {}
     with _Explainer() as explainer:
         consumer.run_pass()
         plans["due"], plans["mark_enqueued"] = explainer.take("due"), explainer.take("mark")
-        messages = [Message(task_id=pk, lease=lease) for pk, lease in
-                    TaskEntity.objects.filter(pk__in=ids).values_list("pk", "lease")]
+        messages = _messages(before)
         explainer.plans.clear()
         now = timezone.now()
         claimed = store.claim(messages, worker="bench-probe",
@@ -215,6 +279,46 @@ def prune(rounds: int, age_s: float) -> dict[str, float]:
             "wal_bytes_per_task": sum(wal) / sum(pruned)}
 
 
+#: Seconds between two counts of the pace probe.
+PACE_SAMPLE_S = 10.0
+
+
+def pace(seconds: float, rate: float, retention_s: float) -> dict[str, float]:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tasks_core import atf, states
+    from tasks_core.models import TaskEntity
+
+    batch = 1_000
+    began = time.monotonic()
+    scheduled, past_max, waiting_max = 0, 0, 0
+    next_sample = began + PACE_SAMPLE_S
+    finished_at_start = TaskEntity.objects.filter(status="success").count()
+    while (now_s := time.monotonic()) < began + seconds:
+        if scheduled < (now_s - began) * rate:
+            atf.schedule_many([{"lambda": "demo.noop", "payload": {}}] * batch)
+            scheduled += batch
+        else:
+            time.sleep(min(batch / rate, 0.05))
+        if now_s >= next_sample:
+            cutoff = timezone.now() - timedelta(seconds=retention_s)
+            past_max = max(past_max, TaskEntity.objects.filter(
+                status__in=list(states.FINAL), finished_at__lt=cutoff).count())
+            waiting_max = max(waiting_max, TaskEntity.objects.filter(
+                status__in=list(states.LIVE)).count())
+            next_sample += PACE_SAMPLE_S
+    # Finished over the run: what the rollup counted (pruned ones included), not the rows.
+    from tasks_core import outcomes
+
+    outcomes.fold(now=timezone.now(), budget_s=float("inf"))
+    finished = sum(n for (_lambda, status), n in outcomes.finished_by_lambda().items()
+                   if status == "success") - finished_at_start
+    return {"scheduled": scheduled, "finished_per_s": finished / seconds, "past_max": past_max,
+            "past_per_minute": past_max / (rate * 60), "waiting_max": waiting_max}
+
+
 def shards() -> dict[str, Any]:
     from django.conf import settings
 
@@ -234,6 +338,10 @@ def main(argv: list[str]) -> None:
         answer = reads(int(argv[2]))
     elif argv[1] == "prune":
         answer = prune(int(argv[2]), float(argv[3]))
+    elif argv[1] == "queue":
+        answer = queue(float(argv[2]))
+    elif argv[1] == "pace":
+        answer = pace(float(argv[2]), float(argv[3]), float(argv[4]))
     else:
         answer = explain()
     sys.stdout.write(json.dumps(answer) + "\n")

@@ -117,6 +117,7 @@ PER_SYSTEM: dict[str, Estimator] = {
     "store_size": _atf_only(_store_size_s),
     "shard_scaling": _atf_only(_shard_scaling_s),
     "shard_kill": _atf_only(_shard_kill_s),
+    "retention_pace": _atf_only(lambda plan, s: plan.pace_seconds + 2 * FLEET_S),
     "store_cost_per_task": lambda plan, system: (
         plan.cost_n / ENQUEUE[system] + plan.cost_n / DRAIN[system] + 2 * FLEET_S
         if system in POSTGRES_STORES else 0.0),

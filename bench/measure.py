@@ -63,6 +63,22 @@ class Plan:
     store_schedule_n: int = 2_000
     pass_rounds: int = 10
     pass_due: int = 500
+    #: Rounds of the three reads (`/metrics`, `GET /lambdas/`, the dashboard) at each size.
+    read_rounds: int = 20
+    #: Retention rounds timed at each size above 0 (each prunes the oldest finished tasks).
+    prune_rounds: int = 5
+    #: The backlog at the end of the store size: tasks delayed (due in a day), tasks due.
+    backlog_delayed: int = 10_000_000
+    backlog_due: int = 1_000_000
+    #: The queue's length against its backlog: passes for this long, nobody claiming, with
+    #: this enqueue timeout (so that it fires for the first passes' tasks more than once).
+    queue_seconds: float = 20.0
+    queue_enqueue_timeout_s: float = 3.0
+    #: Retention's pace (on request): tasks a second scheduled for this long, pruned past
+    #: this retention, while the drain runs.
+    pace_rate: float = 600.0
+    pace_seconds: float = 1_800.0
+    pace_retention_s: float = 60.0
     #: The machine's limits: single-row inserts, rows updated, Redis round trips.
     limit_inserts: int = 5_000
     limit_updated_rows: int = 50_000

@@ -6,6 +6,7 @@ for a system other than ATF it returns nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -28,6 +29,18 @@ RAMP_FRACTION = 0.9
 RELEASE_MARGIN_S = 5.0
 #: Lambda of the generated finished tasks.
 GENERATED_LAMBDA = "demo.noop"
+#: The reads' figures (bench.atf_probe reads) kept at each store size.
+READS = ("metrics_p95_ms", "lambdas_p95_ms", "dashboard_p95_ms")
+#: The generated history spans this long, ending now: a week, ATF's default retention, so
+#: that the reads' windows (the dashboard's hour, /metrics' five minutes) hold the share of it
+#: that a store finishing that many tasks a week holds (20M: 33 tasks a second).
+HISTORY_SPAN_S = 7 * 86_400.0
+#: Retention at each size prunes finished tasks older than this: the oldest tenth of them.
+PRUNE_AGE_S = 0.9 * HISTORY_SPAN_S
+#: The backlog's delayed tasks fall due this long after they are made (never, in the run).
+DELAYED_BY_S = 86_400.0
+#: The backlog's due tasks fell due this long before they are made.
+DUE_SINCE_S = 3_600.0
 #: Where the store-size run writes the plans of the hot statements.
 PLANS = report.RESULTS / "plans.md"
 
@@ -83,70 +96,156 @@ def backlog_ramp(target: Target, plan: Plan) -> dict[str, float]:
     return {"ramp_s": ramp_s, "ramp_steady": steady}
 
 
-def _probe(target: Target, *args: str) -> dict:
-    """Run `python -m bench.atf_probe ARGS` in ATF's venv; its JSON answer."""
+def _probe(target: Target, *args: str, **environment: str) -> dict:
+    """Run `python -m bench.atf_probe ARGS` in ATF's venv (with `environment` added); its
+    JSON answer."""
     done = subprocess.run([target.python(), "-m", "bench.atf_probe", *args], cwd=ROOT,
-                          env={**os.environ, **target.driver.variables(target.env)},
-                          capture_output=True, text=True, timeout=600, check=False)
+                          env={**os.environ, **target.driver.variables(target.env),
+                               **environment},
+                          capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"atf_probe {' '.join(args)} failed: {done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _figures_at(target: Target, plan: Plan, size: int) -> dict[str, float]:
-    """Pass time, `schedule()` in its own transaction, and the drain, with `size` finished
-    tasks (ids 1..size) in the table; each measurement's own tasks are deleted after it."""
-    store_rows.forget_above(target.env.pg_dsn, size)
-    passes = _probe(target, "pass", str(plan.pass_rounds), str(plan.pass_due))
-    store_rows.forget_above(target.env.pg_dsn, size)
-    services.flush(target.env.redis_url)
-    seconds = target.produce(task="record", key="enq", n=plan.store_schedule_n, mode="burst")
-    store_rows.forget_above(target.env.pg_dsn, size)
+    """Pass time, a claim, `schedule()` in its own transaction, the three reads, retention
+    (above 0) and the drain, with `size` finished tasks (ids 1..size) in the table; each
+    measurement's own tasks are deleted after it."""
+    figures = _hot_path(target, plan, size)
+    reads = _probe(target, "reads", str(plan.read_rounds))
+    figures.update({key: reads[key] for key in READS})
+    if size:
+        pruned = _probe(target, "prune", str(plan.prune_rounds), str(PRUNE_AGE_S))
+        figures["prune_per_s"] = pruned["per_s_pruning"]
+        figures["prune_wal_bytes"] = pruned["wal_bytes_per_task"]
     drained = drain_with(target, plan, target.fleet(), keep_rows=True)
     store_rows.forget_above(target.env.pg_dsn, size)
+    return {**figures, "drain": drained}
+
+
+def _hot_path(target: Target, plan: Plan, generated: int) -> dict[str, float]:
+    """The consumer pass (idle and busy), the claim and `schedule()`, with `generated` tasks
+    made by bench.store_rows in the table (they stay; the measurements' own are deleted)."""
+    store_rows.forget_above(target.env.pg_dsn, generated)
+    passes = _probe(target, "pass", str(plan.pass_rounds), str(plan.pass_due))
+    store_rows.forget_above(target.env.pg_dsn, generated)
+    services.flush(target.env.redis_url)
+    seconds = target.produce(task="record", key="enq", n=plan.store_schedule_n, mode="burst")
+    store_rows.forget_above(target.env.pg_dsn, generated)
     return {"pass_idle_ms": passes["idle_ms"], "pass_busy_ms": passes["busy_ms"],
-            "schedule_ms": seconds / plan.store_schedule_n * 1000, "drain": drained}
+            "claim_ms": passes["claim_ms"],
+            "schedule_ms": seconds / plan.store_schedule_n * 1000}
 
 
-def _write_plans(plans: dict[str, str], size: int) -> None:
-    """The hot statements' plans at `size` finished tasks, to results/plans.md."""
+def _plans_section(plans: dict[str, str], title: str) -> str:
     body = "\n\n".join(f"### {name}\n\n```\n{plan}\n```" for name, plan in plans.items())
+    return f"## {title}\n\n{body}\n"
+
+
+def _write_plans(sections: list[str]) -> None:
+    """The hot statements' plans (one section a store), to results/plans.md."""
     PLANS.write_text(
-        f"# Plans of the hot statements with {size:,} finished tasks in the table\n\n"
+        "# Plans of the hot statements in a store of history and in a store of backlog\n\n"
         f"Written by `python -m bench.run` (measurement `store_size`), "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: `EXPLAIN (ANALYZE, BUFFERS)` of each "
-        "prepared statement as ten tasks go through a consumer pass (due, mark_enqueued), a "
-        "claim, a start and a finish; each statement is explained with its real parameters "
-        "and rolled back just before it runs.\n\n" + body + "\n")
+        "of the store's own statements as ten tasks go through a consumer pass (due, "
+        "mark_enqueued), a claim, a start and a finish; each statement is explained with its "
+        "real parameters and rolled back just before it runs.\n\n" + "\n".join(sections))
 
 
 def store_size(target: Target, plan: Plan) -> dict[str, float]:
     """The figures above on an empty table, then with each of `store_sizes` finished tasks
     (generated once per run, each size adding to the last), each also as a ratio of the
     empty table's; the plans of the hot statements at the largest size go to
-    results/plans.md. Every row is dropped at the end."""
+    results/plans.md; then the backlog (`_backlog`), and its plans. Every row is dropped at
+    the end."""
     if not _is_atf(target):
         return {}
     target.reset()
     figures: dict[str, float] = {}
+    plans: list[str] = []
     generated = 0
     try:
         empty = _figures_at(target, plan, 0)
         figures.update({f"store_0_{key}": value for key, value in empty.items()})
         for size in plan.store_sizes:
             made = store_rows.generate(target.env.pg_dsn, lambda_name=GENERATED_LAMBDA,
-                                       first=generated + 1, last=size)
+                                       first=generated + 1, last=size, span_s=HISTORY_SPAN_S)
             generated = size
             label = report.size_label(size)
-            figures[f"store_{label}_insert_s"] = made["insert_s"]
-            figures[f"store_{label}_vacuum_s"] = made["vacuum_s"]
-            logger.info("store size %s: inserted in %.0f s, vacuumed in %.0f s", label,
-                        made["insert_s"], made["vacuum_s"])
-            for key, value in _figures_at(target, plan, size).items():
-                figures[f"store_{label}_{key}"] = value
-                figures[f"store_{label}_{key}_ratio"] = value / empty[key]
+            _log_made(f"store size {label}", made)
+            figures.update(_labelled(label, made))
+            figures.update(_labelled(label, _figures_at(target, plan, size), empty))
         if plan.store_sizes:
-            _write_plans(_probe(target, "explain"), plan.store_sizes[-1])
+            plans.append(_plans_section(_probe(target, "explain"),
+                                        f"With {plan.store_sizes[-1]:,} finished tasks"))
+        target.reset()
+        if plan.backlog_delayed or plan.backlog_due:
+            figures.update(_backlog(target, plan, empty, plans))
     finally:
         target.reset()
+    if plans:
+        _write_plans(plans)
     return figures
+
+
+def _backlog(target: Target, plan: Plan, empty: dict[str, float], plans: list[str],
+             ) -> dict[str, float]:
+    """On a store of `backlog_delayed` tasks due in a day and `backlog_due` tasks due an hour
+    ago: the hot path's figures (a busy pass takes the earliest due of the backlog), each
+    also as a ratio of the empty table's; the plans (added to `plans`); and the queue's
+    length against its backlog after `queue_seconds` of passes that nobody's claims follow
+    (`bench.atf_probe queue`)."""
+    dsn, delayed, due = target.env.pg_dsn, plan.backlog_delayed, plan.backlog_due
+    made = store_rows.generate_waiting(dsn, lambda_name=GENERATED_LAMBDA, first=1,
+                                       last=delayed, due_in_s=DELAYED_BY_S)
+    made_due = store_rows.generate_waiting(dsn, lambda_name=GENERATED_LAMBDA,
+                                           first=delayed + 1, last=delayed + due,
+                                           due_in_s=-DUE_SINCE_S)
+    made = {key: made[key] + made_due[key] for key in made}
+    _log_made("backlog", made)
+    generated = delayed + due
+    figures = _labelled("backlog", made)
+    figures.update(_labelled("backlog", _hot_path(target, plan, generated), empty))
+    plans.append(_plans_section(_probe(target, "explain"), (
+        f"With {delayed:,} delayed tasks and {due:,} due (less those the measurements took)")))
+    services.flush(target.env.redis_url)
+    queued = _probe(target, "queue", str(plan.queue_seconds),
+                    ATF_ENQUEUE_TIMEOUT_S=str(plan.queue_enqueue_timeout_s))
+    figures.update({f"store_backlog_queue_{key}": value for key, value in queued.items()})
+    return figures
+
+
+def _labelled(label: str, values: dict[str, float], empty: dict[str, float] | None = None,
+              ) -> dict[str, float]:
+    """`values` under `store_<label>_<key>`; with `empty`, the ratio of each one it also has
+    to it too."""
+    figures = {f"store_{label}_{key}": value for key, value in values.items()}
+    for key in (empty or {}).keys() & values.keys():
+        figures[f"store_{label}_{key}_ratio"] = values[key] / empty[key]
+    return figures
+
+
+def _log_made(what: str, made: dict[str, float]) -> None:
+    logger.info("%s: inserted in %.0f s, vacuumed in %.0f s", what, made["insert_s"],
+                made["vacuum_s"])
+
+
+def retention_pace(target: Target, plan: Plan) -> dict[str, float]:
+    """Whether retention keeps pace with the drain: `pace_rate` tasks a second for
+    `pace_seconds`, drained by the plain fleet whose consumer prunes what finished more than
+    `pace_retention_s` ago (`bench.atf_probe pace`)."""
+    if not _is_atf(target):
+        return {}
+    target.reset()
+    retention = {"ATF_RETENTION_S": str(plan.pace_retention_s)}
+    fleet = Fleet(target.name, [dataclasses.replace(command, env={**command.env, **retention})
+                                for command in target.driver.worker_commands(target.env)])
+    try:
+        with fleet:
+            paced = _probe(target, "pace", str(plan.pace_seconds), str(plan.pace_rate),
+                           str(plan.pace_retention_s), **retention)
+    finally:
+        target.reset()
+    return {f"pace_{key}": value for key, value in paced.items()}

@@ -390,37 +390,93 @@ def shard_table(summaries: Summaries) -> str:
     return "\n\n".join(parts)
 
 
-#: The store-size figures: key, label, unit.
-STORE_FIGURES = (("pass_idle_ms", "consumer pass, nothing due", "ms"),
-                 ("pass_busy_ms", "consumer pass that enqueues 500 due tasks", "ms"),
-                 ("schedule_ms", "`schedule()` in its own transaction", "ms"),
-                 ("drain", "drain, no-op", "tasks/s"))
+#: The store-size figures: key, label, unit, target (issue 18's for the hot path on a
+#: store of history, issue 33's for the reads).
+STORE_FIGURES = (
+    ("pass_idle_ms", "consumer pass, nothing due", "ms", "within 10% of empty"),
+    ("pass_busy_ms", "consumer pass that enqueues 500 due tasks", "ms", "within 10% of empty"),
+    ("claim_ms", "a claim of the 500 tasks that pass enqueued", "ms", "within 10% of empty"),
+    ("schedule_ms", "`schedule()` in its own transaction", "ms", "within 10% of empty"),
+    ("metrics_p95_ms", "`GET /metrics`, p95", "ms", "≤ 100 ms and ≤ 1.5× empty"),
+    ("lambdas_p95_ms", "`GET /api/v1/lambdas/`, p95", "ms", "≤ 100 ms and ≤ 1.5× empty"),
+    ("dashboard_p95_ms", "the dashboard's data, p95", "ms", "≤ 100 ms and ≤ 1.5× empty"),
+    ("prune_per_s", "retention: tasks pruned per second of pruning (one consumer)", "tasks/s",
+     "—"),
+    ("prune_wal_bytes", "retention: WAL per pruned task", "B", "—"),
+    ("drain", "drain, no-op", "tasks/s", "within 10% of empty"))
+#: The backlog's figures: those of the hot path, against the empty table's (with tasks due
+#: there is no pass with nothing due).
+BACKLOG_FIGURES = tuple(row for row in STORE_FIGURES if row[0] in (
+    "pass_busy_ms", "claim_ms", "schedule_ms"))
+#: How long generating each size took: key suffix, label.
+GENERATED = (("insert_s", "generating the rows (INSERT … SELECT generate_series)"),
+             ("vacuum_s", "VACUUM ANALYZE and CHECKPOINT after it"))
+
+
+def _with_ratio(ours: Mapping[str, Mapping[str, float]], key: str, unit: str) -> str:
+    figure, ratio = ours.get(key), ours.get(f"{key}_ratio")
+    if not figure:
+        return "—"
+    return f"{_cell(figure, unit)} ({ratio['median']:.2f}× empty)" if ratio else \
+        _cell(figure, unit)
 
 
 def store_table(summaries: Summaries) -> str:
     """Each store-size figure on the empty table and at each size, with its ratio to empty;
-    then how long generating each size took."""
+    then how long generating each size took; then the backlog's table."""
     ours = summaries.get("atf", {})
     labels = sorted({key.split("_")[1] for key in ours if key.startswith("store_")
-                     and key.endswith("_insert_s")}, key=_size_value)
+                     and key.endswith("_insert_s") and key.split("_")[1] != "backlog"},
+                    key=_size_value)
     if "store_0_drain" not in ours:
         return ""
     lines = ["| figure | empty table | " + " | ".join(f"{label} finished tasks"
                                                     for label in labels) + " | target |",
              "|---|---|" + "---|" * len(labels) + "---|"]
-    for key, text, unit in STORE_FIGURES:
-        row = [f"{text} ({unit})", _cell(ours[f"store_0_{key}"], unit)]
-        for label in labels:
-            figure, ratio = ours.get(f"store_{label}_{key}"), ours.get(
-                f"store_{label}_{key}_ratio")
-            row.append(f"{_cell(figure, unit)} ({ratio['median']:.2f}× empty)"
-                       if figure and ratio else "—")
-        lines.append("| " + " | ".join(row) + " | within 10% of empty |")
-    for suffix, text in (("insert_s", "generating the rows (INSERT … SELECT generate_series)"),
-                         ("vacuum_s", "VACUUM ANALYZE and CHECKPOINT after it")):
+    for key, text, unit, target in STORE_FIGURES:
+        lines.append(f"| {text} ({unit}) | {_with_ratio(ours, f'store_0_{key}', unit)} | " +
+                     " | ".join(_with_ratio(ours, f"store_{label}_{key}", unit)
+                                for label in labels) + f" | {target} |")
+    for suffix, text in GENERATED:
         row = [f"{text} (s)", "—"] + [_cell(ours[f"store_{label}_{suffix}"], "s")
                                       for label in labels]
         lines.append("| " + " | ".join(row) + " | — |")
+    return "\n".join(lines) + _backlog_table(ours)
+
+
+def _backlog_table(ours: Mapping[str, Mapping[str, float]]) -> str:
+    """The hot path on a store of waiting tasks, and the queue's length against its backlog."""
+    if "store_backlog_claim_ms" not in ours:
+        return ""
+    lines = ["", "", "With a backlog (delayed tasks due in a day, and due tasks):", "",
+             "| figure | empty table | backlog | target |", "|---|---|---|---|"]
+    for key, text, unit, _target in BACKLOG_FIGURES:
+        lines.append(f"| {text} ({unit}) | {_cell(ours[f'store_0_{key}'], unit)} | "
+                     f"{_with_ratio(ours, f'store_backlog_{key}', unit)} | ≤ 1.5× empty |")
+    per_waiting = ours["store_backlog_queue_per_waiting"]
+    lines.append(f"| messages in the queue per task waiting in it "
+                 f"({_number(ours['store_backlog_queue_queued']['median'], '')} messages, "
+                 f"{_number(ours['store_backlog_queue_waiting']['median'], '')} tasks) | — | "
+                 f"{per_waiting['median']:.3f} | ≤ 1.01 |")
+    for suffix, text in GENERATED:
+        lines.append(f"| {text} (s) | — | {_cell(ours[f'store_backlog_{suffix}'], 's')} | — |")
+    return "\n".join(lines)
+
+
+def pace_table(summaries: Summaries) -> str:
+    """What `retention_pace` measured: the rate, and the most finished tasks seen past their
+    retention against one minute's tasks (target: at most one minute's)."""
+    ours = summaries.get("atf", {})
+    if "pace_past_max" not in ours:
+        return ""
+    rows = [("tasks scheduled", "pace_scheduled", ""),
+            ("tasks finished a second", "pace_finished_per_s", "tasks/s"),
+            ("most tasks not finished at a count", "pace_waiting_max", ""),
+            ("most finished tasks past their retention at a count", "pace_past_max", "")]
+    lines = ["| figure | ATF |", "|---|---|"]
+    lines += [f"| {text} | {_cell(ours[key], unit)} |" for text, key, unit in rows]
+    share = ours["pace_past_per_minute"]["median"]
+    lines.append(f"| … as a share of one minute's tasks (target ≤ 1) | {share:.3f} |")
     return "\n".join(lines)
 
 
@@ -580,6 +636,7 @@ def write(summaries: Summaries, drivers: list[ModuleType], *, plan: Mapping[str,
         f"{_section(SCALING_TITLE, scaling_table(summaries))}"
         f"{_section(SHARD_TITLE, shard_table(summaries))}"
         f"{_section('Store size: ATF with finished tasks in the table', store_table(summaries))}"
+        f"{_section('Retention at the pace of the drain (ATF)', pace_table(summaries))}"
         f"{_section(CPU_TITLE, cpu_table(summaries, drivers))}"
         f"{_section(COST_TITLE, cost_table(summaries, drivers))}"
         f"How each system was configured:\n\n{options}\n\n"

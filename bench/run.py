@@ -46,7 +46,10 @@ QUICK = measure.Plan(repeats=1, enqueue_n=2_000, rest_single_n=1_000, rest_batch
                      delayed_n=500, delay_min_s=2, delay_max_s=8, backlog_n=10_000,
                      b_rate=5, b_seconds=6, wait_s=60, in_transaction_n=1_000, ramp_n=10_000,
                      ramp_observe_s=6, store_sizes=(100_000,), store_schedule_n=500,
-                     pass_rounds=5, limit_inserts=1_000, limit_updated_rows=10_000,
+                     pass_rounds=5, read_rounds=5, prune_rounds=3, backlog_delayed=100_000,
+                     backlog_due=10_000, queue_seconds=8.0, pace_seconds=60.0,
+                     pace_retention_s=20.0, limit_inserts=1_000,
+                     limit_updated_rows=10_000,
                      limit_round_trips=2_000, cost_n=2_000)
 
 #: The default systems. RQ and django-tasks-db stay selectable (`--systems`); they are left
@@ -61,10 +64,13 @@ MEASUREMENTS = (*measure.MEASUREMENTS, measure_growth.backlog_ramp, measure_grow
 #: Measurements run only when asked for (named in `--only`, or `--shards` given without it;
 #: the kill only where a count is above 1): they start a PostgreSQL cluster per shard, each in
 #: a CPU quota (root, cgroup v1).
-ON_REQUEST = (shard_scaling.shard_scaling, shard_scaling.shard_kill)
+ON_REQUEST = (shard_scaling.shard_scaling, shard_scaling.shard_kill,
+              measure_growth.retention_pace)
+#: Measurements that make stores of their own (the shards' clusters), not the system's database.
+OWN_STORES = (shard_scaling.shard_scaling, shard_scaling.shard_kill)
 #: Measurements run once per run, not once per repetition (their sizes are generated once,
-#: or they only draw a curve).
-ONCE = ("scale_curve", "store_size")
+#: or they only draw a curve, or they run for half an hour).
+ONCE = ("scale_curve", "store_size", "retention_pace")
 #: Redis database of the machine's limits on the bench's own server.
 LIMITS_REDIS_DB = 8
 
@@ -90,6 +96,9 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
                              f"{measure.Plan.shard_cpu}; 0: no quota, on a machine of many "
                              "cores)")
     parser.add_argument("--repeats", type=int, help="repetitions (default 3, --quick 1)")
+    parser.add_argument("--pace-seconds", type=float,
+                        help="retention_pace: how long the drain runs (default "
+                             f"{measure.Plan.pace_seconds:.0f}, --quick 60)")
     parser.add_argument("--backlog", type=int, help="isolation: size of lambda A's backlog")
     parser.add_argument("--tasks", type=int, help="enqueue and drain: number of tasks")
     parser.add_argument("--store-sizes", default="",
@@ -117,6 +126,8 @@ def _plan(args: argparse.Namespace) -> measure.Plan:
         changes["backlog_n"] = args.backlog
     if args.tasks:
         changes.update(enqueue_n=args.tasks, drain_n=args.tasks)
+    if args.pace_seconds:
+        changes["pace_seconds"] = args.pace_seconds
     if args.store_sizes:
         changes["store_sizes"] = tuple(sorted(int(n) for n in args.store_sizes.split(",")))
     if args.shards:
@@ -159,7 +170,7 @@ def _require_shards(plan: measure.Plan, targets: list[measure.Target]) -> None:
 def _targets(names: list[str], redis_url: str, pg_url: str, plan: measure.Plan, *,
              prefix: str, set_up: bool = True) -> list[measure.Target]:
     """The systems, each with its database on `pg_url` made and set up (`set_up`: the
-    measurements chosen use it; those ON_REQUEST make stores of their own)."""
+    measurements chosen use it; those of OWN_STORES do not)."""
     targets = []
     for name in names:
         driver = drivers.load(name)
@@ -252,8 +263,8 @@ def run(args: argparse.Namespace, redis_url: str) -> str:
                 estimate.seconds(plan, names, planned, once=ONCE) / 60, ", ".join(planned),
                 ", ".join(names))
     targets = _targets(names, redis_url, args.pg_url, plan, prefix=args.db_prefix,
-                       set_up=any(m not in ON_REQUEST for m in chosen))
-    if any(m in ON_REQUEST for m in chosen):
+                       set_up=any(m not in OWN_STORES for m in chosen))
+    if any(m in OWN_STORES for m in chosen):
         _require_shards(plan, targets)
     runner = Runner(plan, targets, redis_url, args.pg_url, prefix=args.db_prefix)
     load_at_start, started = os.getloadavg()[0], time.monotonic()

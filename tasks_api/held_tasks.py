@@ -123,18 +123,19 @@ def room_left(row: Worker, wanted: int, held: remote_workers.Holding) -> Room:
 
 @contextmanager
 def counted(row: Worker, wanted: int, reported_ends: Sequence[remote_workers.ReportedEnd] = (),
-            *, refuse: bool = True) -> Iterator[Room]:
+            *, refuse: bool = True, unreached: set[int] | None = None) -> Iterator[Room]:
     """A transaction in which a claim of `row` may take `Room.count` of `wanted` tasks, its
     worker's and its token's held tasks counted (once `reported_ends` are recorded) under the
     token's lock, held until the claim commits. HeldTasksExceeded when none and `refuse`.
-    Without a bound or a ceiling, no count and no transaction."""
+    Without a bound or a ceiling, no count and no transaction. With `unreached`, a shard that
+    cannot be reached is not counted (remote_workers.held)."""
     if not bound(row) and not ceiling():
         yield Room(count=wanted, held=0)
         return
     with remote_workers.token_turn(row.credential):
         room = room_left(row, wanted, remote_workers.held(
             row, reported_ends, whole_token=bool(ceiling()), worker_most=bound(row) or None,
-            token_most=ceiling() or None))
+            token_most=ceiling() or None, unreached=unreached))
         if not room.count and refuse:
             _refused(row, room.setting or SETTING)
         yield room

@@ -96,12 +96,23 @@ class StartedListSerializer(serializers.Serializer):
     tasks = StartedSerializer(many=True)
 
 
+def _unreached() -> serializers.ListField:
+    """`unreached` of an answer (heartbeat/, finish/, claim/): present only where a shard of a
+    sharded store could not be reached."""
+    return serializers.ListField(
+        child=serializers.IntegerField(), required=False,
+        help_text="Only where a shard of a sharded store could not be reached: the request's "
+                  "tasks on it, neither renewed, written nor lost (a result is answered null "
+                  "and is sent again later).")
+
+
 class LostSerializer(serializers.Serializer):
     lost = serializers.ListField(child=serializers.IntegerField(),
                                  help_text="Tasks whose lease is gone: stop reporting them.")
     cancel = serializers.ListField(child=serializers.IntegerField(),
                                    help_text="Running tasks a cancel asks to stop: interrupt "
                                              "their lambda, report the attempt `cancelled`.")
+    unreached = _unreached()
 
 
 class ReportsResults(StrictSerializer):
@@ -151,6 +162,7 @@ class FinishedSerializer(serializers.Serializer):
 
 class FinishedListSerializer(serializers.Serializer):
     results = FinishedSerializer(many=True)
+    unreached = _unreached()
 
 
 class ClaimedSerializer(FinishedListSerializer):

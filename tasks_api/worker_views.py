@@ -67,6 +67,15 @@ def _finished(statuses: Mapping[int, TaskStatus | None]) -> list[dict[str, Any]]
     return [{"id": pk, "status": None if s is None else str(s)} for pk, s in statuses.items()]
 
 
+def _with_unreached(answer: dict[str, Any], unreached: set[int]) -> dict[str, Any]:
+    """`answer`, and where a shard of a sharded store could not be reached, `unreached`: the
+    ids of the request's tasks on it (neither renewed, written nor lost; the worker applies
+    its per-shard heartbeat budget to them). Absent otherwise: an answer is as it always was."""
+    if unreached:
+        answer["unreached"] = sorted(unreached)
+    return answer
+
+
 class WorkerView(ApiPolicy, APIView):
     """Base of the worker API's views: a worker token's team, and its registered worker."""
 
@@ -133,7 +142,8 @@ class ClaimView(WorkerView):
     the same checks, answered in `results` as finish/ answers them, and the claim answers at
     once. A worker gets no more tasks than its bound (ATF_API_HELD_TASKS_PER_THREAD) and its
     token's ceiling (ATF_API_HELD_TASKS_PER_TOKEN) leave: none, and no results carried, is a
-    429 naming the setting."""
+    429 naming the setting. A shard that cannot be reached costs only its own part: its
+    carried results are answered null and named in `unreached`, its tasks are not claimed."""
 
     @extend_schema(request=shapes.ClaimSerializer,
                    responses={200: shapes.ClaimedSerializer, **_errors(400, 404, 413, 415)})
@@ -141,10 +151,12 @@ class ClaimView(WorkerView):
         form = _form(shapes.ClaimSerializer, request)
         worker, wanted = self.worker(form), form.validated_data["max"]
         start, ends = form.validated_data["start"], form.reported_ends()
-        with held_tasks.counted(worker, wanted, ends, refuse=not ends) as room:
+        unreached: set[int] = set()
+        with held_tasks.counted(worker, wanted, ends, refuse=not ends,
+                                unreached=unreached) as room:
             claimed, statuses = remote_workers.claim(
                 worker, queue=_shared_queue(), teams=self.teams(), start=start,
-                max_count=room.count, reported_ends=ends)
+                max_count=room.count, reported_ends=ends, unreached=unreached)
         if not claimed and not ends and form.validated_data["wait_s"] > 0:
             # Only a claim that must wait takes a waiting share: a ready task is always served.
             with (self.waiting(fair_share.waiting_claim_shares(request)),
@@ -153,14 +165,17 @@ class ClaimView(WorkerView):
                     worker, queue=_shared_queue("waits"), max_count=max_count,
                     wait_s=form.validated_data["wait_s"])
             if popped:
-                with held_tasks.counted(worker, len(popped), refuse=False) as room:
+                # (no results carried: a shard that cannot be reached has nothing to name)
+                with held_tasks.counted(worker, len(popped), refuse=False,
+                                        unreached=set()) as room:
                     claimed = remote_workers.claim_popped(
                         worker, popped, queue=_shared_queue("waits"), max_count=room.count,
-                        start=start)
+                        start=start, unreached=set())
         if form.validated_data.get("trace"):
             claimed = tracing.with_context(claimed)
-        return Response({"tasks": [task.as_json() for task in claimed],
-                         "results": _finished(statuses)})
+        return Response(_with_unreached({"tasks": [task.as_json() for task in claimed],
+                                         "results": _finished(statuses)},
+                                        unreached & {end.task_id for end in ends}))
 
 
 @extend_schema(tags=["worker"])
@@ -177,28 +192,32 @@ class StartView(WorkerView):
 
 @extend_schema(tags=["worker"])
 class HeartbeatView(WorkerView):
-    """Renew the leases of running tasks and the worker's last_seen; answers the lost ones and
-    those a cancel asks to stop."""
+    """Renew the leases of running tasks and the worker's last_seen; answers the lost ones,
+    those a cancel asks to stop, and (`unreached`) those of a shard that could not be reached."""
 
     @extend_schema(request=shapes.WorkerLeasesSerializer,
                    responses={200: shapes.LostSerializer, **_errors(400, 404, 413, 415)})
     def post(self, request: Request) -> Response:
         form = _form(shapes.WorkerLeasesSerializer, request)
-        lost, cancel = remote_workers.heartbeat(self.worker(form), form.leases(), self.teams(),
-                                                seen=form.validated_data["seen"])
-        return Response({"lost": sorted(lost), "cancel": sorted(cancel)})
+        beat = remote_workers.heartbeat(self.worker(form), form.leases(), self.teams(),
+                                        seen=form.validated_data["seen"])
+        return Response(_with_unreached({"lost": sorted(beat.lost),
+                                         "cancel": sorted(beat.cancel)}, beat.unreached))
 
 
 @extend_schema(tags=["worker"])
 class FinishView(WorkerView):
-    """Record many attempts' ends; a result whose lease moved on is refused (status null)."""
+    """Record many attempts' ends; a result whose lease moved on is refused (status null), one
+    whose shard could not be reached is not written (status null, its id in `unreached`)."""
 
     @extend_schema(request=shapes.FinishSerializer,
                    responses={200: shapes.FinishedListSerializer, **_errors(400, 404, 413, 415)})
     def post(self, request: Request) -> Response:
         form = _form(shapes.FinishSerializer, request)
-        statuses = remote_workers.finish(self.worker(form), form.reported_ends(), self.teams())
-        return Response({"results": _finished(statuses)})
+        unreached: set[int] = set()
+        statuses = remote_workers.finish(self.worker(form), form.reported_ends(), self.teams(),
+                                         unreached)
+        return Response(_with_unreached({"results": _finished(statuses)}, unreached))
 
 
 @extend_schema(tags=["worker"])

@@ -1,9 +1,9 @@
-"""A migration operation that adds an index to a large table without stopping its writes.
+"""Migration operations that add or drop an index of a large table without stopping its writes.
 
-On PostgreSQL the index is built CONCURRENTLY (the migration must say `atomic = False`), with
-IF NOT EXISTS: a build that was interrupted leaves an invalid index, which the operator drops
-(docs/production.md) before running it again, or which this run skips. Other databases build
-it as `AddIndex` does.
+On PostgreSQL the index is built and dropped CONCURRENTLY (the migration must say `atomic =
+False`), with IF NOT EXISTS and IF EXISTS: a build that was interrupted leaves an invalid index,
+which the operator drops (docs/production.md) before running it again, or which this run
+skips. Other databases build and drop it as `AddIndex` and `RemoveIndex` do.
 """
 
 from __future__ import annotations
@@ -28,9 +28,7 @@ class ConcurrentIndex(migrations.AddIndex):
         if schema_editor.connection.vendor != "postgresql":
             schema_editor.add_index(model, self.index)
             return
-        sql = str(self.index.create_sql(model, schema_editor, concurrently=True))
-        schema_editor.execute(sql.replace("CREATE INDEX CONCURRENTLY",
-                                          "CREATE INDEX CONCURRENTLY IF NOT EXISTS", 1))
+        _create(schema_editor, model, self.index)
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:
@@ -39,4 +37,39 @@ class ConcurrentIndex(migrations.AddIndex):
         if schema_editor.connection.vendor != "postgresql":
             schema_editor.remove_index(model, self.index)
         else:
-            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {self.index.name}")
+            _drop(schema_editor, self.index.name)
+
+
+class ConcurrentIndexRemoval(migrations.RemoveIndex):
+    """`RemoveIndex`, dropped (and built again backwards) CONCURRENTLY on PostgreSQL."""
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if schema_editor.connection.vendor != "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+        else:
+            _drop(schema_editor, self.name)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if schema_editor.connection.vendor != "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+        else:
+            index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+            _create(schema_editor, model, index)
+
+
+def _create(schema_editor: Any, model: Any, index: Any) -> None:
+    sql = str(index.create_sql(model, schema_editor, concurrently=True))
+    schema_editor.execute(sql.replace("CREATE INDEX CONCURRENTLY",
+                                      "CREATE INDEX CONCURRENTLY IF NOT EXISTS", 1))
+
+
+def _drop(schema_editor: Any, name: str) -> None:
+    schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")

@@ -179,7 +179,13 @@ class TaskEntity(models.Model):
         ]
         indexes = [
             models.Index(fields=["lambda_ref", "status", "-id"], name="task_lambda_status"),
-            models.Index(fields=["status", "-id"], name="task_status"),
+            # Tasks by status across lambdas, for the statuses a task rests in (new, waiting,
+            # retrying, and the endings but success): the drain's path (enqueued, claimed,
+            # processing, success) writes no entry here. Tasks in a queue or in flight are
+            # found through task_in_queue and task_held, successes newest first by id.
+            models.Index(fields=["status", "-id"], name="task_status_at_rest",
+                         condition=~Q(status__in=["enqueued", "claimed", "processing",
+                                                  "success"])),
             # Only finished tasks: the status changes before a task ends write nothing here.
             models.Index(fields=["status", "finished_at"], name="task_status_finished",
                          condition=Q(finished_at__isnull=False)),
@@ -308,13 +314,9 @@ class TaskAssoc(models.Model):
 
     class Meta:
         indexes = [
-            # Polling reads only rows that are not completed, so it stays O(ready rows).
-            models.Index(
-                fields=["next_trigger_at"],
-                condition=~Q(status=AssocStatus.COMPLETED),
-                name="assoc_due",
-            ),
-            # The consumer's due rows: per lambda, priority by priority, earliest first.
+            # The consumer's due rows (and its soonest trigger): per lambda, priority by
+            # priority, earliest first; only rows that are not completed, so it stays
+            # O(ready rows).
             models.Index(
                 fields=["lambda_ref", "priority", "next_trigger_at"],
                 condition=~Q(status=AssocStatus.COMPLETED),

@@ -4,14 +4,22 @@ A remote worker holds a token, not store credentials: the service claims, starts
 finishes tasks on its behalf through the store's batch statements, and pops the queues itself.
 Every call names its teams (`teams`, None for staff); a task or worker of another team is
 treated as unknown: not started, lost, refused, not released.
+
+A shard of a sharded store that cannot be reached costs only its own tasks, as it does a
+direct worker: the calls that take an `unreached` set (heartbeat, claim, finish, held) pass
+that shard over (tasks_core.shards.each_group: at once while it is known to be down, within
+shards.POOL_WAIT_S for a pool that cannot connect) and add its tasks' ids to the set, so that
+the API tells the worker which tasks it could not reach and the worker applies its per-shard
+heartbeat budget. Start and release spare such a shard too: its tasks are not started, or come
+back after their timeout.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter, itemgetter
@@ -168,6 +176,7 @@ def _claimer(row: Worker, queue: queues.QueueBackend, *, start: bool) -> Claimer
 
 def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int, teams: Teams,
           start: bool = False, reported_ends: Sequence[ReportedEnd] = (),
+          unreached: set[int] | None = None,
           ) -> tuple[list[store.ClaimedTask], dict[int, TaskStatus | None]]:
     """Up to `max_count` claimed tasks of the worker's lambdas, of those ready now; with
     `start`, started too (enqueued -> processing: no start call follows).
@@ -175,12 +184,14 @@ def claim(row: Worker, *, queue: queues.QueueBackend, max_count: int, teams: Tea
     `reported_ends`, finished attempts checked as `finish` checks them, are recorded in the
     commit of the claim (on their own if no task is ready), and answered as `finish` answers
     them. With `max_count` 0 (its bound leaves the worker no room), the results alone are
-    recorded."""
+    recorded. With `unreached`, a shard that cannot be reached costs only its part: its
+    results are not written (answered None, their ids in `unreached`) and its messages not
+    claimed."""
     if max_count <= 0:
-        return [], finish(row, reported_ends, teams)
+        return [], finish(row, reported_ends, teams, unreached)
     claimer = _claimer(row, queue, start=start)
-    done = _reported(row, reported_ends, teams)
-    statuses, claimed = _claim_ready(claimer, max_count, done)
+    done = _reported(row, reported_ends, teams, unreached)
+    statuses, claimed = _claim_ready(claimer, max_count, done, unreached)
     return claimed, _answered(reported_ends, done, statuses)
 
 
@@ -199,14 +210,16 @@ def wait_for_work(row: Worker, *, queue: queues.QueueBackend, max_count: int,
 
 
 def claim_popped(row: Worker, popped: Sequence[queues.Popped], *, queue: queues.QueueBackend,
-                 max_count: int, start: bool = False) -> list[store.ClaimedTask]:
+                 max_count: int, start: bool = False,
+                 unreached: set[int] | None = None) -> list[store.ClaimedTask]:
     """Claim the first `max_count` of the `popped` messages (stale ones are dropped) and put
-    the others back on their queues: what the worker's bound leaves it once its wait ends."""
+    the others back on their queues: what the worker's bound leaves it once its wait ends.
+    `unreached`: as `claim` takes it."""
     claimer = _claimer(row, queue, start=start)
     taken, left = popped[:max(0, max_count)], popped[max(0, max_count):]
     if left:
         claimer.put_back(left)
-    return claimer.claim(taken) if taken else []
+    return claimer.claim(taken, unreached=unreached) if taken else []
 
 
 @dataclass(frozen=True)
@@ -217,28 +230,37 @@ class Holding:
     token: int
 
 
-def token_turn(credential: str) -> AbstractContextManager[None]:
+@contextmanager
+def token_turn(credential: str) -> Iterator[None]:
     """A transaction that no other claim of the token `credential` runs beside, every server
-    process together: the count of what its workers hold, and the claim that count bounds."""
-    return store.exclusive(f"held-tasks:{credential}")
+    process together: the count of what its workers hold, and the claim that count bounds.
+    Taken in the control database (where the token's workers are), so that no shard that is
+    down holds up the claims of the others; the claim inside works on the shards as before."""
+    outside = shards.current()
+    with shards.using(shards.CONTROL), store.exclusive(f"held-tasks:{credential}"), \
+            shards.using(outside):
+        yield
 
 
 def held(row: Worker, reported_ends: Sequence[ReportedEnd] = (), *,
          whole_token: bool = False, worker_most: int | None = None,
-         token_most: int | None = None) -> Holding:
+         token_most: int | None = None, unreached: set[int] | None = None) -> Holding:
     """Tasks `row` holds, and with `whole_token` those every worker of its token holds (0
     without), once `reported_ends` (with their current leases) are recorded. One statement
     (tasks_core.store.held), by the index of held tasks (task_held): a count may stop past
-    `worker_most` (`token_most`), the bound that the caller holds it to."""
+    `worker_most` (`token_most`), the bound that the caller holds it to. With `unreached`, a
+    shard that cannot be reached is not counted (store.held)."""
     mine, token = store.held(row.worker_id, [store.Lease(end.task_id, end.lease)
                                              for end in reported_ends],
                              credential=row.credential if whole_token else None,
-                             worker_most=worker_most, token_most=token_most)
+                             worker_most=worker_most, token_most=token_most,
+                             unreached=unreached)
     return Holding(worker=mine, token=token)
 
 
 def _claim_ready(claimer: Claimer, max_count: int,
                  done: Sequence[tuple[store.ClaimedTask, store.Result]],
+                 unreached: set[int] | None = None,
                  ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
     """Claim what the queues hold now, popping past stale messages; `done` is recorded in the
     first claim's commit (on its own if nothing is ready).
@@ -256,7 +278,7 @@ def _claim_ready(claimer: Claimer, max_count: int,
         if not messages and not done:
             break
         popped += len(messages)
-        ended, more = claimer.finish_and_claim(done, messages)
+        ended, more = claimer.finish_and_claim(done, messages, unreached=unreached)
         if done:
             statuses, done = ended, ()
         claimed += more
@@ -266,23 +288,29 @@ def _claim_ready(claimer: Claimer, max_count: int,
 
 
 def _tasks(leases: Mapping[int, int], teams: Teams, *, started: bool,
-           claimed_by: QuerySet[Worker, str] | list[str]) -> dict[int, store.ClaimedTask]:
+           claimed_by: QuerySet[Worker, str] | list[str],
+           unreached: set[int] | None = None) -> dict[int, store.ClaimedTask]:
     """The leased tasks of the caller's teams that one of the `claimed_by` workers claimed, as
     the store's batch statements take them: a lease is bound to the worker that claimed it, so
-    another worker (another token of the same team included) cannot act on it.
+    another worker (another token of the same team included) cannot act on it. With
+    `unreached`, the tasks of a shard that cannot be reached are left out, their ids added to
+    it (shards.each_part).
 
     The store reads lambda, attempt and limits from its own rows, never from the worker; the
     payload is left out (no write reads it).
     """
     columns = [column for column in store.CLAIMED_COLUMNS if column != "payload"]
-    if shards.sharded():  # the workers are control rows: named, not a subquery, on a shard
-        claimed_by = list(claimed_by)
+    workers = list(claimed_by) if shards.sharded() else claimed_by  # control rows: named
+
+    def read(part: list[int]) -> list[tuple[Any, ...]]:
+        return list(TaskEntity.objects.filter(pk__in=part, worker__in=workers)
+                    .values_list(*columns))
+
     return {
         pk: store.ClaimedTask.from_row(pk, leases[pk], lambda_id, collection, priority, None,
                                        *rest, started=started)
-        for part in shards.each(leases)
-        for pk, _lease, lambda_id, collection, priority, *rest in TaskEntity.objects.filter(
-            pk__in=part, worker__in=claimed_by).values_list(*columns)
+        for rows in shards.each_part(leases, int, read, unreached)
+        for pk, _lease, lambda_id, collection, priority, *rest in rows
         if _owned(lambda_id, teams)
     }
 
@@ -300,7 +328,8 @@ def start(leases: Mapping[int, int], teams: Teams, credential: str) -> dict[int,
     the worker runs it now rather than leave it to its heartbeat timeout. A lease is the one
     claim's, so only the worker that holds it can be told so.
     """
-    tasks = _tasks(leases, teams, started=False, claimed_by=_workers_of(credential))
+    tasks = _tasks(leases, teams, started=False, claimed_by=_workers_of(credential),
+                   unreached=set())  # a task of a shard that cannot be reached: not started
     started = store.start_many(list(tasks.values()), now=timezone.now()) if tasks else []
     done = dict(zip(tasks, started, strict=True))
     for part in shards.each(pk for pk in tasks if not done[pk]):
@@ -310,34 +339,49 @@ def start(leases: Mapping[int, int], teams: Teams, credential: str) -> dict[int,
     return {pk: done.get(pk, False) for pk in leases}
 
 
-def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *,
-              seen: bool) -> tuple[set[int], set[int]]:
-    """Renew the leases of running tasks (and the worker's last_seen); the ids lost, and the
-    ids a cancel asks to stop."""
+@dataclass(frozen=True)
+class Renewed:
+    """What a heartbeat learnt: the ids whose lease was lost, those a cancel asks to stop, and
+    those of a shard that could not be reached (neither renewed nor lost)."""
+
+    lost: set[int]
+    cancel: set[int]
+    unreached: set[int]
+
+
+def heartbeat(row: Worker, leases: Mapping[int, int], teams: Teams, *, seen: bool) -> Renewed:
+    """Renew the leases of running tasks (and the worker's last_seen); a shard that cannot be
+    reached costs only its own tasks."""
     now = timezone.now()
-    owned = _tasks(leases, teams, started=True, claimed_by=[row.worker_id])
-    lost = store.heartbeat({pk: leases[pk] for pk in owned}, now=now)
+    unreached: set[int] = set()
+    owned = _tasks(leases, teams, started=True, claimed_by=[row.worker_id], unreached=unreached)
+    lost = store.heartbeat({pk: leases[pk] for pk in owned}, now=now, unreached=unreached)
     if seen:
         worker_registry.seen(row.worker_id, now=now)
-    return lost | (set(leases) - set(owned)), store.stop_requested(set(owned) - lost)
+    cancel = store.stop_requested(set(owned) - lost - unreached, unreached)
+    return Renewed(lost=lost | (set(leases) - set(owned) - unreached), cancel=cancel - unreached,
+                   unreached=unreached)
 
 
-def finish(row: Worker, reported_ends: Sequence[ReportedEnd],
-           teams: Teams) -> dict[int, TaskStatus | None]:
-    """Record attempts' ends; per task its new status, or None when the lease was stale."""
-    done = _reported(row, reported_ends, teams)
-    statuses = store.finish_many(done, now=timezone.now()) if done else []
+def finish(row: Worker, reported_ends: Sequence[ReportedEnd], teams: Teams,
+           unreached: set[int] | None = None) -> dict[int, TaskStatus | None]:
+    """Record attempts' ends; per task its new status, or None when the lease was stale (or,
+    with `unreached`, its shard could not be reached: its id is added to it)."""
+    done = _reported(row, reported_ends, teams, unreached)
+    statuses = store.finish_many(done, now=timezone.now(), unreached=unreached) if done else []
     return _answered(reported_ends, done, statuses)
 
 
-def _reported(row: Worker, reported_ends: Sequence[ReportedEnd],
-              teams: Teams) -> list[tuple[store.ClaimedTask, store.Result]]:
+def _reported(row: Worker, reported_ends: Sequence[ReportedEnd], teams: Teams,
+              unreached: set[int] | None = None,
+              ) -> list[tuple[store.ClaimedTask, store.Result]]:
     """The reported ends of tasks of the caller's teams that `row` holds, as the store
-    records them; the others are refused (`_answered` gives them None)."""
+    records them; the others are refused (`_answered` gives them None). With `unreached`,
+    the ends of a shard that cannot be reached are left out, their ids added to it."""
     if not reported_ends:
         return []
     tasks = _tasks({e.task_id: e.lease for e in reported_ends}, teams, started=True,
-                   claimed_by=[row.worker_id])
+                   claimed_by=[row.worker_id], unreached=unreached)
     return [(tasks[e.task_id], e.result(row.worker_id)) for e in reported_ends
             if e.task_id in tasks]
 
@@ -354,8 +398,11 @@ def _answered(reported_ends: Sequence[ReportedEnd],
 def release(leases: Mapping[int, int], teams: Teams, credential: str) -> int:
     """Hand back tasks whose lambda never ran (claimed, or claimed and started at once); how
     many were still the worker's with these leases."""
-    tasks = _tasks(leases, teams, started=False, claimed_by=_workers_of(credential))
-    return store.release(list(tasks.values()), now=timezone.now()) if tasks else 0
+    # a shard that cannot be reached gets its tasks back after their timeouts
+    tasks = _tasks(leases, teams, started=False, claimed_by=_workers_of(credential),
+                   unreached=set())
+    return store.release(list(tasks.values()), now=timezone.now(), unreached=set()) \
+        if tasks else 0
 
 
 def deregister(row: Worker) -> None:

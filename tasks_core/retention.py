@@ -1,8 +1,10 @@
 """Retention: finished tasks older than ATF_RETENTION_S are deleted, batch after batch.
 
 The consumer calls `prune()` from its housekeeping: batches until none is left or its time
-budget is spent, so that retention keeps up with any drain rate without starving the
-consumer's other work; `manage.py atf_prune` runs it without a budget. Each batch is one short
+budget is spent; while a round ends with tasks still `behind()`, the consumer prunes another
+round after each pass instead of sleeping, until it has caught up, so that retention keeps up
+with any drain rate without holding its passes back by more than one budget;
+`manage.py atf_prune` runs it without a budget. Each batch is one short
 transaction that locks only the rows it deletes (SKIP LOCKED: it never waits for a requeue or
 a worker, and consumers pruning at once take different rows), and deletes their assoc rows,
 attempts and chain links with them. Only tasks the rollup of outcomes already counts are
@@ -45,6 +47,12 @@ def prunable(*, now: datetime, older_than_s: float) -> QuerySet[TaskEntity]:
         return TaskEntity.objects.none()
     cutoff = min(now - timedelta(seconds=older_than_s), folded_until)
     return TaskEntity.objects.filter(status__in=list(states.FINAL), finished_at__lt=cutoff)
+
+
+def behind(*, now: datetime) -> bool:
+    """Whether a finished task past ATF_RETENTION_S is still to prune (one index probe)."""
+    age_s = atf_settings.retention_s
+    return age_s > 0 and prunable(now=now, older_than_s=age_s).exists()
 
 
 def prune(*, now: datetime, budget_s: float | None, batch_size: int = 1000,

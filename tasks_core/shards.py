@@ -21,7 +21,10 @@ collection gates) are written by `mirror`, from the lambda sync and every gate c
 A shard that is down costs only its own tasks: the workers' calls split by shard pass an
 `unreached` set (`each_part`, `each_group`), so a shard whose connection fails is passed over
 (and not tried again for RETRY_S) while the others' parts commit; the caller learns which
-tasks were not reached. Without the set, a failure is raised, as with one database.
+tasks were not reached. Without the set, a failure is raised, as with one database. In a
+process whose connections come from a pool (the worker API's), such a call waits at most
+POOL_WAIT_S for a shard's connection, not the pool's timeout: a pool that cannot connect to a
+shard that is down would otherwise hold the call for all of it.
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ DOWN_S = 5.0
 #: Seconds a shard whose connection failed is passed over by the workers' and consumers'
 #: calls that spare it (`each_group`), before one of them tries it again.
 RETRY_S = 1.0
+#: Seconds a call that spares a shard that is down (`each_group` with `unreached`) waits for a
+#: connection from a pool (a web process's, ATF_DB_POOL_SIZE) to a shard it holds none to:
+#: a pool that cannot connect would keep it waiting for the pool's whole timeout, past the
+#: call timeout of the remote worker the call serves (half its heartbeat budget).
+POOL_WAIT_S = 0.2
 #: The control database: teams, lambdas, gates, tokens, workers, periodic tasks.
 CONTROL = DEFAULT_DB_ALIAS
 
@@ -259,6 +267,7 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
             continue
         try:
             with using(alias):
+                _pool_answers(alias)
                 answers.append(work(group))
         except (OperationalError, InterfaceError) as exc:
             if not unreachable(exc):
@@ -268,9 +277,42 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
             logger.debug("shard %s unreachable: %s", alias, exc)
             with contextlib.suppress(Exception):  # a broken connection: the next opens anew
                 connections[alias].close()
+            _drop_broken(alias)
         else:
             outages.answered(alias)
     return answers
+
+
+def _pool_answers(alias: str) -> None:
+    """OperationalError unless the pool of `alias` (where its connections come from one, and
+    this thread holds none) hands out a connection within POOL_WAIT_S; the connection goes
+    back to it at once, for the work's own. A pool that is exhausted that long reads as a shard
+    that is down for this call: safe (its tasks are neither renewed nor lost), and rare (a web
+    process lets no more requests run than its pool has connections)."""
+    wrapper = connections[alias]
+    pool = getattr(wrapper, "pool", None)
+    if pool is None or wrapper.connection is not None:
+        return
+    from psycopg_pool import PoolTimeout  # only a process with a pool needs it
+
+    pool.open()  # as Django's first connection opens it
+    try:
+        pooled = pool.getconn(timeout=POOL_WAIT_S)
+    except PoolTimeout as exc:
+        raise OperationalError(f"no connection to shard {alias} within {POOL_WAIT_S}s") \
+            from exc
+    pool.putconn(pooled)
+
+
+def _drop_broken(alias: str) -> None:
+    """Where the connections of `alias` come from a pool, check its idle ones now and drop
+    those that broke with the shard (a restart or failover breaks them all): the pool hands
+    them out first, and a request that draws several in a row waits a growing backoff between
+    them (1 s, 2 s, ...), up to the pool's timeout. The pool replaces each at once."""
+    pool = getattr(connections[alias], "pool", None)
+    if pool is not None:
+        with contextlib.suppress(Exception):  # a pool closed meanwhile: nothing to check
+            pool.check()
 
 
 def unreachable(exc: Exception) -> bool:

@@ -127,8 +127,9 @@ ENQUEUEABLE = frozenset(
 FINAL = frozenset(s for s, row in LIFECYCLE.items() if row.assoc is AssocStatus.COMPLETED)
 #: Statuses of tasks not finished yet.
 LIVE = frozenset(TaskStatus) - FINAL
-#: Statuses counted from the task rows (one range of the task_status index each, so only those
-#: rows are read): the live ones and the dead letters, which a requeue or a clear takes away.
+#: Statuses counted from the task rows (one range of the task_lambda_status index each per
+#: lambda, so only those rows are read): the live ones and the dead letters, which a requeue
+#: or a clear takes away.
 #: The other final statuses are counted from the rollup of outcomes (tasks_core.outcomes),
 #: which a prune never lowers.
 COUNTED_FROM_ROWS = LIVE | {TaskStatus.DEAD}

@@ -101,7 +101,8 @@ def started_since(since: datetime, lambda_ids: Collection[int] | None = None,
 @shards.across(shards.added)
 def _counts(lambda_ids: Collection[int] | None) -> Counter[tuple[int, str]]:
     """(lambda id, status) -> tasks: live tasks and dead letters counted from their rows (one
-    range of the task_status index per status: the history is not read), the other final
+    range of the task_lambda_status index per lambda and status: the history is not read),
+    the other final
     statuses from the rollup of outcomes (every task that ever reached them, however many
     were pruned since). One snapshot: a fold that commits between the reads would otherwise
     count its tasks both in the rollup and in the rows after its old mark."""
@@ -110,7 +111,10 @@ def _counts(lambda_ids: Collection[int] | None) -> Counter[tuple[int, str]]:
 
 
 def _counts_here(lambda_ids: Collection[int] | None) -> Counter[tuple[int, str]]:
-    rows = (_tasks(lambda_ids).filter(status__in=[s.value for s in COUNTED_FROM_ROWS])
+    # Every lambda named when none is given: the ranges of (lambda, status) in
+    # task_lambda_status are what is read (no index of every status across lambdas).
+    every = lambda_ids if lambda_ids is not None else Lambda.objects.values_list("pk", flat=True)
+    rows = (_tasks(every).filter(status__in=[s.value for s in COUNTED_FROM_ROWS])
             .order_by().values_list("lambda_ref_id", "status").annotate(n=Count("pk")))
     counts: Counter[tuple[int, str]] = Counter(
         {(lambda_id, status): n for lambda_id, status, n in rows})

@@ -5,7 +5,9 @@ how a network partition looks to the worker; `restore()` lets new connections th
 `hang()` stops forwarding on the connections open now, for good, and keeps them open, while new
 connections flow: a link whose established connections hang without closing (a middlebox that
 lost its state, a server that stopped reading), which only a timeout and a fresh connection get
-past. It listens on loopback, or on `listen_host` (a worker host's gateway, tests/netns.py).
+past. `drop()` closes every connection and each new one at once until `restore()`: a link that
+resets (a server gone, a firewall that rejects), which the worker sees as an error at once. It
+listens on loopback, or on `listen_host` (a worker host's gateway, tests/netns.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class Proxy:
         self.port = self.listener.getsockname()[1]
         self._flowing = threading.Event()
         self._flowing.set()
+        self._dropping = threading.Event()
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -38,6 +41,9 @@ class Proxy:
                 client, _address = self.listener.accept()
             except OSError:
                 return
+            if self._dropping.is_set():
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -85,7 +91,23 @@ class Proxy:
             self._hung |= open_now
             return len(open_now)
 
+    def drop(self) -> int:
+        """Close every connection open now (both sides see it end) and each new one at once,
+        until `restore()`; how many were open."""
+        self._dropping.set()
+        with self._lock:
+            open_now = [(client, upstream) for client, upstream in self._pairs
+                        if client.fileno() != -1]
+        for pair in open_now:
+            for sock in pair:  # the pump sees the end and closes them
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    logger.debug("shutting down a proxied socket failed", exc_info=True)
+        return len(open_now)
+
     def restore(self) -> None:
+        self._dropping.clear()
         self._flowing.set()
 
     def close(self) -> None:

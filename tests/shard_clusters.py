@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Sequence
 
 from tests.ports import free_port
 from tests.replication import CONFIG, Node, _run, _runs_as, installed, private_home
@@ -40,15 +41,7 @@ class Clusters:
     def load_schema(self, dbname: str, *, host: str, port: int, source: str) -> None:
         """Database `dbname` on every cluster, with the tables (no rows) of `source` at
         host:port."""
-        dumped = subprocess.run([str(installed() / "pg_dump"), "--schema-only", "--no-owner",
-                                 "-h", host, "-p", str(port), "-U", "postgres", "-d", source],
-                                capture_output=True, text=True, timeout=120, check=True).stdout
-        for node in self.nodes:
-            node.query(f'CREATE DATABASE "{dbname}"')
-            subprocess.run([str(installed() / "psql"), "-q", "-v", "ON_ERROR_STOP=1", "-h",
-                            "127.0.0.1", "-p", str(node.port), "-U", "postgres", "-d", dbname],
-                           input=dumped, capture_output=True, text=True, timeout=120,
-                           check=True)
+        copy_schema(self.nodes, dbname, host=host, port=port, source=source)
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -57,3 +50,17 @@ class Clusters:
                                 "immediate", "stop"], capture_output=True, check=False,
                                timeout=60, **_runs_as())
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def copy_schema(nodes: Sequence[Node], dbname: str, *, host: str, port: int,
+                source: str) -> None:
+    """Database `dbname` on every one of `nodes` (primaries), with the tables (no rows) of
+    `source` at host:port."""
+    dumped = subprocess.run([str(installed() / "pg_dump"), "--schema-only", "--no-owner",
+                             "-h", host, "-p", str(port), "-U", "postgres", "-d", source],
+                            capture_output=True, text=True, timeout=120, check=True).stdout
+    for node in nodes:
+        node.query(f'CREATE DATABASE "{dbname}"')
+        subprocess.run([str(installed() / "psql"), "-q", "-v", "ON_ERROR_STOP=1", "-h",
+                        "127.0.0.1", "-p", str(node.port), "-U", "postgres", "-d", dbname],
+                       input=dumped, capture_output=True, text=True, timeout=120, check=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import InterfaceError, OperationalError
-from django.db.models import Min, OuterRef, QuerySet, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from tasks_core import (
@@ -143,6 +143,16 @@ def _lambda_gates_query() -> QuerySet:
             .values_list("pk", "name", "team_id", "gate", "gate_until", "quota", *probes))
 
 
+def _soonest_triggers() -> dict[str, Subquery]:
+    """Per priority, a lambda's soonest trigger (one probe of the (lambda, priority, trigger)
+    index each: there is no index of triggers across lambdas for every transition to write)."""
+    rows = TaskAssoc.objects.filter(lambda_ref_id=OuterRef("pk")).exclude(
+        status=AssocStatus.COMPLETED).exclude(next_trigger_at=None)
+    return {f"soonest_{rank}": Subquery(rows.filter(priority=priority)
+                                        .order_by("next_trigger_at").values("next_trigger_at")[:1])
+            for rank, priority in enumerate(atf_settings.priorities)}
+
+
 def _team_shares(lambdas: list[_LambdaGates], batch_size: int) -> dict[int, int]:
     """Each team's share of the batch for each of its lambdas with due rows: the batch split
     evenly among the teams, then among each team's lambdas (at least one row each)."""
@@ -196,6 +206,8 @@ class Consumer:
         self._backlogged: set[int] = set()  #: lambdas the last pass left due rows of
         self._teams_seen_s: dict[int, float] = {}  #: teams with due rows: when last seen
         self._housekept_s = 0.0
+        #: The last round of retention left tasks past it (see `_prune`).
+        self.retention_behind = False
         self._periodic_due_s = 0.0  #: monotonic time of the next look for periodic tasks
         self._paused: list[int] = []  #: lambdas whose gate the last pass found paused
         self._pass_now = clock()  #: the time the last pass looked for due rows at
@@ -358,20 +370,34 @@ class Consumer:
             logger.info("marked %d worker(s) gone (not seen for %ss)", gone,
                         atf_settings.worker_stale_s)
         outcomes.fold(now=now)
-        if pruned := retention.prune(now=now, budget_s=retention.PRUNE_BUDGET_S,
-                                     batch_size=PRUNE_BATCH_SIZE):
+        if pruned := self._prune(now):
             logger.info("pruned %d finished task(s) past their retention", pruned)
         flow_starts.prune(budget_s=FLOW_STARTS_BUDGET_S, batch_size=PRUNE_BATCH_SIZE)
+
+    def _prune(self, now: datetime) -> int:
+        """One round of retention within its budget; notes whether tasks past the retention
+        are left (`retention_behind`: the loop then prunes again after each pass instead of
+        sleeping, until it has caught up)."""
+        pruned = retention.prune(now=now, budget_s=retention.PRUNE_BUDGET_S,
+                                 batch_size=PRUNE_BATCH_SIZE)
+        self.retention_behind = bool(pruned) and retention.behind(now=now)
+        return pruned
+
+    def catch_up_retention(self) -> None:
+        """Another round of retention, on the loop's shard, between two passes."""
+        with shards.using(self.shard):
+            pruned = self._prune(self.clock())
+        logger.debug("pruned %d more finished task(s) past their retention", pruned)
 
     # --- the loop --------------------------------------------------------------------------
 
     def _next_trigger(self) -> datetime | None:
         """The soonest trigger of a lambda the last pass found not paused."""
-        return (
-            TaskAssoc.objects.exclude(status=AssocStatus.COMPLETED)
-            .exclude(lambda_ref_id__in=self._paused)
-            .aggregate(soonest=Min("next_trigger_at"))["soonest"]
-        )
+        triggers = _soonest_triggers()
+        soonest = (Lambda.objects.exclude(pk__in=self._paused)
+                   .annotate(**triggers).values_list(*triggers))
+        return min((trigger for row in soonest for trigger in row if trigger is not None),
+                   default=None)
 
     def seconds_to_sleep(self, summary: PassSummary) -> float:
         """How long to sleep after a pass: until the next trigger is due, or the poll interval,
@@ -388,8 +414,9 @@ class Consumer:
         return min(self.poll_interval_s, (soonest - self.clock()).total_seconds())
 
     def _sleep(self, summary: PassSummary) -> None:
-        """Sleep as long as seconds_to_sleep() says, or until a wake-up comes."""
-        wait_s = self.seconds_to_sleep(summary)
+        """Sleep as long as seconds_to_sleep() says, or until a wake-up comes; not at all while
+        retention is behind (the next round of it comes after the next pass)."""
+        wait_s = 0.0 if self.retention_behind else self.seconds_to_sleep(summary)
         if wait_s > 0 and self.wake.wait(wait_s):
             self.wake.clear()
 
@@ -410,6 +437,8 @@ class Consumer:
                     consumer_liveness.passed(self._pass_now)
                     self.housekeep(self.clock())
                     self._housekept_s = time.monotonic()
+                elif self.retention_behind:
+                    self.catch_up_retention()
                 # Periodic occurrences become ordinary tasks, due at their own time (a task due
                 # now wakes the next pass).
                 if self.periodic and (started_s := time.monotonic()) >= self._periodic_due_s:

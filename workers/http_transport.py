@@ -3,6 +3,11 @@
 Such a host needs neither the store's credentials nor the queues. A failed call (connection,
 timeout, 429 or 5xx) raises TransportUnavailable, so the batch writers retry it and the
 heartbeat counts it; the API refusing a call (another 4xx) raises ApiRefused.
+
+Against a sharded store, the API answers which of a call's tasks live on a shard it could not
+reach (`unreached`): the heartbeat reports them as a direct worker's does (the worker stops that
+shard's tasks when its per-shard budget runs out, and keeps the others), and their results are
+UNREACHED, written again once the shard is back.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from tasks_core.exceptions import AtfError
 from tasks_core.states import TaskStatus
 from workers.batching import retry_budget_s
 from workers.transport import (
+    UNREACHED,
     Beat,
     FinishedAttempt,
     Transport,
@@ -74,10 +80,13 @@ def _result(task: store.ClaimedTask, result: store.Result) -> dict[str, Any]:
 
 def _statuses(answer: Mapping[str, Any], done: Sequence[FinishedAttempt],
               ) -> list[Written]:
-    """Each result's status in the API's answer (finish/'s, or a claim's that carried them)."""
+    """Each result's status in the API's answer (finish/'s, or a claim's that carried them):
+    UNREACHED for those of a shard it could not reach."""
     statuses = {item["id"]: item["status"] for item in answer.get("results", ())}
-    return [None if statuses.get(task.task_id) is None else TaskStatus(statuses[task.task_id])
-            for task, _result in done]
+    unreached = set(answer.get("unreached", ()))
+    return [UNREACHED if task.task_id in unreached
+            else None if statuses.get(task.task_id) is None
+            else TaskStatus(statuses[task.task_id]) for task, _result in done]
 
 
 class HttpTransport(Transport):
@@ -178,7 +187,8 @@ class HttpTransport(Transport):
             "worker": self._worker_id(), "seen": seen,
             "tasks": [{"id": pk, "lease": lease} for pk, lease in leases.items()]},
             timeout_s=min(self.timeout_s, atf_settings.heartbeat_interval_s))
-        return Beat(lost=set(answer["lost"]), cancel=set(answer.get("cancel", ())))
+        return Beat(lost=set(answer["lost"]), cancel=set(answer.get("cancel", ())),
+                    unreached=set(answer.get("unreached", ())))
 
     def finish_many(self, done: Sequence[FinishedAttempt]) -> list[Written]:
         answer = self._post("finish/", {"worker": self._worker_id(),

@@ -36,11 +36,14 @@ def exclusive(key: str) -> contextlib.AbstractContextManager[None]:
 
 
 def held(worker: str, ending: Sequence[Lease], *, credential: str | None = None,
-         worker_most: int | None = None, token_most: int | None = None) -> tuple[int, int]:
+         worker_most: int | None = None, token_most: int | None = None,
+         unreached: set[int] | None = None) -> tuple[int, int]:
     """Tasks `worker`, and every worker of `credential` (0 without), hold once the `ending`
     ones are taken off (StoreBackend.held: a count may stop past its bound). With shards, the
     sum of every shard's counts; the token's workers are read once, in the control database
-    (the only one that registers workers), and counted on every shard."""
+    (the only one that registers workers), and counted on every shard. With `unreached`, a
+    shard that cannot be reached is not counted (shards.each_group): its tasks cannot run
+    while it is down, and their worker stops them within its heartbeat budget."""
     if not shards.sharded():
         return backends.current().held(worker, ending, credential=credential,
                                        worker_most=worker_most, token_most=token_most)
@@ -54,7 +57,7 @@ def held(worker: str, ending: Sequence[Lease], *, credential: str | None = None,
                                        token_workers=token_workers)
 
     counts = shards.each_group({alias: endings.get(alias, []) for alias in shards.aliases()},
-                               held_here)
+                               held_here, lambda part: map(_lease_id, part), unreached)
     return sum(mine for mine, _token in counts), sum(token for _mine, token in counts)
 
 

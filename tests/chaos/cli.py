@@ -2,16 +2,17 @@
 
 The runner makes its own PostgreSQL database (dropped and recreated; its name must contain
 "chaos"), starts its own redis-server on a free port, migrates, starts the API (gunicorn), the
-consumers and the worker processes with short timeouts, and then runs the chosen mode.
+consumers and the worker processes with short timeouts, and then runs the chosen mode. With
+`--shards N` the tasks live in N shards of the run's own (tests/chaos/sharding.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import random
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from tests.chaos.failover import ReplicatedChaosDatabase
 from tests.chaos.faults import FAULTS
 from tests.chaos.services import ChaosDatabase, PrivateRedis, say
+from tests.chaos.sharding import ShardedStore
 from tests.pooler import MODES as POOL_MODES
 from tests.pooler import PgBouncer
 from tests.ports import free_port
@@ -81,7 +83,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="mean seconds between faults (soak: 0 = no faults)")
     parser.add_argument("--faults", default=None,
                         help="comma-separated faults to inject (default: all of them; "
-                             "pg-failover only with --failover)")
+                             "pg-failover only with --failover, pooler-restart only with "
+                             "--pooler, shard-* only with --shards)")
     parser.add_argument("--failover", choices=("sync", "async", "off"), default=None,
                         help="run on a PostgreSQL 15 primary and a streaming standby of the "
                              "run's own, with synchronous or asynchronous replication, and "
@@ -91,6 +94,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
                              "every process and PostgreSQL (re-pointed at the new primary after "
                              "a failover), and inject pooler-restart (default: transaction in "
                              "long mode, off otherwise)")
+    parser.add_argument("--shards", type=int, default=0,
+                        help="keep the tasks in this many shards (2 or more), each a PostgreSQL "
+                             "15 primary with a synchronous standby of the run's own, the "
+                             "control data in the run's database, and inject shard-kill, "
+                             "shard-failover and shard-cut (default: no shards)")
     parser.add_argument("--task-seconds", type=float,
                         help="most demo.record tasks sleep up to this; a tenth up to 6x")
     parser.add_argument("--settle-timeout", type=float,
@@ -142,10 +150,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.failover = "sync" if args.mode == "long" else "off"
     if args.pooler is None:
         args.pooler = "transaction" if args.mode == "long" else "off"
+    if args.shards == 1 or args.shards < 0:
+        parser.error("--shards takes 2 or more (0: no shards)")
     if args.faults is None:
         args.faults = ",".join(name for name in FAULTS
                                if (name != "pg-failover" or args.failover != "off")
-                               and (name != "pooler-restart" or args.pooler != "off"))
+                               and (name != "pooler-restart" or args.pooler != "off")
+                               and (not name.startswith("shard-") or args.shards))
     args.faults = [name.strip() for name in args.faults.split(",") if name.strip()]
     if unknown := sorted(set(args.faults) - set(FAULTS)):
         parser.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
@@ -153,19 +164,27 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("pg-failover needs a standby: add --failover sync or --failover async")
     if "pooler-restart" in args.faults and args.pooler == "off":
         parser.error("pooler-restart needs a pooler: add --pooler transaction or session")
+    if not args.shards and (sharded := [name for name in args.faults
+                                        if name.startswith("shard-")]):
+        parser.error(f"{', '.join(sharded)} {'needs' if len(sharded) == 1 else 'need'} "
+                     "shards: add --shards 3")
     args.crash_every = max(1, args.tasks // max(3, args.tasks // 1000)) if args.tasks else 10**9
     return args
 
 
-def api_token(env: dict[str, str], *options: str, user: str = "chaos",
-              team: str = "demo") -> str | None:
-    """A token of `team` (`--worker`: a worker token), or None when `atf_token` does not
-    exist (yet)."""
-    result = subprocess.run([sys.executable, "manage.py", "atf_token", team, user, *options],
-                            cwd=Path(__file__).resolve().parents[2], env=env,
-                            capture_output=True, text=True, timeout=120)
-    lines = result.stdout.strip().splitlines()
-    return lines[-1].strip() if result.returncode == 0 and lines else None
+def api_token(*options: str, user: str = "chaos", team: str = "demo") -> str | None:
+    """A token of `team` (`--worker`: a worker token) made by `atf_token` in this process
+    (whose settings are the run's: a child process would cost a Django start-up), or None when
+    the command refuses."""
+    from django.core.management import CommandError, call_command
+
+    out = io.StringIO()
+    try:
+        call_command("atf_token", team, user, *options, stdout=out, stderr=io.StringIO())
+    except CommandError:
+        return None
+    lines = out.getvalue().strip().splitlines()
+    return lines[-1].strip() if lines else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,9 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         database = ReplicatedChaosDatabase(args.database, synchronous=args.failover == "sync")
     server = PrivateRedis(args.redis_port or free_port(), log_dir)
     pooler = None
+    store: ShardedStore | None = None
     status = 1
     try:
         database.recreate()
+        if args.shards:
+            store = ShardedStore(args.shards)
         server.start()
         if args.pooler != "off":
             pooler = PgBouncer(args.pooler, host=database.host, port=database.port,
@@ -191,25 +213,31 @@ def main(argv: list[str] | None = None) -> int:
             database.pool(pooler)
         env = {**os.environ, **CHILD_SETTINGS, **args.set, "DATABASE_URL": database.url,
                "REDIS_URL": server.url}
+        if store is not None:
+            env["ATF_SHARD_URLS"] = ",".join(store.urls(database.name))
         # The runner itself is a Django process too, but quieter than its children.
         os.environ.update({**env, "ATF_LOG_LEVEL": "WARNING"})
         say(f"chaos {args.mode}: database {database.url} (failover: {args.failover}, pooler: "
-            f"{args.pooler}), redis port {server.port}, logs in {log_dir}")
-        status = _run(args, env, database, server, log_dir)
+            f"{args.pooler}), redis port {server.port}, logs in {log_dir}"
+            + (f", {args.shards} shards" if store else ""))
+        status = _run(args, env, database, server, log_dir, store)
     finally:
         server.stop()
         if pooler is not None:
             pooler.stop()
         if status == 0 and not args.keep_database:
             database.drop()
+            if store is not None:
+                store.stop()
         else:
             say(f"database {database.name} kept for inspection ({database.keep()})")
+            if store is not None:
+                say(f"shards kept for inspection ({store.keep()})")
     return status
 
 
 def _run(args: argparse.Namespace, env: dict[str, str], database: ChaosDatabase,
-         server: PrivateRedis,
-         log_dir: Path) -> int:
+         server: PrivateRedis, log_dir: Path, store: ShardedStore | None) -> int:
     import django
 
     django.setup()
@@ -222,12 +250,16 @@ def _run(args: argparse.Namespace, env: dict[str, str], database: ChaosDatabase,
     from tests.chaos.records import RecordSink
     from tests.chaos.run import run_chaos
 
-    call_command("migrate", verbosity=0)
-    token = api_token(env)
+    if store is None:
+        call_command("migrate", verbosity=0)
+    else:
+        _prepare_shards(store, database)
+    token = api_token()
     cluster = Cluster(env=env, database_nodes=database.nodes,
+                      shard_nodes=store.nodes if store else (),
                       workers=args.workers, consumers=args.consumers, threads=args.threads,
                       log_dir=log_dir, remote_workers=args.remote_workers, web_processes=2,
-                      worker_token=api_token(env, "--worker", user="chaos-worker"))
+                      worker_token=api_token("--worker", user="chaos-worker"))
     try:
         cluster.start()
         api = ApiClient(cluster.api_url, token) if token else None
@@ -242,9 +274,26 @@ def _run(args: argparse.Namespace, env: dict[str, str], database: ChaosDatabase,
         lab = Lab(cluster=cluster, redis=server, database=database, records=RecordSink(server),
                   victims=Victims(), rng=random.Random(args.seed + 2),
                   heartbeat_interval_s=float(env["ATF_HEARTBEAT_INTERVAL_S"]),
-                  pg_restart_command=args.pg_restart_command)
+                  pg_restart_command=args.pg_restart_command, shards=store)
         if args.mode == "soak":
             return soak.run_soak(args, lab, api)
         return run_chaos(args, lab, api)
     finally:
         cluster.stop()
+
+
+def _prepare_shards(store: ShardedStore, database: ChaosDatabase) -> None:
+    """The control database migrated as a store of one database (its data migrations read
+    and write task rows, which the shards do not hold yet); then each shard's tables (the
+    control database's schema), its id sequences at its slot and its copies of the control rows
+    (what `migrate --database shardN` does, in a second rather than ten)."""
+    from django.core.management import call_command
+    from django.test.utils import override_settings
+
+    from tasks_core import shards
+
+    with override_settings(ATF_STORE_SHARDS=None):
+        call_command("migrate", verbosity=0)
+    store.create(database.name, host=database.host, port=database.port, source=database.name)
+    for alias in shards.others():
+        shards.prepare(alias)

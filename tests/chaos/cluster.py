@@ -6,7 +6,8 @@ it again. A watcher thread restarts any child that exits without the runner aski
 met a hung lambda replaces itself (workers/replacement.py) and needs no restart.
 Worker 0 reaches PostgreSQL through a proxy (tests/proxy.py) so that its connection can be cut;
 one per node when the run has a primary and a standby, so that its multi-host URL still finds
-the primary after a failover.
+the primary after a failover; with shards (tests/chaos/sharding.py), through proxies to each
+shard's nodes too, so that its link to one shard alone can be cut.
 With a worker token, `remote_workers` more workers are remote (`runworker --api`, on settings
 without a database), each on a worker host of its own: a network namespace with a veth link to
 this machine (tests/netns.py), which the runner can take down. A remote worker reaches the API
@@ -30,6 +31,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from atf_project import database_url
 from tests import netns
 from tests.chaos.services import wait_until
 from tests.ports import free_port
@@ -154,9 +156,17 @@ class Proxies:
     def netloc(self) -> str:
         return ",".join(f"127.0.0.1:{proxy.port}" for proxy in self.each)
 
+    def through(self, url: str) -> str:
+        """`url` with its hosts replaced by these proxies."""
+        return re.sub(r"@[^/]+/", f"@{self.netloc}/", url, count=1)
+
     def cut(self) -> None:
         for proxy in self.each:
             proxy.cut()
+
+    def drop(self) -> int:
+        """Close every connection through these proxies, and each new one, until restored."""
+        return sum(proxy.drop() for proxy in self.each)
 
     def restore(self) -> None:
         for proxy in self.each:
@@ -174,10 +184,13 @@ class Cluster:
     def __init__(self, *, env: Mapping[str, str], database_nodes: Sequence[tuple[str, int]],
                  workers: int, consumers: int, threads: int, log_dir: Path,
                  api: bool = True, web_processes: int = 1, web_threads: int = 32,
-                 worker_token: str | None = None, remote_workers: int = 1) -> None:
+                 worker_token: str | None = None, remote_workers: int = 1,
+                 shard_nodes: Sequence[Sequence[tuple[str, int]]] = ()) -> None:
         self.env = dict(env)
         self.log_dir = log_dir
         self.proxy = Proxies(database_nodes)
+        #: Worker 0's links to each shard, by slot (none without shards).
+        self.shard_proxies = [Proxies(nodes) for nodes in shard_nodes]
         manage = [sys.executable, str(ROOT / "manage.py")]
         self.api_port = free_port()
         self.children: list[Child] = []
@@ -203,11 +216,17 @@ class Cluster:
         for index in range(workers):
             env = self.env
             if index == 0:
-                env = {**env, "DATABASE_URL": self._through_proxy(env["DATABASE_URL"])}
+                env = {**env, "DATABASE_URL": self.proxy.through(env["DATABASE_URL"])}
+                if self.shard_proxies:
+                    urls = database_url.split_list(env["ATF_SHARD_URLS"])
+                    env["ATF_SHARD_URLS"] = ",".join(
+                        proxies.through(url)
+                        for proxies, url in zip(self.shard_proxies, urls, strict=True))
             self.children.append(Child("worker", index, [
                 *manage, "runworker", "--processes", "1", "--threads", str(threads),
             ], env, log_dir))
-        host_env = {key: value for key, value in self.env.items() if key != "DATABASE_URL"}
+        host_env = {key: value for key, value in self.env.items()
+                    if key not in ("DATABASE_URL", "ATF_SHARD_URLS")}
         for index, remote in enumerate(remotes, start=workers):
             child = Child("worker", index, remote.command([
                 *manage, "runworker", "--processes", "1", "--threads", str(threads),
@@ -221,8 +240,10 @@ class Cluster:
         self._watching = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="ChildWatcher", daemon=True)
 
-    def _through_proxy(self, url: str) -> str:
-        return re.sub(r"@[^/]+/", f"@{self.proxy.netloc}/", url)
+    @property
+    def database_links(self) -> list[Proxies]:
+        """Worker 0's links to every database: control, and each shard."""
+        return [self.proxy, *self.shard_proxies]
 
     @property
     def api_url(self) -> str:
@@ -300,7 +321,8 @@ class Cluster:
                 os.killpg(child.process.pid, signal.SIGTERM)
         for child in self.children:
             child.terminate(timeout_s=15)
-        self.proxy.close()
+        for proxies in self.database_links:
+            proxies.close()
         for remote in self.remote_hosts.values():
             remote.close()
 

@@ -84,16 +84,28 @@ class ReplicatedChaosDatabase(ChaosDatabase):
         return str(self.pair.home)
 
 
-def succeeds_after(what: str) -> tuple[int, bool]:
-    """Schedule a probe task now; its id, and whether it succeeded within BACK_WITHIN_S."""
-    from tasks_core import atf  # the CLI lists FAULTS before Django is set up
+def succeeds_after(what: str, *, alias: str | None = None) -> tuple[int, bool]:
+    """Schedule a probe task now (on shard `alias`, if given); its id, and whether it succeeded
+    within BACK_WITHIN_S."""
+    from django.db import transaction
+
+    from tasks_core import atf, shards  # the CLI lists FAULTS before Django is set up
     from tasks_core.models import TaskEntity
     from tests.chaos.faults import with_db
 
-    probe = with_db(lambda: atf.schedule("demo.noop", collection=PROBES))
+    def schedule() -> TaskEntity:
+        if alias is None:
+            return atf.schedule("demo.noop", collection=PROBES)
+        with transaction.atomic(using=alias):  # placed on the shard of the caller's transaction
+            return atf.schedule("demo.noop", collection=PROBES)
+
+    @shards.by_task
+    def succeeded(pk: int) -> bool:
+        return TaskEntity.objects.filter(pk=pk, status="success").exists()
+
+    probe = with_db(schedule)
     try:
-        wait_until(lambda: with_db(lambda: TaskEntity.objects.filter(
-            pk=probe.pk, status="success").exists()), timeout_s=BACK_WITHIN_S,
+        wait_until(lambda: with_db(lambda: succeeded(probe.pk)), timeout_s=BACK_WITHIN_S,
             what=f"a task scheduled after {what} to succeed")
     except RuntimeError:
         return probe.pk, False

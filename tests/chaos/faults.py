@@ -26,6 +26,7 @@ from tests.chaos.failover import pg_failover, pooler_restart
 from tests.chaos.load import Victims
 from tests.chaos.records import RecordSink
 from tests.chaos.services import ChaosDatabase, PrivateRedis, wait_until
+from tests.chaos.sharding import ShardedStore, shard_cut, shard_failover, shard_kill
 from workers import db
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class Lab:
     rng: random.Random
     heartbeat_interval_s: float
     pg_restart_command: str | None = None
+    #: The shards' servers (None: the tasks live in the run's database).
+    shards: ShardedStore | None = None
     events: list[FaultEvent] = field(default_factory=list)
 
 
@@ -85,10 +88,15 @@ def with_db(action: Callable[[], object], attempts: int = 20) -> object:
 
 def _busy_workers(lab: Lab) -> list[Child]:
     """Workers that run a task right now (their pid appears in a processing task's worker id)."""
-    from tasks_core.models import TaskEntity  # the CLI lists FAULTS before Django is set up
+    from tasks_core import shards  # the CLI lists FAULTS before Django is set up
+    from tasks_core.models import TaskEntity
 
-    ids = with_db(lambda: list(TaskEntity.objects.filter(status="processing")
-                                .values_list("worker", flat=True).distinct()))
+    @shards.across(lambda answers: [worker for answer in answers for worker in answer])
+    def running() -> list[str]:
+        return list(TaskEntity.objects.filter(status="processing")
+                    .values_list("worker", flat=True).distinct())
+
+    ids = with_db(running)
     pids = {int(worker.split(":")[1]) for worker in ids if worker.count(":") >= 2}
     return [child for child in lab.cluster.role("worker") if child.pid in pids]
 
@@ -131,13 +139,23 @@ def redis_restart(lab: Lab, event: FaultEvent) -> None:
 
 
 def db_cut(lab: Lab, event: FaultEvent) -> None:
-    """Cut worker 0's database connection (the proxy stops forwarding) for over 3 heartbeats.
+    """Cut worker 0's database connections (the proxies stop forwarding; with shards, to the
+    control database and every shard) for over 3 heartbeats.
 
     The worker must end its lambdas (it replaces itself) within three heartbeat intervals
-    (plus slack for a loaded machine), and serve again once the runner restores the proxy.
+    (plus slack for a loaded machine), and serve again once the runner restores the proxies.
     """
-    proxy = lab.cluster.proxy
-    _cut(lab, event, lab.cluster.role("worker")[0], proxy.cut, proxy.restore)
+    links = lab.cluster.database_links
+
+    def cut() -> None:
+        for link in links:
+            link.cut()
+
+    def restore() -> None:
+        for link in links:
+            link.restore()
+
+    _cut(lab, event, lab.cluster.role("worker")[0], cut, restore)
 
 
 def _remote_worker(lab: Lab, event: FaultEvent, *, on_a_host: bool
@@ -346,10 +364,14 @@ def _runner(lab: Lab, task_id: int) -> tuple[Child, subprocess.Popen, int] | Non
     """The worker child running task `task_id` (its row names the worker, whose id carries
     the process's pid), that run's process and its replacements so far; None until one runs
     it."""
+    from tasks_core import shards
     from tasks_core.models import TaskEntity
 
-    worker = with_db(lambda: TaskEntity.objects.filter(pk=task_id).values_list(
-        "worker", flat=True).first())
+    @shards.by_task
+    def worker_of(pk: int) -> str | None:
+        return TaskEntity.objects.filter(pk=pk).values_list("worker", flat=True).first()
+
+    worker = with_db(lambda: worker_of(task_id))
     pid = worker.split(":")[1] if isinstance(worker, str) and worker.count(":") >= 2 else None
     for child in lab.cluster.role("worker"):
         if child.process is not None and str(child.pid) == pid:
@@ -401,6 +423,9 @@ FAULTS: dict[str, Callable[[Lab, FaultEvent], None]] = {
     "pg-failover": pg_failover,
     "worker-hang": worker_hang,
     "pooler-restart": pooler_restart,
+    "shard-kill": shard_kill,
+    "shard-failover": shard_failover,
+    "shard-cut": shard_cut,
     "gate-pause": gate_pause,
     "collection-drop": collection_drop,
 }

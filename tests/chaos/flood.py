@@ -246,14 +246,14 @@ def deliver(url: str, token: str, *, tasks: int,
                for name, since, to in STAGES}}
 
 
-def _prepare_flood_team(env: dict[str, str]) -> tuple[str, list[str]]:
+def _prepare_flood_team() -> tuple[str, list[str]]:
     """Team flood with the lambda row its tasks use (no code runs it); its tokens."""
     from tasks_core.models import Lambda, Team
 
     team, _created = Team.objects.get_or_create(name="flood")
     Lambda.objects.get_or_create(name="flood.work", defaults={"team": team, "in_code": False})
-    full = api_token(env, team="flood", user="flood")
-    workers = [api_token(env, "--worker", team="flood", user=f"flood-worker-{n}")
+    full = api_token(team="flood", user="flood")
+    workers = [api_token("--worker", team="flood", user=f"flood-worker-{n}")
                for n in range(FLOOD_TOKENS)]
     if full is None or None in workers:
         raise SystemExit("could not make team flood's tokens (atf_token)")
@@ -292,11 +292,11 @@ def _run(args: argparse.Namespace, env: dict[str, str], log_dir: Path, *,
     from tests.chaos.cluster import Cluster
 
     call_command("migrate", verbosity=0)
-    demo_token = api_token(env)
+    demo_token = api_token()
     cluster = Cluster(env=env, database_nodes=[(args.pg_host, args.pg_port)],
                       workers=0, consumers=1, threads=8, log_dir=log_dir,
                       web_processes=args.web_processes, web_threads=args.web_threads,
-                      worker_token=api_token(env, "--worker", user="demo-worker"))
+                      worker_token=api_token("--worker", user="demo-worker"))
     (log_dir / "flood-api").mkdir()
     flood_api = (None if args.flood_api == "shared" else Cluster(
         env=env, database_nodes=[(args.pg_host, args.pg_port)], workers=0, consumers=0,
@@ -307,7 +307,7 @@ def _run(args: argparse.Namespace, env: dict[str, str], log_dir: Path, *,
         flood_api.start()
     try:
         assert demo_token is not None, "atf_token made no token"
-        full, workers = _prepare_flood_team(env)
+        full, workers = _prepare_flood_team()
         roots = {"demo client": os.getpid(), "redis": redis_pid,
                  **{child.name: child.pid for child in cluster.children if child.pid}}
         if flood_api is not None:

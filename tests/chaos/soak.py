@@ -26,6 +26,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from tasks_core import shards
 from tasks_core.models import TaskEntity
 from tests.chaos import faults, verify
 from tests.chaos.faults import Lab
@@ -60,13 +61,22 @@ class Window:
                 f"backlog={self.backlog} rss MB: {memory}")
 
 
-def _window(lab: Lab, since: datetime, ended_s: float) -> Window:
+@shards.across(lambda answers: (sum(count for count, _pairs in answers),
+                                [pair for _count, pairs in answers for pair in pairs]))
+def _finished_since(since: datetime) -> tuple[int, list[tuple[datetime, datetime]]]:
+    """Tasks that succeeded since `since` (every shard's), and the due and start times of the
+    demo.record ones that took one attempt."""
     finished = TaskEntity.objects.filter(finished_at__gte=since, status="success")
     pairs = finished.filter(lambda_ref__name="demo.record", attempts=1).values_list("run_at",
                                                                                    "started_at")
+    return finished.count(), list(pairs)
+
+
+def _window(lab: Lab, since: datetime, ended_s: float) -> Window:
+    count, pairs = _finished_since(since)
     rss = lab.cluster.rss_by_role()
     rss["redis"] = lab.redis.used_memory()
-    return Window(ended_s=ended_s, finished=finished.count(),
+    return Window(ended_s=ended_s, finished=count,
                   latencies=[max(0.0, (start - run).total_seconds()) for run, start in pairs],
                   backlog=verify.unfinished(), rss=rss)
 

@@ -11,17 +11,19 @@
 - vanished: schedules the loader was told were done (each has its idempotency key
   `chaos-<n>`) that are not in the store at the end: what an asynchronous failover loses.
 - time to full speed after each failover (tests/chaos/recovery.py).
+
+With a sharded store every check reads every shard (tasks_core.shards.across).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from django.db.models import Count, Min
 
-from tasks_core import states
+from tasks_core import shards, states
 from tasks_core.models import TaskAttempt, TaskEntity
 from tasks_core.stats import percentile
 from tests.chaos.failover import Promotion
@@ -33,6 +35,11 @@ from tests.chaos.recovery import time_to_full_speed
 #: Seconds after a fault during which a task that became due still counts as "during faults".
 RECOVERY_S = 6.0
 FINAL = {status.value for status in states.FINAL}
+
+
+def _joined(answers: list[list]) -> list:
+    """Every shard's rows, one list."""
+    return [row for answer in answers for row in answer]
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
@@ -122,15 +129,23 @@ class Report:
                 f"faults={self.faults_ok}/{self.faults} crossed={self.faults_crossed} "
                 f"p50_ms={self.latency_all.get('p50', 0) * 1000:.0f} "
                 f"p99_ms={self.latency_all.get('p99', 0) * 1000:.0f} "
-                f"faults_p99_ms={self.latency_faults.get('p99', 0) * 1000:.0f}"
-                + (f" vanished={len(self.vanished)} full_speed_s="
+                f"faults_p99_ms={self.latency_faults.get('p99', 0) * 1000:.0f} "
+                f"vanished={len(self.vanished)}"
+                + (" full_speed_s="
                    + ",".join("-" if s is None else f"{s:.1f}" for s in self.full_speed_s)
                    if self.full_speed_s else ""))
 
 
+@shards.across(sum)
 def unfinished() -> int:
     """Tasks not yet in a final status."""
     return TaskEntity.objects.exclude(status__in=FINAL).count()
+
+
+@shards.across(_joined)
+def _task_rows() -> list[tuple]:
+    return list(TaskEntity.objects.values_list("pk", "lambda_ref__name", "collection", "status",
+                                               "run_at", "finished_at"))
 
 
 def check(executions: Sequence[Execution], events: Sequence[FaultEvent],
@@ -141,8 +156,7 @@ def check(executions: Sequence[Execution], events: Sequence[FaultEvent],
     dropped = set(dropped)
     report = Report(faults=len(events), faults_ok=sum(event.ok for event in events),
                     faults_crossed=sum(event.crossed for event in events))
-    rows = list(TaskEntity.objects.values_list("pk", "lambda_ref__name", "collection", "status",
-                                               "run_at", "finished_at"))
+    rows = _task_rows()
     report.tasks = len(rows)
     finished_at = {}
     not_success: dict[str, int] = defaultdict(int)
@@ -178,15 +192,25 @@ def check(executions: Sequence[Execution], events: Sequence[FaultEvent],
 
 def _vanished(scheduled: int) -> list[int]:
     """Numbers of the loader's first `scheduled` tasks whose idempotency key is not stored."""
-    keys = TaskEntity.objects.filter(idempotency_key__startswith=KEY_PREFIX).values_list(
-        "idempotency_key", flat=True)
+    keys = _keys()
     stored = {int(key.removeprefix(KEY_PREFIX)) for key in keys}
     return [number for number in range(scheduled) if number not in stored]
 
 
+@shards.across(_joined)
+def _keys() -> list[str]:
+    return list(TaskEntity.objects.filter(idempotency_key__startswith=KEY_PREFIX).values_list(
+        "idempotency_key", flat=True))
+
+
+@shards.across(_joined)
+def _first_starts() -> list[tuple]:
+    return list(TaskAttempt.objects.values("task_id").annotate(first=Min("started_at"))
+                .values_list("task_id", "first"))
+
+
 def _latencies(report: Report, rows: Sequence[tuple], events: Sequence[FaultEvent]) -> None:
-    first_start = dict(TaskAttempt.objects.values("task_id").annotate(first=Min("started_at"))
-                       .values_list("task_id", "first"))
+    first_start = dict(_first_starts())
     windows = [(event.started, event.ended + RECOVERY_S) for event in events]
     everything, during = [], []
     for pk, _name, _collection, _status, run_at, _finished in rows:
@@ -203,4 +227,9 @@ def _latencies(report: Report, rows: Sequence[tuple], events: Sequence[FaultEven
 
 
 def status_counts() -> dict[str, int]:
-    return dict(TaskEntity.objects.values_list("status").annotate(n=Count("pk")))
+    return dict(_status_counts())
+
+
+@shards.across(shards.added)
+def _status_counts() -> Counter[str]:
+    return Counter(dict(TaskEntity.objects.values_list("status").annotate(n=Count("pk"))))

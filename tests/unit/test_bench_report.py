@@ -92,6 +92,29 @@ def test_store_table_shows_each_size_as_a_ratio_of_the_empty_table():
     assert "| generating the rows (INSERT … SELECT generate_series) (s) | — | 30.0 | 300 |" in text
 
 
+def test_store_table_ends_with_the_backlog_against_the_empty_table():
+    figures = {"store_0_pass_idle_ms": 4.0, "store_0_pass_busy_ms": 20.0,
+               "store_0_claim_ms": 10.0, "store_0_schedule_ms": 1.0, "store_0_drain": 1000.0,
+               "store_backlog_insert_s": 40.0, "store_backlog_vacuum_s": 9.0,
+               "store_backlog_claim_ms": 12.0, "store_backlog_claim_ms_ratio": 1.2,
+               "store_backlog_queue_queued": 5050.0, "store_backlog_queue_waiting": 5000.0,
+               "store_backlog_queue_per_waiting": 1.01}
+    text = report.store_table({"atf": {key: _summary(v) for key, v in figures.items()}})
+    assert "backlog finished tasks" not in text  # the backlog is no size of history
+    assert ("| a claim of the 500 tasks that pass enqueued (ms) | 10.0 | 12.0 (1.20× empty) "
+            "| ≤ 1.5× empty |") in text
+    assert "(5,050 messages, 5,000 tasks) | — | 1.010 | ≤ 1.01 |" in text
+
+
+def test_pace_table_says_how_far_retention_fell_behind_in_minutes_of_tasks():
+    figures = {"pace_scheduled": 36_000.0, "pace_finished_per_s": 598.0, "pace_waiting_max": 900.0,
+               "pace_past_max": 18_000.0, "pace_past_per_minute": 0.5}
+    text = report.pace_table({"atf": {key: _summary(v) for key, v in figures.items()}})
+    assert "| most finished tasks past their retention at a count | 18,000 |" in text
+    assert "| … as a share of one minute's tasks (target ≤ 1) | 0.500 |" in text
+    assert report.pace_table({"atf": {}}) == ""
+
+
 @pytest.mark.parametrize(("size", "label"), [(0, "0"), (100_000, "100k"),
                                              (1_000_000, "1M"), (10_000_000, "10M"),
                                              (1_500, "1500")])

@@ -43,6 +43,13 @@ def test_an_unreadable_host_is_named() -> None:
         database_url.parse("postgres://postgres@db-a,:5/atf")
 
 
+def test_a_list_of_urls_splits_between_urls_not_between_one_urls_hosts() -> None:
+    # (ATF_SHARD_URLS: each shard a primary and its standby)
+    assert database_url.split_list(f"postgres://a/atf, {FAILOVER_URL},postgres://c,d:7/x") == [
+        "postgres://a/atf", FAILOVER_URL, "postgres://c,d:7/x"]
+    assert database_url.split_list(" ") == []
+
+
 def test_the_settings_pass_the_hosts_and_the_options_to_the_connection() -> None:
     code = ("from django.conf import settings; from django.db import connection; "
             "params = connection.get_connection_params(); "
@@ -54,6 +61,21 @@ def test_the_settings_pass_the_hosts_and_the_options_to_the_connection() -> None
                           "?target_session_attrs=read-write"),
         capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["127.0.0.1,127.0.0.1", "5433,5434", "read-write", "5"], (
+        done.stderr)
+
+
+def test_shard_urls_of_several_hosts_make_one_shard_each() -> None:
+    code = ("from django.conf import settings as s; "
+            "print(*s.ATF_STORE_SHARDS, s.DATABASES['shard1']['HOST'], "
+            "s.DATABASES['shard1']['PORT'])")
+    done = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"], cwd=ROOT,
+        env={**_settings_env("postgres://postgres@127.0.0.1:5432/control"),
+             "ATF_SHARD_URLS": "postgres://postgres@127.0.0.1:5433/atf,"
+                               "postgres://postgres@127.0.0.1:5434,127.0.0.1:5435/atf"
+                               "?target_session_attrs=read-write"},
+        capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["shard0", "shard1", "127.0.0.1,127.0.0.1", "5434,5435"], (
         done.stderr)
 
 

@@ -25,6 +25,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tasks_api.models import Scope
 from tasks_core import (
     atf,
     checks,
@@ -42,8 +43,9 @@ from tasks_core.exceptions import InvalidTask
 from tasks_core.models import Lambda, TaskEntity
 from tests.acceptance.test_workers import overlapping
 from tests.conftest import Processes, race, subprocess_env, wait_for
-from tests.integration.tasks_api.test_api_support import Member, member
+from tests.integration.tasks_api.test_api_support import Member, member, token_client
 from tests.ports import free_port
+from tests.remote import start_api, worker_env, worker_token
 from tests.shard_clusters import Clusters
 from workers.consumer import Consumer
 
@@ -323,6 +325,45 @@ def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
         assert again == {on_one}
 
 
+def test_the_worker_api_answers_the_shards_it_reaches_and_names_the_tasks_of_one_it_cannot(
+        sharded: Clusters, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shards, "outages", type(shards.outages)())
+    # Given a remote worker of team alpha running a task on each of shard1 and shard2
+    who = member("alpha")
+    shards.mirror()
+    client = token_client(who.user, who.team, scope=Scope.WORKER)
+    assert client.post("/api/v1/worker/register/", {
+        "worker": "w1", "host": "h", "pid": 1, "lambdas": [who.lam.name], "threads": 2},
+        format="json").status_code == 201
+    running = {}
+    for alias in ("shard1", "shard2"):
+        with transaction.atomic(using=alias):
+            pk = atf.schedule(who.lam.name).pk
+        TaskEntity.objects.using(alias).filter(pk=pk).update(
+            status="processing", worker="w1", lease=7, started_at=timezone.now())
+        running[alias] = pk
+    leases = [{"id": pk, "lease": 7} for pk in running.values()]
+    ends = [{**lease, "outcome": "success", "result": None} for lease in leases]
+    with unreachable("shard1"):
+        # When the worker's heartbeat and results reach the API while shard1 is down
+        beat = client.post("/api/v1/worker/heartbeat/", {"worker": "w1", "tasks": leases},
+                           format="json").json()
+        finished = client.post("/api/v1/worker/finish/", {"worker": "w1", "results": ends},
+                               format="json").json()
+    # Then shard2's task is renewed and finished, and shard1's is named unreached: neither
+    # lost nor refused (its result is answered null, to be sent again)
+    assert beat == {"lost": [], "cancel": [], "unreached": [running["shard1"]]}
+    assert finished == {"results": [{"id": running["shard1"], "status": None},
+                                    {"id": running["shard2"], "status": "success"}],
+                        "unreached": [running["shard1"]]}
+    assert statuses_on_nodes(sharded, [1, 2]) == {1: {"processing": 1}, 2: {"success": 1}}
+    # And once shard1 answers again, the answers are as they always were
+    monkeypatch.setattr(shards, "outages", type(shards.outages)())
+    again = client.post("/api/v1/worker/finish/", {"worker": "w1", "results": ends[:1]},
+                        format="json").json()
+    assert again == {"results": [{"id": running["shard1"], "status": "success"}]}
+
+
 def test_a_tokens_bound_counts_what_its_workers_hold_on_every_shard(sharded: Clusters) -> None:
     # Given two workers of one token (registered in control), holding tasks on shard1 and
     # shard2, and one task on shard0 held by a worker of no token
@@ -446,6 +487,58 @@ def test_a_worker_stops_a_dead_shards_running_tasks_and_keeps_the_others(
         == set(long)
     assert "so no task can run twice at once" not in log.read_text()
     assert consumer.poll() is None
+
+
+def test_a_remote_worker_spares_a_dead_shard_through_the_api_without_replacing_itself(
+        sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
+    # Given the API under gunicorn (its connections from a pool per shard), a consumer, and a
+    # remote worker running two long tasks on shard1 and two shorter ones on shard2
+    env = shard_env(sharded, ATF_HEARTBEAT_INTERVAL_S="1", ATF_HEARTBEAT_TIMEOUT_S="6",
+                    ATF_ENQUEUE_TIMEOUT_S="5", ATF_POLL_INTERVAL_S="0.2")
+    held = {"shard1": {"seconds": 12}, "shard2": {"seconds": 6}}
+    ids = {}
+    for alias, payload in held.items():
+        with transaction.atomic(using=alias):
+            ids[alias] = {atf.schedule("demo.record", {"key": "demo:ran", "started_key":
+                                                       "demo:began", **payload}).pk
+                          for _n in range(2)}
+    url = start_api(processes, env)
+    processes.start("runconsumer", env=env)
+    host_env = {key: value for key, value in worker_env(env, worker_token()).items()
+                if key != "ATF_SHARD_URLS"}  # a lambda host knows no database
+    worker = processes.start("runworker", "demo.record", "--threads", "6", "--api", url,
+                             env=host_env)
+    wait_for(lambda: redis_client.llen("demo:began") == 4, timeout_s=60,
+             message="the four tasks running")
+    victim, log = sharded.nodes[1], Path(worker.log_path)  # type: ignore[attr-defined]
+    # When shard1's server dies, and short tasks keep coming to shard0 and shard2
+    victim.fence()
+    try:
+        for alias in ("shard0", "shard2"):
+            with transaction.atomic(using=alias):
+                atf.schedule_many([{"lambda": "demo.record",
+                                    "payload": {"key": "demo:ran", "seconds": 0.01}}] * 50)
+        # Then the worker stops shard1's two lambdas within its budget for that shard
+        wait_for(lambda: log.read_text().count("its lambda stopped") == 2, timeout_s=30,
+                 message="shard1's lambdas stopped")
+        # and the other shards' tasks all finish meanwhile, shard2's long ones included
+        wait_for(lambda: done_on(sharded, [0, 2]) == 102, timeout_s=60,
+                 message="the other shards' tasks done while shard1 is down")
+        # without the worker replacing itself: its heartbeats kept renewing shard2's tasks
+        assert "so no task can run twice at once" not in log.read_text()
+        assert worker.poll() is None
+    finally:
+        victim.start()
+        connections["shard1"].close()
+    # And once shard1 is back, its tasks run again (after their heartbeat timeout) and succeed
+    wait_for(lambda: statuses_on_nodes(sharded, [1])[1] == {"success": 2}, timeout_s=120,
+             message="shard1's tasks done after its return")
+    lines = [json.loads(line) for line in redis_client.lrange("demo:ran", 0, -1)]
+    assert {line["task_id"] for line in lines} == set().union(*ids_on(sharded))
+    assert {line["task_id"] for line in lines} >= ids["shard1"] | ids["shard2"]
+    assert overlapping(lines) == []
+    assert "so no task can run twice at once" not in log.read_text()
+    assert worker.poll() is None
 
 
 # --- reads -----------------------------------------------------------------------------------

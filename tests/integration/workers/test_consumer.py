@@ -15,11 +15,12 @@ import redis
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasks_core import atf, directory, queues, scheduling, store, wakeup
+from tasks_core import atf, directory, outcomes, queues, scheduling, store, wakeup
 from tasks_core.access import EVERY_TEAM
 from tasks_core.conf import atf_settings
 from tasks_core.models import Collection, FlowStart, Lambda, TaskAttempt, TaskEntity
 from tasks_core.operations import set_options
+from tasks_core.states import TaskStatus
 from tests.conftest import ROOT, closing_connections, subprocess_env, wait_for
 from tests.factories import LambdaFactory, TaskFactory, TeamFactory
 from workers import compiled_query, testing, turns
@@ -382,8 +383,14 @@ def test_the_consumer_sleeps_until_the_next_trigger_not_a_whole_poll(
         queue: queues.QueueBackend, clock: Clock) -> None:
     consumer = Consumer(batch_size=500, poll_interval_s=5.0, queue=queue, clock=clock)
     atf.schedule("demo.noop", run_at=clock.now + timedelta(seconds=2))
+    atf.schedule("demo.record", {"key": "r"}, run_at=clock.now + timedelta(seconds=3),
+                 priority="high")
     idle = consumer.run_pass()
     assert consumer.seconds_to_sleep(idle) == pytest.approx(2.0)
+    # The soonest of every lambda and priority
+    atf.schedule("demo.record", {"key": "r"}, run_at=clock.now + timedelta(seconds=1.5),
+                 priority="low")
+    assert consumer.seconds_to_sleep(idle) == pytest.approx(1.5)
     # A task that fell due after the pass began (while it ran) is taken at once
     atf.schedule("demo.noop", run_at=clock.now + timedelta(milliseconds=1))
     clock.advance(0.002)
@@ -730,3 +737,28 @@ def test_the_pass_finds_due_rows_without_walking_those_a_drain_already_took(
         atf_settings.priorities), plan
     assert consumer.run_pass().enqueued == 500  # the probe still finds the last due rows
     assert consumer.run_pass().total == 0
+
+
+def test_a_consumer_behind_on_retention_prunes_after_each_pass_until_caught_up(
+        queue: queues.QueueBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round of retention has a time budget; a round that leaves tasks past the retention
+    does not wait a housekeeping interval (or a poll) for the next: the loop prunes again
+    after the next pass, without sleeping, until none is left."""
+    from tasks_core import retention
+    from tests.integration.tasks_core.test_retention import WEEK, bulk_tasks
+
+    now = timezone.now()
+    bulk_tasks(LambdaFactory(), count=1_200, statuses=[TaskStatus.SUCCESS],
+               finished_at=now - 2 * WEEK)
+    outcomes.fold(now=now, budget_s=float("inf"))
+    monkeypatch.setattr(retention, "PRUNE_BUDGET_S", 0.0)  # one batch a round
+    consumer = Consumer(batch_size=500, poll_interval_s=5.0, queue=queue)
+    consumer.housekeep(now)
+    assert TaskEntity.objects.count() == 700 and consumer.retention_behind
+    started = time.monotonic()
+    consumer._sleep(PassSummary())  # an idle pass: a poll of 5 s, were retention not behind
+    assert time.monotonic() - started < 1.0
+    consumer.catch_up_retention()
+    assert TaskEntity.objects.count() == 200 and consumer.retention_behind
+    consumer.catch_up_retention()
+    assert TaskEntity.objects.count() == 0 and not consumer.retention_behind
