@@ -96,13 +96,18 @@ def backlog_ramp(target: Target, plan: Plan) -> dict[str, float]:
     return {"ramp_s": ramp_s, "ramp_steady": steady}
 
 
-def _probe(target: Target, *args: str, **environment: str) -> dict:
-    """Run `python -m bench.atf_probe ARGS` in ATF's venv (with `environment` added); its
-    JSON answer."""
+#: Longest a probe may run, past what it is asked to take itself.
+PROBE_TIMEOUT_S = 1800.0
+
+
+def _probe(target: Target, *args: str, takes_s: float = 0.0, **environment: str) -> dict:
+    """Run `python -m bench.atf_probe ARGS` in ATF's venv (with `environment` added; `takes_s`:
+    the seconds it is asked to run, on top of its timeout); its JSON answer."""
     done = subprocess.run([target.python(), "-m", "bench.atf_probe", *args], cwd=ROOT,
                           env={**os.environ, **target.driver.variables(target.env),
                                **environment},
-                          capture_output=True, text=True, timeout=1800, check=False)
+                          capture_output=True, text=True, timeout=PROBE_TIMEOUT_S + takes_s,
+                          check=False)
     if done.returncode != 0:
         raise RuntimeError(f"atf_probe {' '.join(args)} failed: {done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -245,7 +250,7 @@ def retention_pace(target: Target, plan: Plan) -> dict[str, float]:
     try:
         with fleet:
             paced = _probe(target, "pace", str(plan.pace_seconds), str(plan.pace_rate),
-                           str(plan.pace_retention_s), **retention)
+                           str(plan.pace_retention_s), takes_s=plan.pace_seconds, **retention)
     finally:
         target.reset()
     return {f"pace_{key}": value for key, value in paced.items()}
