@@ -217,12 +217,14 @@ def test_a_session_works_too(alice: Member) -> None:
 def test_throttled_per_token_with_retry_after(alice: Member, bob: Member,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a clock in the middle of a minute (the window is the clock's minute: requests
-    # that straddled two minutes were counted in two windows)
+    # that straddled two minutes were counted in two windows), a minute no other run used
+    import secrets
     from types import SimpleNamespace
 
     from tasks_api import throttling
 
-    monkeypatch.setattr(throttling, "time", SimpleNamespace(time=lambda: 60 * 29_000_000 + 30.0))
+    middle = 60.0 * (29_000_000 + secrets.randbelow(10**9)) + 30.0
+    monkeypatch.setattr(throttling, "time", SimpleNamespace(time=lambda: middle))
     # When one token makes more requests than the rate allows
     codes = [alice.client.get("/api/v1/lambdas/").status_code for _ in range(4)]
     # Then the extra one is refused with a time to wait, and another token is not
