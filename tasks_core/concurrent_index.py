@@ -13,17 +13,18 @@ from typing import Any
 from django.db import migrations
 
 
+def _model(operation: Any, app_label: str, schema_editor: Any, state: Any) -> Any | None:
+    """The indexed model in `state`, or None where this database does not migrate it."""
+    model = state.apps.get_model(app_label, operation.model_name)
+    return model if operation.allow_migrate_model(schema_editor.connection.alias, model) else None
+
+
 class ConcurrentIndex(migrations.AddIndex):
     """`AddIndex`, built and dropped CONCURRENTLY on PostgreSQL."""
 
-    def _model(self, app_label: str, schema_editor: Any, state: Any) -> Any | None:
-        """The indexed model in `state`, or None where this database does not migrate it."""
-        model = state.apps.get_model(app_label, self.model_name)
-        return model if self.allow_migrate_model(schema_editor.connection.alias, model) else None
-
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
                           to_state: Any) -> None:
-        if (model := self._model(app_label, schema_editor, to_state)) is None:
+        if (model := _model(self, app_label, schema_editor, to_state)) is None:
             return
         if schema_editor.connection.vendor != "postgresql":
             schema_editor.add_index(model, self.index)
@@ -32,7 +33,7 @@ class ConcurrentIndex(migrations.AddIndex):
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:
-        if (model := self._model(app_label, schema_editor, from_state)) is None:
+        if (model := _model(self, app_label, schema_editor, from_state)) is None:
             return
         if schema_editor.connection.vendor != "postgresql":
             schema_editor.remove_index(model, self.index)
@@ -45,8 +46,7 @@ class ConcurrentIndexRemoval(migrations.RemoveIndex):
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
                           to_state: Any) -> None:
-        model = from_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+        if _model(self, app_label, schema_editor, from_state) is None:
             return
         if schema_editor.connection.vendor != "postgresql":
             super().database_forwards(app_label, schema_editor, from_state, to_state)
@@ -55,8 +55,7 @@ class ConcurrentIndexRemoval(migrations.RemoveIndex):
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+        if (model := _model(self, app_label, schema_editor, to_state)) is None:
             return
         if schema_editor.connection.vendor != "postgresql":
             super().database_backwards(app_label, schema_editor, from_state, to_state)

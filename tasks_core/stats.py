@@ -102,10 +102,9 @@ def started_since(since: datetime, lambda_ids: Collection[int] | None = None,
 def _counts(lambda_ids: Collection[int] | None) -> Counter[tuple[int, str]]:
     """(lambda id, status) -> tasks: live tasks and dead letters counted from their rows (one
     range of the task_lambda_status index per lambda and status: the history is not read),
-    the other final
-    statuses from the rollup of outcomes (every task that ever reached them, however many
-    were pruned since). One snapshot: a fold that commits between the reads would otherwise
-    count its tasks both in the rollup and in the rows after its old mark."""
+    the other final statuses from the rollup of outcomes (every task that ever reached them,
+    however many were pruned since). One snapshot: a fold that commits between the reads would
+    otherwise count its tasks both in the rollup and in the rows after its old mark."""
     with shards.one_snapshot():
         return _counts_here(lambda_ids)
 
