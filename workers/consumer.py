@@ -380,7 +380,8 @@ class Consumer:
         sleeping, until it has caught up)."""
         pruned = retention.prune(now=now, budget_s=retention.PRUNE_BUDGET_S,
                                  batch_size=PRUNE_BATCH_SIZE)
-        self.retention_behind = bool(pruned) and retention.behind(now=now)
+        # A round that pruned less than a batch ran out of tasks, not of time: no probe.
+        self.retention_behind = pruned >= PRUNE_BATCH_SIZE and retention.behind(now=now)
         return pruned
 
     def catch_up_retention(self) -> None:
