@@ -445,6 +445,14 @@ def test_a_shard_killed_mid_drain_costs_the_others_nothing_and_its_tasks_finish_
     assert overlapping(lines) == []
 
 
+def schedule_short_on_the_live_shards(key: str, n: int) -> None:
+    """`n` short demo.record tasks on each of shard0 and shard2 (shard1 is the one down)."""
+    for alias in ("shard0", "shard2"):
+        with transaction.atomic(using=alias):
+            atf.schedule_many([{"lambda": "demo.record",
+                                "payload": {"key": key, "seconds": 0.01}}] * n)
+
+
 def test_a_worker_stops_a_dead_shards_running_tasks_and_keeps_the_others(
         sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
     # Given three long tasks running on shard1 and a stream of short ones on shard0 and shard2
@@ -463,10 +471,7 @@ def test_a_worker_stops_a_dead_shards_running_tasks_and_keeps_the_others(
     # When shard1's server dies, and short tasks keep coming to the others
     victim.fence()
     try:
-        for alias in ("shard0", "shard2"):
-            with transaction.atomic(using=alias):
-                atf.schedule_many([{"lambda": "demo.record",
-                                    "payload": {"key": "demo:short", "seconds": 0.01}}] * 100)
+        schedule_short_on_the_live_shards("demo:short", 100)
         # Then the worker stops shard1's lambdas within its heartbeat budget (two intervals,
         # and each lambda's next second), before shard1 is back, without ending the process
         log = Path(worker.log_path)  # type: ignore[attr-defined]
@@ -514,10 +519,7 @@ def test_a_remote_worker_spares_a_dead_shard_through_the_api_without_replacing_i
     # When shard1's server dies, and short tasks keep coming to shard0 and shard2
     victim.fence()
     try:
-        for alias in ("shard0", "shard2"):
-            with transaction.atomic(using=alias):
-                atf.schedule_many([{"lambda": "demo.record",
-                                    "payload": {"key": "demo:ran", "seconds": 0.01}}] * 50)
+        schedule_short_on_the_live_shards("demo:ran", 50)
         # Then the worker stops shard1's two lambdas within its budget for that shard
         wait_for(lambda: log.read_text().count("its lambda stopped") == 2, timeout_s=30,
                  message="shard1's lambdas stopped")
