@@ -208,27 +208,54 @@ def _candidates(ids: Sequence[int], limits: Mapping[int, Limits]) -> dict[int, C
     return {pk: Candidate(pk, lambda_id, key, priority) for pk, lambda_id, key, priority in rows}
 
 
-#: The tasks of a claim that limited lambdas own, and (rows without an id) the running tasks
-#: of each lambda with a concurrency limit: one statement once the locks are held.
-_CANDIDATES_AND_RUNNING = """
-SELECT id, lambda_ref_id, limit_key, priority, NULL FROM {entity}
-WHERE id = ANY(%(ids)s::bigint[]) AND lambda_ref_id = ANY(%(limited)s::bigint[])
-UNION ALL
-SELECT NULL, lambda_ref_id, NULL, NULL, count(*) FROM {entity}
-WHERE lambda_ref_id = ANY(%(counting)s::bigint[]) AND status = ANY(%(running)s::varchar[])
-GROUP BY lambda_ref_id
+#: The running tasks of one lambda (`c.lambda_id`), or of one of its keys, counted up to the
+#: limit (`c.most`: no decision needs more): one index range of (lambda, status) per running
+#: status, each status an equality so that it bounds the range (as an `= ANY` it was a filter
+#: over every entry of the lambda, history included).
+_RUNNING_OF_ONE = """
+SELECT count(*) FROM (
+    SELECT 1 FROM {entity} WHERE lambda_ref_id = c.lambda_id AND status = %(claimed)s {key}
+    UNION ALL
+    SELECT 1 FROM {entity} WHERE lambda_ref_id = c.lambda_id AND status = %(processing)s {key}
+    LIMIT c.most) AS running
 """.replace("{entity}", TaskEntity._meta.db_table)
+_RUNNING_UP_TO_LIMIT = f"""
+SELECT c.lambda_id, ({_RUNNING_OF_ONE.replace("{key}", "")})
+FROM unnest(%(counting)s::bigint[], %(most)s::bigint[]) AS c(lambda_id, most)
+"""
+_RUNNING_BY_KEY_UP_TO_LIMIT = f"""
+SELECT c.lambda_id, c.key, ({_RUNNING_OF_ONE.replace("{key}", "AND limit_key = c.key")})
+FROM unnest(%(lambdas)s::bigint[], %(keys)s::varchar[], %(most)s::bigint[])
+    AS c(lambda_id, key, most)
+"""
+#: The tasks of a claim that limited lambdas own, and (rows without an id) the running tasks
+#: of each lambda with a concurrency limit: one statement once the locks are held. The tasks
+#: are read by primary key (`+ 0` keeps the lambda out of the index choice: with statistics
+#: that lag behind, the planner read every task of the lambda to find the claim's few).
+_CANDIDATES_AND_RUNNING = f"""
+SELECT id, lambda_ref_id, limit_key, priority, NULL FROM {TaskEntity._meta.db_table}
+WHERE id = ANY(%(ids)s::bigint[]) AND lambda_ref_id + 0 = ANY(%(limited)s::bigint[])
+UNION ALL
+SELECT NULL, r.lambda_id, NULL, NULL, r.n FROM ({_RUNNING_UP_TO_LIMIT}) AS r(lambda_id, n)
+"""
+_RUNNING_STATUSES = {"claimed": TaskStatus.CLAIMED.value,
+                     "processing": TaskStatus.PROCESSING.value}
+
+
+def _counting(limits: Mapping[int, Limits]) -> dict[int, int]:
+    """lambda id -> its concurrency limit, for the lambdas that have one."""
+    return {pk: lim.concurrency for pk, lim in limits.items() if lim.concurrency is not None}
 
 
 def _candidates_and_running(ids: Sequence[int], limits: Mapping[int, Limits],
                             ) -> tuple[dict[int, Candidate], Counter]:
     candidates: dict[int, Candidate] = {}
     running: Counter = Counter()
+    counting = _counting(limits)
     with shards.connection().cursor() as cursor:
         cursor.execute(_CANDIDATES_AND_RUNNING, {
-            "ids": list(ids), "limited": list(limits),
-            "counting": [pk for pk, lim in limits.items() if lim.concurrency is not None],
-            "running": [status.value for status in _RUNNING]})
+            "ids": list(ids), "limited": list(limits), "counting": list(counting),
+            "most": list(counting.values()), **_RUNNING_STATUSES})
         for pk, lambda_id, key, priority, count in cursor.fetchall():
             if pk is None:
                 running[lambda_id] = count
@@ -237,25 +264,45 @@ def _candidates_and_running(ids: Sequence[int], limits: Mapping[int, Limits],
     return candidates, running
 
 
+def _running(counting: Mapping[int, int]) -> Counter:
+    """lambda id -> tasks of it that run, up to its limit in `counting`."""
+    if not counting:
+        return Counter()
+    if shards.connection().vendor == "postgresql":
+        with shards.connection().cursor() as cursor:
+            cursor.execute(_RUNNING_UP_TO_LIMIT, {"counting": list(counting),
+                                                  "most": list(counting.values()),
+                                                  **_RUNNING_STATUSES})
+            return Counter(dict(cursor.fetchall()))
+    return Counter(dict(
+        TaskEntity.objects.filter(lambda_ref_id__in=list(counting), status__in=_RUNNING)
+        .values("lambda_ref_id").annotate(n=Count("id")).values_list("lambda_ref_id", "n")))
+
+
+def _running_by_key(keyed: Mapping[tuple[int, str], int]) -> Counter:
+    """(lambda id, key) -> tasks of that key that run, up to its limit in `keyed`."""
+    if not keyed:
+        return Counter()
+    if shards.connection().vendor == "postgresql":
+        with shards.connection().cursor() as cursor:
+            cursor.execute(_RUNNING_BY_KEY_UP_TO_LIMIT, {
+                "lambdas": [pk for pk, _key in keyed], "keys": [key for _pk, key in keyed],
+                "most": list(keyed.values()), **_RUNNING_STATUSES})
+            return Counter({(pk, key): n for pk, key, n in cursor.fetchall()})
+    rows = (TaskEntity.objects
+            .filter(lambda_ref_id__in={pk for pk, _ in keyed},
+                    limit_key__in={key for _, key in keyed}, status__in=_RUNNING)
+            .values("lambda_ref_id", "limit_key").annotate(n=Count("id"))
+            .values_list("lambda_ref_id", "limit_key", "n"))
+    return Counter({(pk, key): n for pk, key, n in rows if (pk, key) in keyed})
+
+
 def _usage(candidates: Sequence[Candidate], limits: Mapping[int, Limits], now: datetime, *,
            prune_before: datetime, running: Counter | None = None) -> Usage:
-    usage = Usage()
-    counting = [pk for pk, lim in limits.items() if lim.concurrency is not None]
-    if running is not None:
-        usage.running = running
-    elif counting:
-        usage.running.update(dict(
-            TaskEntity.objects.filter(lambda_ref_id__in=counting, status__in=_RUNNING)
-            .values("lambda_ref_id").annotate(n=Count("id")).values_list("lambda_ref_id", "n")))
-    keyed = {(c.lambda_id, c.key) for c in candidates
-             if c.key is not None and limits[c.lambda_id].key_concurrency is not None}
-    if keyed:
-        rows = (TaskEntity.objects
-                .filter(lambda_ref_id__in={pk for pk, _ in keyed},
-                        limit_key__in={key for _, key in keyed}, status__in=_RUNNING)
-                .values("lambda_ref_id", "limit_key").annotate(n=Count("id"))
-                .values_list("lambda_ref_id", "limit_key", "n"))
-        usage.running_by_key.update({(pk, key): n for pk, key, n in rows})
+    usage = Usage(running=_running(_counting(limits)) if running is None else running)
+    usage.running_by_key = _running_by_key({
+        (c.lambda_id, c.key): most for c in candidates
+        if c.key is not None and (most := limits[c.lambda_id].key_concurrency) is not None})
     for lambda_id, lim in limits.items():
         logs = []
         if lim.rate is not None:
@@ -483,16 +530,17 @@ def held_counts(lambda_ids: Iterable[int] | None = None) -> dict[int, int]:
 def busiest_keys(lambda_id: int, *, most: int = 10) -> list[dict[str, object]]:
     """The limit keys with the most tasks running or held now, most first."""
     by_key: dict[str, Counter] = defaultdict(Counter)
-    running = (TaskEntity.objects.filter(lambda_ref_id=lambda_id, status__in=_RUNNING,
+    # One status a query: each reads its own (lambda, status) range of the index, where an
+    # `IN` of both ranged over every task of the lambda, history included.
+    for status, column in ((TaskStatus.CLAIMED, "running"), (TaskStatus.PROCESSING, "running"),
+                           (TaskStatus.NEW, "held")):
+        rows = TaskEntity.objects.filter(lambda_ref_id=lambda_id, status=status,
                                          limit_key__isnull=False)
-               .values("limit_key").annotate(n=Count("id")).values_list("limit_key", "n"))
-    held = (TaskEntity.objects.filter(lambda_ref_id=lambda_id, status=TaskStatus.NEW,
-                                      held_at__isnull=False, limit_key__isnull=False)
-            .values("limit_key").annotate(n=Count("id")).values_list("limit_key", "n"))
-    for key, count in running:
-        by_key[str(key)]["running"] = count
-    for key, count in held:
-        by_key[str(key)]["held"] = count
+        if status == TaskStatus.NEW:
+            rows = rows.filter(held_at__isnull=False)
+        for key, count in (rows.values("limit_key").annotate(n=Count("id"))
+                           .values_list("limit_key", "n")):
+            by_key[str(key)][column] += count
     ranked = sorted(by_key.items(), key=lambda item: (-item[1].total(), item[0]))
     return [{"key": key, "running": counts["running"], "held": counts["held"]}
             for key, counts in ranked[:most]]

@@ -189,6 +189,64 @@ def test_racing_claims_across_controllers_never_run_more_than_the_concurrency() 
     assert TaskEntity.objects.filter(status="new", held_at__isnull=False).count() == 57
 
 
+def _entity_scans(sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nodes of `sql`'s plan that read the task table, as it ran (EXPLAIN ANALYZE)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
+        ((plan,),) = cursor.fetchall()
+    found, nodes = [], [plan[0]["Plan"]]
+    while nodes:
+        node = nodes.pop()
+        nodes += node.get("Plans", [])
+        if node.get("Relation Name") == TaskEntity._meta.db_table:
+            found.append(node)
+    return found
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["concurrency", "key_concurrency"])
+def test_a_limited_claim_reads_what_runs_and_its_own_tasks_not_the_lambdas_history(
+        keyed: bool) -> None:
+    """Every claim of a limited lambda counts what runs under the lambda's lock. With the
+    running statuses as `= ANY`, the index range was every task of the lambda, history
+    included (a filter then threw the finished ones away): 12M stored tasks, 12M entries a
+    claim. And with statistics that lag behind, the claim's own tasks were found by scanning
+    the lambda's, not by primary key."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's plans")
+    from tasks_core import store
+
+    # Given a task table as a drain starts on it (emptied, statistics not gathered since), then
+    # 1,000 tasks of a limited lambda that ran and finished, and 2 that run
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {TaskEntity._meta.db_table} CASCADE")
+    limit(**{"key_concurrency" if keyed else "concurrency": 1_000_000})
+    for _ in range(2):
+        atf.schedule_many([{"lambda": "demo.noop", "limit_key": "k"} for _ in range(501)])
+    now = timezone.now() + timedelta(seconds=1)
+    started = claim_start(now)
+    store.finish_many([(task, success()) for task in started[2:]], now=now)
+    lambda_id = directory.by_name("demo.noop").id
+    # When a claim counts what runs (and, lambda-wide, reads its own tasks in one statement)
+    if keyed:
+        counts = [(flow._RUNNING_BY_KEY_UP_TO_LIMIT, {
+            "lambdas": [lambda_id], "keys": ["k"], "most": [1_000_000],
+            **flow._RUNNING_STATUSES})]
+    else:
+        counts = [(flow._CANDIDATES_AND_RUNNING, {
+            "ids": [started[0].task_id], "limited": [lambda_id], "counting": [lambda_id],
+            "most": [1_000_000], **flow._RUNNING_STATUSES})]
+    # Then it reads the tasks that run and its own, not the 1,000 that finished
+    for sql, params in counts:
+        scans = _entity_scans(sql, params)
+        assert sum(scan.get("Rows Removed by Filter", 0) for scan in scans) == 0, scans
+    # And each counts the 2 that run, and stops at the limit
+    counted = (flow._running_by_key({(lambda_id, "k"): 1_000_000}) if keyed
+               else flow._running({lambda_id: 1_000_000}))
+    capped = (flow._running_by_key({(lambda_id, "k"): 1}) if keyed
+              else flow._running({lambda_id: 1}))
+    assert list(counted.values()) == [2] and list(capped.values()) == [1]
+
+
 # --- keys ---------------------------------------------------------------------------------------
 
 
