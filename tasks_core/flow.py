@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -228,15 +228,22 @@ SELECT c.lambda_id, c.key, ({_RUNNING_OF_ONE.replace("{key}", "AND limit_key = c
 FROM unnest(%(lambdas)s::bigint[], %(keys)s::varchar[], %(most)s::bigint[])
     AS c(lambda_id, key, most)
 """
-#: The tasks of a claim that limited lambdas own, and (rows without an id) the running tasks
-#: of each lambda with a concurrency limit: one statement once the locks are held. The tasks
-#: are read by primary key (`+ 0` keeps the lambda out of the index choice: with statistics
-#: that lag behind, the planner read every task of the lambda to find the claim's few).
+#: Under the locks, in one statement: the tasks of a claim that limited lambdas own (kind
+#: "task"), the running tasks of each lambda with a concurrency limit ("running", `n`), and
+#: which limited lambdas hold tasks back ("holding"; a finish in the same transaction looks
+#: for a held task to release only in those). The tasks are read by primary key (`+ 0` keeps
+#: the lambda out of the index choice: with statistics that lag behind, the planner read
+#: every task of the lambda to find the claim's few).
 _CANDIDATES_AND_RUNNING = f"""
-SELECT id, lambda_ref_id, limit_key, priority, NULL FROM {TaskEntity._meta.db_table}
+SELECT 'task', id, lambda_ref_id, limit_key, priority, NULL FROM {TaskEntity._meta.db_table}
 WHERE id = ANY(%(ids)s::bigint[]) AND lambda_ref_id + 0 = ANY(%(limited)s::bigint[])
 UNION ALL
-SELECT NULL, r.lambda_id, NULL, NULL, r.n FROM ({_RUNNING_UP_TO_LIMIT}) AS r(lambda_id, n)
+SELECT 'running', NULL, r.lambda_id, NULL, NULL, r.n
+FROM ({_RUNNING_UP_TO_LIMIT}) AS r(lambda_id, n)
+UNION ALL
+SELECT 'holding', NULL, l.id, NULL, NULL, NULL FROM unnest(%(limited)s::bigint[]) AS l(id)
+WHERE EXISTS (SELECT 1 FROM {TaskEntity._meta.db_table}
+              WHERE lambda_ref_id = l.id AND status = %(new)s AND held_at IS NOT NULL)
 """
 _RUNNING_STATUSES = {"claimed": TaskStatus.CLAIMED.value,
                      "processing": TaskStatus.PROCESSING.value}
@@ -248,20 +255,25 @@ def _counting(limits: Mapping[int, Limits]) -> dict[int, int]:
 
 
 def _candidates_and_running(ids: Sequence[int], limits: Mapping[int, Limits],
-                            ) -> tuple[dict[int, Candidate], Counter]:
+                            ) -> tuple[dict[int, Candidate], Counter, frozenset[int]]:
+    """_CANDIDATES_AND_RUNNING's rows: the candidates, what runs, the lambdas holding tasks."""
     candidates: dict[int, Candidate] = {}
     running: Counter = Counter()
+    holding = set()
     counting = _counting(limits)
     with shards.connection().cursor() as cursor:
         cursor.execute(_CANDIDATES_AND_RUNNING, {
             "ids": list(ids), "limited": list(limits), "counting": list(counting),
-            "most": list(counting.values()), **_RUNNING_STATUSES})
-        for pk, lambda_id, key, priority, count in cursor.fetchall():
-            if pk is None:
+            "most": list(counting.values()), "new": TaskStatus.NEW.value,
+            **_RUNNING_STATUSES})
+        for kind, pk, lambda_id, key, priority, count in cursor.fetchall():
+            if kind == "task":
+                candidates[pk] = Candidate(pk, lambda_id, key, priority)
+            elif kind == "running":
                 running[lambda_id] = count
             else:
-                candidates[pk] = Candidate(pk, lambda_id, key, priority)
-    return candidates, running
+                holding.add(lambda_id)
+    return candidates, running, frozenset(holding)
 
 
 def _running(counting: Mapping[int, int]) -> Counter:
@@ -327,6 +339,10 @@ class Admission:
     candidates: dict[int, Candidate]
     limits: Mapping[int, Limits]
     now: datetime  #: the time the decision was taken at, under the locks: the claim's time
+    #: The tasks this admission held back (a release in the same transaction leaves them).
+    held: frozenset[int] = frozenset()
+    #: Those of `limits`' lambdas that hold tasks back, as read under the locks; None: not read.
+    holding: frozenset[int] | None = None
 
     def started(self, claimed: Iterable[ClaimedTask], now: datetime) -> None:
         """Log the starts of rate-limited lambdas' tasks (in the claim's transaction)."""
@@ -351,12 +367,13 @@ def admit(leases: Sequence[Lease], limits: Mapping[int, Limits], *, now: datetim
     at the Admission's `now` (taken once the locks are held, not the caller's `now`)."""
     ids = [lease.task_id for lease in leases]
     running: Counter | None = None
+    holding: frozenset[int] | None = None
     if shards.connection().vendor == "postgresql" and \
             all(lim.lambda_wide for lim in limits.values()):
         # The locks are known before the tasks are read: lock, then read the tasks and count
         # what runs in one statement (its snapshot taken once the locks are held).
         clock = lock(lock_id(lambda_id) for lambda_id in limits)
-        candidates, running = _candidates_and_running(ids, limits)
+        candidates, running, holding = _candidates_and_running(ids, limits)
     else:
         candidates = _candidates(ids, limits)
         if not candidates:
@@ -376,7 +393,8 @@ def admit(leases: Sequence[Lease], limits: Mapping[int, Limits], *, now: datetim
         flow_metrics.refused_on_commit(
             Counter((candidates[pk].lambda_id, hold.limit) for pk, hold in holds.items()))
     return Admission(leases=[lease for lease in leases if lease.task_id not in holds],
-                     candidates=candidates, limits=limits, now=now)
+                     candidates=candidates, limits=limits, now=now, held=frozenset(holds),
+                     holding=holding)
 
 
 def _hold(leases: Sequence[Lease], holds: Mapping[int, Hold], now: datetime) -> None:
@@ -397,13 +415,21 @@ def _hold(leases: Sequence[Lease], holds: Mapping[int, Hold], now: datetime) -> 
                  extra={"action": "flow_held"})
 
 
-def release(finished: Iterable[ClaimedTask], now: datetime) -> None:
+def release(finished: Iterable[ClaimedTask], now: datetime, *,
+            admission: Admission | None = None) -> None:
     """After a finish (in its transaction): for each slot of a concurrency limit that the
     finished tasks free, make the next held task of that lambda (of the same key first, for
     `key_concurrency`) due now, in priority order, and wake the consumers at commit. Tasks of
-    lambdas without a concurrency limit cost nothing here (the directory's cache says so)."""
-    _release_slots([(directory.by_name(task.lambda_name).id, task.task_id)
-                    for task in finished], now)
+    lambdas without a concurrency limit cost nothing here (the directory's cache says so).
+
+    `admission`: the claim's of the same transaction, if it came first: the tasks it held are
+    not released (no slot was free for them), and where it read which lambdas hold tasks, the
+    others' finishes release nothing without a statement."""
+    freeing = [(directory.by_name(task.lambda_name).id, task.task_id) for task in finished]
+    if admission is not None and admission.holding is not None:
+        freeing = [(lambda_id, task_id) for lambda_id, task_id in freeing
+                   if lambda_id not in admission.limits or lambda_id in admission.holding]
+    _release_slots(freeing, now, besides=admission.held if admission is not None else ())
 
 
 def release_lapsed(lambda_id: int, task_ids: Iterable[int], now: datetime) -> None:
@@ -412,8 +438,10 @@ def release_lapsed(lambda_id: int, task_ids: Iterable[int], now: datetime) -> No
     _release_slots([(lambda_id, task_id) for task_id in task_ids], now)
 
 
-def _release_slots(freeing: Iterable[tuple[int, int]], now: datetime) -> None:
-    """Release a held task for each (lambda id, task id) whose lambda counts running tasks."""
+def _release_slots(freeing: Iterable[tuple[int, int]], now: datetime, *,
+                   besides: Collection[int] = ()) -> None:
+    """Release a held task, other than `besides`, for each (lambda id, task id) whose lambda
+    counts running tasks."""
     freed = {}
     for lambda_id, task_id in freeing:
         lim = of(lambda_id)
@@ -422,9 +450,9 @@ def _release_slots(freeing: Iterable[tuple[int, int]], now: datetime) -> None:
     if not freed:
         return
     if shards.connection().vendor == "postgresql":
-        chosen = _release_in_one_statement(freed, now)
+        chosen = _release_in_one_statement(freed, now, besides)
     else:
-        chosen = _release_step_by_step(freed, now)
+        chosen = _release_step_by_step(freed, now, besides)
     if chosen:
         shards.on_commit(wakeup.notify)
 
@@ -452,7 +480,7 @@ WITH finished AS (
             SELECT id FROM {entity}
             WHERE lambda_ref_id = s.lambda_id AND priority = p.name AND status = %(new)s
                   AND held_at IS NOT NULL AND run_at <= %(now)s
-                  AND (s.key IS NULL OR limit_key = s.key)
+                  AND (s.key IS NULL OR limit_key = s.key) AND id <> ALL(%(besides)s::bigint[])
             ORDER BY id LIMIT s.n
             FOR UPDATE SKIP LOCKED
         ) t
@@ -467,18 +495,21 @@ RETURNING a.task_id
 """.replace("{entity}", TaskEntity._meta.db_table).replace("{assoc}", TaskAssoc._meta.db_table)
 
 
-def _release_in_one_statement(freed: Mapping[int, Limits], now: datetime) -> list[int]:
+def _release_in_one_statement(freed: Mapping[int, Limits], now: datetime,
+                              besides: Collection[int]) -> list[int]:
     ids = list(freed)
     with shards.connection().cursor() as cursor:
         cursor.execute(_RELEASE, {
             "ids": ids, "lambda_wide": [freed[pk].concurrency is not None for pk in ids],
             "keyed": [freed[pk].key_concurrency is not None for pk in ids],
             "priorities": list(atf_settings.priorities), "now": now,
-            "new": TaskStatus.NEW.value, "assoc_new": AssocStatus.NEW.value})
+            "new": TaskStatus.NEW.value, "assoc_new": AssocStatus.NEW.value,
+            "besides": list(besides)})
         return [pk for (pk,) in cursor.fetchall()]
 
 
-def _release_step_by_step(freed: Mapping[int, Limits], now: datetime) -> list[int]:
+def _release_step_by_step(freed: Mapping[int, Limits], now: datetime,
+                          besides: Collection[int]) -> list[int]:
     """The release through the ORM (SQLite: one writer at a time, so no two choose alike)."""
     keys = dict(TaskEntity.objects.filter(pk__in=list(freed)).values_list("pk", "limit_key"))
     slots: Counter = Counter()
@@ -490,7 +521,7 @@ def _release_step_by_step(freed: Mapping[int, Limits], now: datetime) -> list[in
             slots[lim.lambda_id, None] += 1
     chosen: list[int] = []
     for (lambda_id, key), count in slots.items():
-        chosen += _next_held(lambda_id, key, count, now, besides=chosen)
+        chosen += _next_held(lambda_id, key, count, now, besides=[*besides, *chosen])
     if chosen:
         # No longer held (counted, or chosen by the next release): due now. A claim that finds
         # its limit still full holds it again.

@@ -140,8 +140,11 @@ def _finish_and_claim(done: Sequence[tuple[ClaimedTask, Result]], messages: Sequ
     # A claim alone takes no transaction where the backend claims in one statement.
     with shards.atomic() if endings or limits else _one_step(backend):
         statuses = _write_endings(backend, endings, now)
-        flow.release([task for task, _result in done if task.task_id in statuses], now)
+        # Admission first: under its locks it reads which limited lambdas hold tasks back, so
+        # the finishes of the others need no statement to release one.
         admission = flow.admit(leases, limits, now=now) if limits else None
+        flow.release([task for task, _result in done if task.task_id in statuses], now,
+                     admission=admission)
         if admission is not None:
             leases, now = admission.leases, admission.now
             claiming = bool(leases)

@@ -105,6 +105,45 @@ def test_a_finish_releases_the_next_held_task_highest_priority_first_and_wakes_t
     assert started.task_id == high.pk
 
 
+def test_a_finish_beside_a_claim_releases_where_tasks_wait_never_what_that_claim_held(
+        now: datetime) -> None:
+    """A worker's finishes and its next claim share a transaction; the claim's admission
+    comes first and reads, under its lock, which limited lambdas hold tasks back. A finish
+    then releases a held task of those only (no statement for the others), and never one the
+    same claim has just held: no slot was free for it."""
+    from tasks_core import store
+
+    def finish_and_claim(running: store.ClaimedTask) -> list[store.ClaimedTask]:
+        return store.finish_and_claim(
+            [(running, success())], messages(enqueue_due("demo.noop", now)), worker="w1",
+            lambda_ids=[directory.by_name("demo.noop").id], now=now, start=True)[1]
+
+    # Given concurrency 1: one task running, another enqueued, none held
+    limit(concurrency=1)
+    atf.schedule("demo.noop")
+    (running,) = claim_start(now)
+    atf.schedule("demo.noop")
+    # When the running one finishes and the other is claimed in the same transaction
+    with counted() as sent:
+        (running,) = finish_and_claim(running)
+    # Then no statement looked for a held task to release
+    if connection.vendor == "postgresql":
+        assert not any("WITH finished AS" in sql for sql in sent), sent
+    # Given a task held back (low priority), then a default and a high one enqueued
+    waiting = atf.schedule("demo.noop", priority="low")
+    assert claim_start(now) == []
+    default = atf.schedule("demo.noop")
+    high = atf.schedule("demo.noop", priority="high")
+    # When the running one finishes beside the claim of both
+    (started,) = finish_and_claim(running)
+    # Then the high one starts; the default one is held until its recheck (the claim held it:
+    # no slot for it), and the slot goes to the task that waited before: due now
+    assert started.task_id == high.pk
+    assert entity(default.pk).assoc.next_trigger_at > now
+    assert entity(waiting.pk).assoc.next_trigger_at == now
+    assert [task.pk for task in held(now)] == [default.pk]
+
+
 def test_finishes_one_after_another_release_different_held_tasks(now: datetime) -> None:
     from tasks_core import store
 
@@ -234,7 +273,7 @@ def test_a_limited_claim_reads_what_runs_and_its_own_tasks_not_the_lambdas_histo
     else:
         counts = [(flow._CANDIDATES_AND_RUNNING, {
             "ids": [started[0].task_id], "limited": [lambda_id], "counting": [lambda_id],
-            "most": [1_000_000], **flow._RUNNING_STATUSES})]
+            "most": [1_000_000], "new": "new", **flow._RUNNING_STATUSES})]
     # Then it reads the tasks that run and its own, not the 1,000 that finished
     for sql, params in counts:
         scans = _entity_scans(sql, params)
@@ -394,7 +433,7 @@ def test_a_claim_and_a_finish_of_a_lambda_without_limits_send_no_more_statements
     # Then it costs as many statements as with flow control taken out altogether, as many as
     # before flow control
     monkeypatch.setattr(flow, "limited", lambda lambda_ids: {})
-    monkeypatch.setattr(flow, "release", lambda finished, now: None)
+    monkeypatch.setattr(flow, "release", lambda finished, now, admission=None: None)
     without = measure()
     assert with_flow == without == STATEMENTS[connection.vendor,
                                               type(backends.current()).__name__]
