@@ -411,6 +411,8 @@ def schedule(request: TaskRequest, *, now: datetime | None = None,
     alias = _place(task)
     try:
         with shards.using(alias):
+            if _in_turn(task):  # another shard can take it: wait no longer for this one
+                shards.pool_answers(alias)
             return _schedule_here(task, now)
     except OperationalError:
         # A shard that cannot be reached costs only the tasks that must go to it: one that

@@ -24,7 +24,8 @@ A shard that is down costs only its own tasks: the workers' calls split by shard
 tasks were not reached. Without the set, a failure is raised, as with one database. In a
 process whose connections come from a pool (the worker API's), such a call waits at most
 POOL_WAIT_S for a shard's connection, not the pool's timeout: a pool that cannot connect to a
-shard that is down would otherwise hold the call for all of it.
+shard that is down would otherwise hold the call for all of it. So does a new task placed on a
+shard only because it was that shard's turn (`pool_answers`): another shard takes it.
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
             continue
         try:
             with using(alias):
-                _pool_answers(alias)
+                pool_answers(alias)
                 answers.append(work(group))
         except (OperationalError, InterfaceError) as exc:
             if not unreachable(exc):
@@ -283,10 +284,11 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
     return answers
 
 
-def _pool_answers(alias: str) -> None:
+def pool_answers(alias: str) -> None:
     """OperationalError unless the pool of `alias` (where its connections come from one, and
     this thread holds none) hands out a connection within POOL_WAIT_S; the connection goes
-    back to it at once, for the work's own. A pool that is exhausted that long reads as a shard
+    back to it at once, for the work's own. For a call that has somewhere else to go (the
+    other shards, another shard in turn): a pool that is exhausted that long reads as a shard
     that is down for this call: safe (its tasks are neither renewed nor lost), and rare (a web
     process lets no more requests run than its pool has connections)."""
     wrapper = connections[alias]
@@ -584,6 +586,7 @@ def mirror_rows(rows: list[Any], targets: list[str] | None = None) -> None:
         if target == CONTROL:
             continue
         try:  # copies: bulk_create binds what it saves to its database, the caller's stay
+            pool_answers(target)  # a shard that is down holds the caller POOL_WAIT_S at most
             model.objects.using(target).bulk_create(
                 [copy.copy(row) for row in rows], update_conflicts=True, unique_fields=["id"],
                 update_fields=fields)

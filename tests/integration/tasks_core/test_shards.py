@@ -298,6 +298,35 @@ def test_a_shard_that_is_down_costs_only_its_own_tasks(sharded: Clusters, alice:
     assert keyed.status_code == 503 and keyed["Retry-After"] == "5"
 
 
+def test_a_task_in_turn_for_a_dead_shard_waits_not_for_its_pool_and_goes_elsewhere(
+        sharded: Clusters, alice: Member, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a process whose connections come from pools (the API under gunicorn), a new task
+    placed on a shard that is down only because it was its turn waited the pool's timeout
+    (10 s) each time the shard's down-mark had run out, and the first task of a new collection
+    as long to copy the collection's row there; each now waits POOL_WAIT_S at most."""
+    monkeypatch.setattr(shards, "turns", type(shards.turns)())
+    monkeypatch.setattr(shards, "DOWN_S", 0.0)  # every turn tries the dead shard again
+    shard = connections["shard1"]
+    shard.close()
+    monkeypatch.setitem(shard.settings_dict, "CONN_MAX_AGE", 0)
+    monkeypatch.setitem(shard.settings_dict, "OPTIONS",
+                        {**shard.settings_dict["OPTIONS"], "pool": {"timeout": 10}})
+    answers, took = [], []
+    try:
+        with unreachable("shard1"):
+            for _n in range(6):
+                started = time.monotonic()
+                answers.append(alice.client.post("/api/v1/tasks/", {"lambda": alice.lam.name},
+                                                 format="json"))
+                took.append(time.monotonic() - started)
+    finally:
+        shard.close_pool()
+    assert [r.status_code for r in answers] == [201] * 6
+    assert max(took) < 3, took  # not the pool's 10 s
+    found = ids_on(sharded)
+    assert not found[1] and len(found[0]) + len(found[2]) == 6
+
+
 def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shards, "outages", type(shards.outages)())
