@@ -1,12 +1,12 @@
 """Delivery latencies in the rollup of outcomes: folded once with the counts, read back as
-percentiles within the buckets' error of the exact ones, without reading the task history."""
+percentiles within the buckets' error of the exact ones, without reading the task history.
+(Folds that race, and a fold between a reader's statements: in test_outcomes.py.)"""
 
 from __future__ import annotations
 
 import importlib
 import math
 import random
-import threading
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 
@@ -18,9 +18,8 @@ from django.utils import timezone
 from tasks_console import latency
 from tasks_core import outcomes, stats
 from tasks_core.latency_buckets import ERROR, ZERO_S
-from tasks_core.models import Lambda, LatencyMinute, OutcomeFold, TaskEntity
+from tasks_core.models import Lambda, LatencyMinute, TaskEntity
 from tasks_core.states import TaskStatus
-from tests.conftest import race
 from tests.factories import LambdaFactory, TaskFactory
 from tests.unit.test_latency_buckets import percentile_cont
 
@@ -100,60 +99,6 @@ def test_a_task_is_counted_once_before_during_and_after_its_fold(db: None) -> No
     assert (counted(), folded_count()) == (13, 13)
     fold_all(now + 2 * SETTLED)
     assert folded_count() == 13
-
-
-def test_consumers_folding_at_once_add_each_latency_once(transactional_db: None) -> None:
-    # Given first attempts finished over many fold steps' worth of time
-    lam = LambdaFactory()
-    start = timezone.now() - timedelta(minutes=30)
-    for n in range(40):
-        started(lam, latency_s=0.05 * (n + 1), at=start + timedelta(seconds=20 * n))
-    now = timezone.now()
-
-    def consumer() -> None:
-        for _round in range(20):
-            outcomes.fold(now=now, budget_s=0.0)  # one step a round, as a busy consumer would
-
-    # When four consumers fold at once until caught up
-    race(consumer, consumer, consumer, consumer)
-    fold_all(now)
-    # Then every latency was added once, with its sum
-    assert OutcomeFold.objects.get().folded_until == now - timedelta(seconds=outcomes.SETTLE_S)
-    assert folded_count() == 40
-    assert sum(LatencyMinute.objects.values_list("sum_s", flat=True)) == pytest.approx(
-        sum(0.05 * (n + 1) for n in range(40)))
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_fold_that_commits_between_a_readers_statements_counts_its_latencies_once(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given five first attempts that finished a minute ago, not folded yet
-    now = timezone.now()
-    lam = LambdaFactory()
-    for _ in range(5):
-        started(lam, latency_s=0.5, at=now - timedelta(minutes=2))
-    # When a consumer's fold commits right after a reader has read where the rollup ends
-    read_mark = outcomes.folded_until
-
-    def mark_then_a_fold_elsewhere() -> datetime | None:
-        mark = read_mark()
-        folding = threading.Thread(target=fold_on_its_own_connection)
-        folding.start()
-        folding.join()
-        return mark
-
-    monkeypatch.setattr(outcomes, "folded_until", mark_then_a_fold_elsewhere)
-    counted = outcomes.latencies_since(since=now - timedelta(minutes=5), lambda_ids=[lam.pk])
-    # Then the reader counts each once, and the fold did commit
-    assert counted.count == 5
-    assert folded_count() == 5
-
-
-def fold_on_its_own_connection() -> None:
-    try:
-        fold_all(timezone.now())
-    finally:
-        connection.close()  # this thread's
 
 
 @pytest.mark.sqlite
