@@ -25,6 +25,8 @@ from typing import Any
 from django.db.models import (
     Case,
     Count,
+    DurationField,
+    ExpressionWrapper,
     F,
     FloatField,
     Func,
@@ -48,21 +50,24 @@ ZERO_S = 2.0 ** (ZERO_INDEX / PER_DOUBLING)
 
 
 class LatencySeconds(Func):
-    """`started_at - run_at` of a task row in seconds, as a float in SQL."""
+    """`started_at - run_at` of a task row in seconds, as a float in SQL: the difference as
+    Django writes it (an interval on PostgreSQL; on SQLite, which keeps a duration as a number of
+    microseconds, an exact count of them), then converted."""
 
     output_field = FloatField()
 
     def __init__(self) -> None:
-        super().__init__(F("started_at"), F("run_at"))
+        super().__init__(ExpressionWrapper(F("started_at") - F("run_at"),
+                                           output_field=DurationField()))
 
     def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return self.as_sql(compiler, connection, arg_joiner=" - ",
-                           template="EXTRACT(EPOCH FROM (%(expressions)s))::double precision",
+        return self.as_sql(compiler, connection,
+                           template="EXTRACT(EPOCH FROM %(expressions)s)::double precision",
                            **extra)
 
     def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return self.as_sql(compiler, connection, arg_joiner=") - julianday(",
-                           template="((julianday(%(expressions)s)) * 86400.0)", **extra)
+        return self.as_sql(compiler, connection, template="(%(expressions)s / 1000000.0)",
+                           **extra)
 
 
 def grouped(tasks: QuerySet[Any]) -> Iterator[tuple[int, datetime, int, int, float]]:
