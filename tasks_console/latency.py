@@ -1,21 +1,23 @@
-"""Delivery latency p50/p95 per minute, for the dashboard's time series.
-
-`tasks_core.stats.delivery_latency` gives one set of percentiles for a whole window; the chart
-needs one per minute: the same rollup of latency buckets (tasks_core.outcomes), minute by minute.
-"""
+"""Delivery latency for the dashboard: the hour's percentiles (its cards) and each minute's p50
+and p95 (its chart), from one read of the rollup of latencies (tasks_core.outcomes)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime
 
-from tasks_core import outcomes
+from tasks_core import outcomes, stats
+from tasks_core.latency_buckets import Latencies
 
 
-def per_minute(*, since: datetime, lambda_ids: Collection[int] | None = None,
-               ) -> dict[datetime, tuple[float, float]]:
-    """minute -> (p50, p95) delivery latency in seconds, for minutes with a started task."""
-    return {minute: (latencies.quantile(0.5) or 0.0, latencies.quantile(0.95) or 0.0)
-            for minute, latencies in outcomes.latencies_per_minute(
-                since=since, lambda_ids=lambda_ids).items()
-            if latencies.count}
+def window(*, since: datetime, lambda_ids: Collection[int] | None = None,
+           ) -> tuple[stats.Latency, dict[datetime, tuple[float, float]]]:
+    """The percentiles of the first attempts that started from the minute of `since` on, and
+    minute -> (p50, p95) in seconds for the minutes with a started task."""
+    minutes = outcomes.latencies_per_minute(since=since, lambda_ids=lambda_ids)
+    total = Latencies()
+    for latencies in minutes.values():
+        total.add(latencies)
+    return stats.percentiles(total), {
+        minute: (latencies.quantile(0.5) or 0.0, latencies.quantile(0.95) or 0.0)
+        for minute, latencies in minutes.items() if latencies.count}

@@ -23,6 +23,7 @@ from django.db.models import Count, QuerySet
 from tasks_core import liveness, outcomes, queues, shards
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
+from tasks_core.latency_buckets import Latencies
 from tasks_core.models import Lambda, TaskEntity
 from tasks_core.states import COUNTED_FROM_ROWS, FINAL, TaskStatus
 
@@ -158,7 +159,11 @@ def throughput(*, since: datetime, lambda_ids: Collection[int] | None = None,
 
 def delivery_latency(*, since: datetime, lambda_ids: Collection[int] | None = None) -> Latency:
     """p50/p95/p99 of `started_at - run_at` of first attempts that started since `since`."""
-    latencies = outcomes.latencies_since(since=since, lambda_ids=lambda_ids)
+    return percentiles(outcomes.latencies_since(since=since, lambda_ids=lambda_ids))
+
+
+def percentiles(latencies: Latencies) -> Latency:
+    """The p50/p95/p99 of counted latencies."""
     return Latency(count=latencies.count, p50_s=latencies.quantile(0.5),
                    p95_s=latencies.quantile(0.95), p99_s=latencies.quantile(0.99))
 

@@ -131,9 +131,13 @@ def test_the_dashboards_minutes_agree_with_the_exact_percentiles(db: None) -> No
     for latency_s in newer:
         started(lam, latency_s=latency_s, at=now - timedelta(seconds=20))
     fold_all(now - timedelta(minutes=10))
-    # When the latency chart's minutes are read
-    minutes = latency.per_minute(since=now - timedelta(hours=1), lambda_ids=[lam.pk])
-    # Then there is one point per minute, each within the buckets' error of the exact one
+    # When the dashboard's latency cards and chart are read
+    overall, minutes = latency.window(since=now - timedelta(hours=1), lambda_ids=[lam.pk])
+    # Then the cards' percentiles are the hour's, within the buckets' error of the exact ones
+    assert overall.count == 7
+    assert overall.p50_s == pytest.approx(percentile_cont(older + newer, 0.5), rel=ERROR)
+    assert overall.p95_s == pytest.approx(percentile_cont(older + newer, 0.95), rel=ERROR)
+    # And the chart has one point per minute, each within the buckets' error of the exact one
     assert sorted(minutes) == [(now - timedelta(minutes=30)).replace(second=0),
                                (now - timedelta(seconds=20)).replace(second=0)]
     for minute, values in zip(sorted(minutes), (older, newer), strict=True):
