@@ -67,7 +67,7 @@ test: dev-venv
 	@echo "==> the store's contract suite, chains, the rollup of outcomes and the testing helpers again on SQLite"
 	@mkdir -p var && DATABASE_URL=sqlite:///$(CURDIR)/var/test-smoke.sqlite3 \
 	  $(VENV)/bin/pytest -m sqlite -q tests/integration/tasks_core/test_store.py tests/integration/tasks_core/test_chains.py \
-	  tests/integration/tasks_core/test_outcomes.py \
+	  tests/integration/tasks_core/test_outcomes.py tests/integration/tasks_core/test_latency_rollup.py \
 	  tests/integration/workers/test_testing_helpers.py
 	@$(MAKE) --no-print-directory docs
 

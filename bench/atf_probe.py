@@ -1,5 +1,5 @@
 """In-process probes of ATF's store: `python -m bench.atf_probe pass ROUNDS DUE`,
-`… explain`, `… reads ROUNDS`, `… prune ROUNDS AGE_S`, `… queue SECONDS`,
+`… explain`, `… reads ROUNDS`, `… rollup`, `… prune ROUNDS AGE_S`, `… queue SECONDS`,
 `… pace SECONDS RATE RETENTION_S` or `… shards`. They
 run in the project's venv with the bench's ATF settings (or any DATABASE_URL) and print one
 JSON line.
@@ -18,6 +18,11 @@ JSON line.
   GET /api/v1/lambdas/ and the console dashboard's data (what its page polls), in-process
   through Django's test client as a superuser (every team), ROUNDS rounds of the three in turn
   after one of each to warm up. Only the request is timed, not the tasks in the store.
+- `rollup`: {"seconds"}: the rollup of outcomes (counts and delivery latencies) made again from
+  the task rows, as migrations 0018 and 0031 fill it: the rows `bench.store_rows` generates
+  finished before the fold's mark, where no fold reaches, so without this the reads would
+  count them neither in the rollup nor in its tail, unlike a store whose consumer was running
+  while they finished.
 - `prune`: the consumer's retention rounds on finished tasks older than AGE_S (generate them
   with `python -m bench.store_rows`): {"per_round", "round_s", "per_s_pruning",
   "per_s_consumer", "wal_bytes_per_task"}, medians over ROUNDS rounds. A consumer
@@ -236,6 +241,27 @@ def reads(rounds: int) -> dict[str, float]:
     return answer
 
 
+def rollup() -> dict[str, float]:
+    import importlib
+    from types import SimpleNamespace
+
+    from django.apps import apps
+    from django.db import connection, transaction
+
+    from tasks_core.models import LatencyMinute, OutcomeFold, OutcomeMinute, OutcomeTotal
+
+    started = time.perf_counter()
+    editor = SimpleNamespace(connection=connection)
+    with transaction.atomic():
+        for model in (OutcomeFold, OutcomeMinute, OutcomeTotal, LatencyMinute):
+            model.objects.all().delete()
+        importlib.import_module("tasks_core.migrations.0018_outcome_rollup").fill_rollup(
+            apps, editor)
+        importlib.import_module("tasks_core.migrations.0031_latency_rollup").fill_latencies(
+            apps, editor)
+    return {"seconds": time.perf_counter() - started}
+
+
 #: WAL bytes since an LSN of the records for this database's tables and indexes
 #: (pg_walinspect): other databases' writes on the same server are left out, and so are the
 #: commit records (a few dozen bytes a batch).
@@ -332,6 +358,8 @@ def main(argv: list[str]) -> None:
         answer = passes(int(argv[2]), int(argv[3]))
     elif argv[1] == "reads":
         answer = reads(int(argv[2]))
+    elif argv[1] == "rollup":
+        answer = rollup()
     elif argv[1] == "prune":
         answer = prune(int(argv[2]), float(argv[3]))
     elif argv[1] == "queue":

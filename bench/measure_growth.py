@@ -180,6 +180,9 @@ def store_size(target: Target, plan: Plan) -> dict[str, float]:
             generated = size
             label = report.size_label(size)
             _log_made(f"store size {label}", made)
+            # What a consumer running while they finished would have folded (atf_probe rollup).
+            logger.info("store size %s: rollup made in %.0f s", label,
+                        _probe(target, "rollup")["seconds"])
             figures.update(_labelled(label, made))
             figures.update(_labelled(label, _figures_at(target, plan, size), empty))
         if plan.store_sizes:

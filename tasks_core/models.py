@@ -341,6 +341,25 @@ class OutcomeMinute(models.Model):
         indexes = [models.Index(fields=["minute"], name="outcome_minute")]
 
 
+class LatencyMinute(models.Model):
+    """The delivery latencies of a lambda's first attempts that started in one minute, counted
+    per bucket of a log scale (tasks_core.latency_buckets): folded with the outcomes, so that
+    the latency percentiles read a row per lambda and minute, not the tasks."""
+
+    lambda_ref = models.ForeignKey(Lambda, on_delete=models.CASCADE, related_name="+",
+                                   db_index=False)
+    minute = models.DateTimeField()
+    #: Bucket index (as text) -> first attempts whose latency fell in it.
+    buckets = models.JSONField(default=dict)
+    #: The sum of their latencies in seconds (the Prometheus histogram's sum).
+    sum_s = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["lambda_ref", "minute"],
+                                               name="latency_minute_unique")]
+        indexes = [models.Index(fields=["minute"], name="latency_minute")]
+
+
 class OutcomeTotal(models.Model):
     """How many of a lambda's tasks ever reached a final status: never less after a prune."""
 
@@ -356,7 +375,8 @@ class OutcomeTotal(models.Model):
 
 class OutcomeFold(models.Model):
     """The one row that says how far the rollup reaches: tasks that finished before
-    `folded_until` are in OutcomeMinute and OutcomeTotal, later ones only in the task table."""
+    `folded_until` are in OutcomeMinute, OutcomeTotal and LatencyMinute, later ones only in the
+    task table."""
 
     folded_until = models.DateTimeField()
 

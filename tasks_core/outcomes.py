@@ -1,4 +1,5 @@
-"""The rollup of finished outcomes: per lambda, final status and minute, how many tasks finished.
+"""The rollup of finished outcomes: per lambda, final status and minute, how many tasks finished;
+and per lambda and minute of their start, the delivery latencies of first attempts.
 
 Counting the history on every scrape costs more as the table fills; the rollup grows with time
 only. The consumer folds the tasks that finished since the last fold into it (`fold`, from its
@@ -7,6 +8,10 @@ housekeeping), one step per transaction, which
 - counts the tasks that finished in [folded_until, end) by lambda, status and minute (through
   the (status, finished_at) index),
 - adds them to OutcomeMinute and OutcomeTotal (INSERT … ON CONFLICT DO UPDATE),
+- counts the first attempts among them by lambda, minute of their start and bucket of their
+  delivery latency (tasks_core.latency_buckets), and adds them to the LatencyMinute rows of
+  those minutes (read, added to, and written back: the step holds the mark, so no other fold
+  writes them meanwhile),
 - and moves folded_until to `end` only if it still reads what the step began from (on SQLite,
   which has no SKIP LOCKED, a step that lost a race rolls back),
 so each finished task is added once. Folds stop SETTLE_S before now: a finish commits a moment
@@ -17,6 +22,7 @@ Readers add what the rollup does not reach yet, the tasks finished at or after f
 counted from their rows: counts are exact when read, with or without a consumer running, and
 that tail is a few seconds of finishes. A prune deletes tasks, not their outcomes, so a total
 never goes down; a requeued task that finishes again is counted again (totals count finishes).
+The latencies' tail also holds the first attempts still running (they count from their start).
 """
 
 from __future__ import annotations
@@ -28,11 +34,12 @@ from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, Min, QuerySet
+from django.db.models import Count, Min, Q, QuerySet
 from django.db.models.functions import TruncMinute
 
 from tasks_core import shards
-from tasks_core.models import OutcomeFold, OutcomeMinute, OutcomeTotal, TaskEntity
+from tasks_core.latency_buckets import Latencies, by_lambda_minute, grouped
+from tasks_core.models import LatencyMinute, OutcomeFold, OutcomeMinute, OutcomeTotal, TaskEntity
 from tasks_core.states import FINAL, TaskStatus
 
 logger = logging.getLogger(__name__)
@@ -45,8 +52,8 @@ SETTLE_S = 10.0
 STEP_S = 15.0
 #: Seconds of folding per housekeeping round at most: the rest waits for the next round.
 FOLD_BUDGET_S = 0.2
-#: Minute rows are kept this long: the longest window a reader asks for (`/api/v1/stats/`
-#: takes up to 1,440 minutes) and an hour more.
+#: Minute rows (outcomes and latencies) are kept this long: the longest window a reader asks
+#: for (`/api/v1/stats/` takes up to 1,440 minutes) and an hour more.
 MINUTES_KEPT_S = 25 * 3600.0
 
 _MARK = 1
@@ -113,6 +120,49 @@ def finished_per_minute(*, since: datetime, statuses: Collection[TaskStatus] = F
         return dict(sorted(counts.items()))
 
 
+def _latency_minutes(answers: list[dict[datetime, Latencies]]) -> dict[datetime, Latencies]:
+    merged: dict[datetime, Latencies] = {}
+    for answer in answers:
+        for minute, latencies in answer.items():
+            merged.setdefault(minute, Latencies()).add(latencies)
+    return dict(sorted(merged.items()))
+
+
+@shards.across(_latency_minutes)
+def latencies_per_minute(*, since: datetime, lambda_ids: Collection[int] | None = None,
+                         ) -> dict[datetime, Latencies]:
+    """minute -> delivery latencies of the first attempts that started in it (finished or still
+    running), for the minutes from the one that holds `since` on (that first minute whole)."""
+    if lambda_ids is not None and not lambda_ids:  # the ORM cannot write SQL for "in ()"
+        return {}
+    with shards.one_snapshot():  # the mark, the minutes and the rows after the mark
+        first = since.astimezone(UTC).replace(second=0, microsecond=0)
+        until = folded_until()
+        per_minute: dict[datetime, Latencies] = {}
+        minutes = LatencyMinute.objects.filter(minute__gte=first)
+        tail = TaskEntity.objects.filter(
+            Q(status__in=[s.value for s in FINAL],
+              finished_at__gte=first if until is None else max(until, first))
+            | Q(status=TaskStatus.PROCESSING),
+            started_at__gte=first)
+        if lambda_ids is not None:
+            minutes = minutes.filter(lambda_ref_id__in=list(lambda_ids))
+            tail = tail.filter(lambda_ref_id__in=list(lambda_ids))
+        for minute, buckets, sum_s in minutes.values_list("minute", "buckets", "sum_s"):
+            per_minute.setdefault(minute, Latencies()).add(Latencies.stored(buckets, sum_s))
+        for (_lambda_id, minute), latencies in by_lambda_minute(grouped(tail)).items():
+            per_minute.setdefault(minute, Latencies()).add(latencies)
+        return dict(sorted(per_minute.items()))
+
+
+def latencies_since(*, since: datetime, lambda_ids: Collection[int] | None = None) -> Latencies:
+    """The delivery latencies of the first attempts that started from the minute of `since` on."""
+    total = Latencies()
+    for latencies in latencies_per_minute(since=since, lambda_ids=lambda_ids).values():
+        total.add(latencies)
+    return total
+
+
 def fold(*, now: datetime, budget_s: float = FOLD_BUDGET_S) -> int:
     """Fold finished tasks into the rollup, step after step until it reaches SETTLE_S before
     `now` or `budget_s` is spent; return how many tasks were folded."""
@@ -123,7 +173,9 @@ def fold(*, now: datetime, budget_s: float = FOLD_BUDGET_S) -> int:
         folded += step
         if time.monotonic() >= deadline_s:
             break
-    OutcomeMinute.objects.filter(minute__lt=now - timedelta(seconds=MINUTES_KEPT_S)).delete()
+    kept_from = now - timedelta(seconds=MINUTES_KEPT_S)
+    OutcomeMinute.objects.filter(minute__lt=kept_from).delete()
+    LatencyMinute.objects.filter(minute__lt=kept_from).delete()
     if folded:
         logger.debug("folded %d finished task(s) into the rollup", folded,
                      extra={"action": "outcomes_folded"})
@@ -141,12 +193,13 @@ def fold_step(*, now: datetime) -> int | None:
             return None
         first = _first_finish(start)
         end = upto if first is None else min(upto, max(first, start) + timedelta(seconds=STEP_S))
+        folding = _finished(FINAL, start, None).filter(finished_at__lt=end)
         rows = list(
-            _finished(FINAL, start, None).filter(finished_at__lt=end)
-            .annotate(minute=TruncMinute("finished_at", tzinfo=UTC)).order_by()
+            folding.annotate(minute=TruncMinute("finished_at", tzinfo=UTC)).order_by()
             .values_list("lambda_ref_id", "status", "minute").annotate(n=Count("pk"))
         )
         _add(rows)
+        _add_latencies(by_lambda_minute(grouped(folding)))
         moved = OutcomeFold.objects.filter(pk=_MARK, folded_until=start).update(folded_until=end)
         if not moved:
             # Another fold moved the mark since this one read it (SQLite): add nothing.
@@ -199,3 +252,25 @@ def _add(rows: list[tuple[int, str, datetime, int]]) -> None:
                 "+ excluded.finished",
                 [(*key, n) for key, n in counts.items()],
             )
+
+
+def _add_latencies(added: dict[tuple[int, datetime], Latencies]) -> None:
+    """Add a step's latencies to the minute rows: read, add, write back (the caller holds the
+    mark, so no other fold writes these rows until it commits)."""
+    if not added:
+        return
+    merged = {key: Latencies() for key in added}
+    stored = LatencyMinute.objects.filter(lambda_ref_id__in={lambda_id for lambda_id, _ in added},
+                                          minute__in={minute for _, minute in added})
+    for lambda_id, minute, buckets, sum_s in stored.values_list("lambda_ref_id", "minute",
+                                                                "buckets", "sum_s"):
+        if (lambda_id, minute) in merged:
+            merged[lambda_id, minute].add(Latencies.stored(buckets, sum_s))
+    for key, latencies in added.items():
+        merged[key].add(latencies)
+    LatencyMinute.objects.bulk_create(
+        [LatencyMinute(lambda_ref_id=lambda_id, minute=minute, buckets=latencies.to_json(),
+                       sum_s=latencies.sum_s)
+         for (lambda_id, minute), latencies in merged.items()],
+        update_conflicts=True, unique_fields=["lambda_ref", "minute"],
+        update_fields=["buckets", "sum_s"])

@@ -81,7 +81,8 @@ CONTROL = DEFAULT_DB_ALIAS
 SHARD_MODELS = frozenset({"taskentity", "taskassoc", "taskattempt", "taskdependency",
                           "taskstep", "taskprogress", "tasktrace", "taskgroup", "flowstart",
                           # Each shard's rollup of its own finished tasks (summed when read).
-                          "outcomeminute", "outcometotal", "outcomefold"})
+                          "outcomeminute", "outcometotal", "outcomefold",
+                          "latencyminute"})
 _SHARD_LABELS = frozenset(f"tasks_core.{name}" for name in SHARD_MODELS)
 #: Control models that each shard keeps a copy of (the task tables' foreign keys name them,
 #: the claim statements read their gates), in the order they are written.

@@ -3,10 +3,11 @@
 Everything is counted in the database where it can be, and nothing reads the whole history:
 live tasks and dead letters are counted from their rows, the other finished tasks and the
 throughput from the rollup of outcomes (tasks_core.outcomes). "Delivery latency" is
-`started_at - run_at` of the first attempt of tasks that started within the window: how late
-a task began after it was due (retries, whose start includes a backoff, are left out).
-Recent-window queries go through the (status, finished_at) index: a task that started is either
-still processing or finished.
+`started_at - run_at` of the first attempt of tasks that started within the window (from the
+minute that holds its start): how late a task began after it was due (retries, whose start
+includes a backoff, are left out). Its percentiles and histogram come from the rollup's
+per-minute latency buckets too, so they are estimates within tasks_core.latency_buckets.ERROR.
+Recent-window queries go through the (status, finished_at) index.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
+from django.db.models import Count, QuerySet
 
 from tasks_core import liveness, outcomes, queues, shards
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import QueueUnavailable
+from tasks_core.latency_buckets import Latencies
 from tasks_core.models import Lambda, TaskEntity
 from tasks_core.states import COUNTED_FROM_ROWS, FINAL, TaskStatus
-from tasks_core.store import backends
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +38,6 @@ FAILED = frozenset({TaskStatus.FATAL_FAILURE, TaskStatus.DEAD})
 DONE = frozenset({TaskStatus.SUCCESS, TaskStatus.FATAL_FAILURE, TaskStatus.DEAD})
 #: Final statuses counted from the rollup of outcomes rather than from the task rows.
 ROLLED_UP = FINAL - COUNTED_FROM_ROWS
-
-#: The delivery latency of a task row, for annotate(): started_at - run_at.
-LATENCY = ExpressionWrapper(F("started_at") - F("run_at"), output_field=DurationField())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,13 +87,6 @@ def _tasks(lambda_ids: Collection[int] | None) -> QuerySet[TaskEntity]:
     if lambda_ids is not None:
         tasks = tasks.filter(lambda_ref_id__in=list(lambda_ids))
     return tasks
-
-
-def started_since(since: datetime, lambda_ids: Collection[int] | None = None,
-                  ) -> QuerySet[TaskEntity]:
-    """First attempts that started at or after `since` (index-friendly, see module docstring)."""
-    recent = Q(status__in=list(FINAL), finished_at__gte=since) | Q(status=TaskStatus.PROCESSING)
-    return _tasks(lambda_ids).filter(recent, started_at__gte=since, attempts=1)
 
 
 @shards.across(shards.added)
@@ -166,84 +157,23 @@ def throughput(*, since: datetime, lambda_ids: Collection[int] | None = None,
     return [(minute, n) for minute, n in per_minute.items() if n]
 
 
-def _weighted(latencies: list[Latency]) -> Latency:
-    """Shards' percentiles as one answer: each weighted by its shard's count (an estimate:
-    percentiles do not add up)."""
-    count = sum(latency.count for latency in latencies)
-    if not count:
-        return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
-
-    def mean(name: str) -> float:
-        return sum((getattr(one, name) or 0.0) * one.count for one in latencies) / count
-
-    return Latency(count=count, p50_s=mean("p50_s"), p95_s=mean("p95_s"), p99_s=mean("p99_s"))
-
-
-@shards.across(_weighted)
 def delivery_latency(*, since: datetime, lambda_ids: Collection[int] | None = None) -> Latency:
-    """p50/p95/p99 of `started_at - run_at` of first attempts that started since `since`
-    (with shards, each shard's weighted by its count)."""
-    if lambda_ids is not None and not lambda_ids:  # the ORM cannot write SQL for "in ()"
-        return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
-    started = started_since(since, lambda_ids)
-    if backends.current().supports_percentiles:
-        sql, params = started.annotate(latency=LATENCY).values("latency").query.sql_with_params()
-        with shards.connection().cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*), percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP "
-                "(ORDER BY extract(epoch FROM sub.latency)) "
-                f"FROM ({sql}) AS sub",  # noqa: S608 -- the ORM built `sql`; values are params
-                params,
-            )
-            count, percentiles = cursor.fetchone()
-        if not count:
-            return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
-        p50, p95, p99 = (max(float(p), 0.0) for p in percentiles)
-        return Latency(count=count, p50_s=p50, p95_s=p95, p99_s=p99)
-    return _latency_in_python(started)
+    """p50/p95/p99 of `started_at - run_at` of first attempts that started since `since`."""
+    return percentiles(outcomes.latencies_since(since=since, lambda_ids=lambda_ids))
 
 
-def _latency_in_python(started: QuerySet[TaskEntity]) -> Latency:
-    """The percentiles computed here, for databases without percentile_cont (SQLite)."""
-    values = sorted(
-        max((start - run_at).total_seconds(), 0.0)
-        for start, run_at in started.values_list("started_at", "run_at")
-        if start is not None  # never: started_since() filters on started_at
-    )
-    if not values:
-        return Latency(count=0, p50_s=None, p95_s=None, p99_s=None)
-    return Latency(count=len(values), p50_s=percentile(values, 0.5),
-                   p95_s=percentile(values, 0.95), p99_s=percentile(values, 0.99))
+def percentiles(latencies: Latencies) -> Latency:
+    """The p50/p95/p99 of counted latencies."""
+    return Latency(count=latencies.count, p50_s=latencies.quantile(0.5),
+                   p95_s=latencies.quantile(0.95), p99_s=latencies.quantile(0.99))
 
 
-def percentile(ordered: Sequence[float], q: float) -> float:
-    """The `q` quantile of non-empty sorted values, interpolated between the two nearest, as
-    PostgreSQL's percentile_cont computes it (for databases without it)."""
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def _histograms(parts: list[Histogram]) -> Histogram:
-    return Histogram(bounds=parts[0].bounds,
-                     buckets=tuple(map(sum, zip(*(part.buckets for part in parts),
-                                                strict=True))),
-                     count=sum(part.count for part in parts),
-                     sum_s=sum(part.sum_s for part in parts))
-
-
-@shards.across(_histograms)
 def latency_histogram(*, since: datetime, lambda_ids: Collection[int] | None = None,
                       bounds: tuple[float, ...] = LATENCY_BUCKETS_S) -> Histogram:
-    """Cumulative bucket counts of the delivery latency since `since`, counted in one query."""
-    started = started_since(since, lambda_ids).annotate(latency=LATENCY)
-    buckets = {f"le{i}": Count("pk", filter=Q(latency__lte=timedelta(seconds=bound)))
-               for i, bound in enumerate(bounds)}
-    row = started.aggregate(total=Count("pk"), sum=Sum("latency"), **buckets)
-    sum_s = row["sum"].total_seconds() if row["sum"] is not None else 0.0
-    return Histogram(bounds=bounds, buckets=tuple(row[f"le{i}"] or 0 for i in range(len(bounds))),
-                     count=row["total"] or 0, sum_s=max(sum_s, 0.0))
+    """Cumulative bucket counts of the delivery latency since `since` (`Latencies.at_most`)."""
+    latencies = outcomes.latencies_since(since=since, lambda_ids=lambda_ids)
+    return Histogram(bounds=bounds, buckets=tuple(latencies.at_most(bound) for bound in bounds),
+                     count=latencies.count, sum_s=latencies.sum_s)
 
 
 @shards.across(shards.added)

@@ -43,8 +43,6 @@ class StoreBackend(ABC):
 
     #: insert() is one statement: outside a transaction it needs none of its own.
     insert_is_one_statement: bool = False
-    #: The database computes percentiles itself (percentile_cont), for tasks_core.stats.
-    supports_percentiles: bool = False
 
     # --- create ---------------------------------------------------------------------------
 

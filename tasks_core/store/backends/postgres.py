@@ -448,7 +448,6 @@ class PostgresBackend(OrmBackend):
     each statement is prepared once per connection (off behind a transaction-mode pooler)."""
 
     insert_is_one_statement = True
-    supports_percentiles = True
     worker_steps_are_one_statement = True
 
     def __init__(self, *, prepare: bool = True) -> None:

@@ -12,11 +12,19 @@ from types import SimpleNamespace
 import pytest
 from django.apps import apps
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, F
 from django.utils import timezone
 
 from tasks_core import outcomes, retention, stats, store
-from tasks_core.models import Lambda, OutcomeFold, OutcomeMinute, OutcomeTotal, TaskEntity
+from tasks_core.latency_buckets import Latencies
+from tasks_core.models import (
+    Lambda,
+    LatencyMinute,
+    OutcomeFold,
+    OutcomeMinute,
+    OutcomeTotal,
+    TaskEntity,
+)
 from tasks_core.states import FINAL, TaskStatus
 from tests.conftest import race
 from tests.factories import LambdaFactory, TaskFactory
@@ -104,11 +112,13 @@ def test_tasks_finished_since_the_last_fold_are_counted_from_their_rows(db: None
 
 
 def test_two_consumers_folding_at_once_add_each_task_once(transactional_db: None) -> None:
-    # Given tasks finished over many fold steps' worth of time
+    # Given tasks finished over many fold steps' worth of time, first attempts 0.5 s late
     lam = LambdaFactory()
     start = timezone.now() - timedelta(hours=1)
     for n in range(40):
         finished(lam, sorted(FINAL)[n % len(FINAL)], start + timedelta(seconds=20 * n), count=2)
+    TaskEntity.objects.update(attempts=1, started_at=F("finished_at") - timedelta(seconds=1),
+                              run_at=F("finished_at") - timedelta(seconds=1.5))
     now = timezone.now()
 
     def consumer() -> None:
@@ -118,10 +128,14 @@ def test_two_consumers_folding_at_once_add_each_task_once(transactional_db: None
     # When four consumers fold at once until caught up
     race(consumer, consumer, consumer, consumer)
     fold_all(now)
-    # Then every task was added exactly once
+    # Then every task was added exactly once, to the counts and to the latencies
     assert OutcomeFold.objects.get().folded_until == now - timedelta(seconds=outcomes.SETTLE_S)
     assert rolled_up() == real_counts()
     assert sum(rolled_up().values()) == 80
+    latencies = [Latencies.stored(buckets, sum_s) for buckets, sum_s in
+                 LatencyMinute.objects.values_list("buckets", "sum_s")]
+    assert sum(one.count for one in latencies) == 80
+    assert sum(one.sum_s for one in latencies) == pytest.approx(40.0)
 
 
 def test_pruning_leaves_the_finished_counts_as_they_were(db: None) -> None:
@@ -203,12 +217,15 @@ def test_the_migration_fills_the_rollup_from_the_finished_tasks(db: None) -> Non
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("read", ["status counts", "throughput"])
+@pytest.mark.parametrize("read", ["status counts", "throughput", "latencies"])
 def test_a_fold_that_commits_between_a_readers_statements_is_counted_once(
         read: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given five tasks that finished a minute ago, not folded yet
+    # Given five first attempts that finished a minute ago, not folded yet
     lam = LambdaFactory()
-    finished(lam, TaskStatus.SUCCESS, timezone.now() - timedelta(minutes=1), count=5)
+    at = timezone.now() - timedelta(minutes=1)
+    for _ in range(5):
+        TaskFactory(lambda_ref=lam, status=TaskStatus.SUCCESS, finished_at=at, attempts=1,
+                    started_at=at - timedelta(seconds=1), run_at=at - timedelta(seconds=2))
     # When a consumer's fold commits right after a reader has read where the rollup ends
     read_mark = outcomes.folded_until
 
@@ -220,11 +237,13 @@ def test_a_fold_that_commits_between_a_readers_statements_is_counted_once(
         return mark
 
     monkeypatch.setattr(outcomes, "folded_until", mark_then_a_fold_elsewhere)
+    since = timezone.now() - timedelta(minutes=5)
     if read == "status counts":
         counted = stats.status_counts(lambda_ids=[lam.pk])["success"]
-    else:
-        since = timezone.now() - timedelta(minutes=5)
+    elif read == "throughput":
         counted = sum(outcomes.finished_per_minute(since=since, lambda_ids=[lam.pk]).values())
+    else:
+        counted = outcomes.latencies_since(since=since, lambda_ids=[lam.pk]).count
     # Then the reader counts each task once (the rollup and the rows after the old mark would
     # both hold them without one snapshot), and the fold did commit
     assert counted == 5

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -30,6 +31,8 @@ from tasks_core import (
     atf,
     checks,
     directory,
+    latency_buckets,
+    outcomes,
     scheduling,
     shards,
     stats,
@@ -588,6 +591,29 @@ def test_lists_merge_every_shard_and_counts_add_up(sharded: Clusters, alice: Mem
     assert seen == sorted(made, reverse=True)
     assert alice.client.get(f"/api/v1/tasks/{made[-1]}/").json()["id"] == made[-1]
     assert stats.status_counts()["new"] == 12
+
+
+def test_delivery_latency_adds_every_shards_buckets_before_its_percentiles(
+        sharded: Clusters) -> None:
+    # Given three first attempts 1 s late on shard1 (folded) and one 10 s late on shard2 (not)
+    now = timezone.now()
+    for alias, latencies in (("shard1", (1.0, 1.0, 1.0)), ("shard2", (10.0,))):
+        for latency_s in latencies:
+            with transaction.atomic(using=alias):
+                task = atf.schedule("demo.noop")
+            with shards.using(alias):
+                TaskEntity.objects.filter(pk=task.pk).update(
+                    status="success", attempts=1, run_at=now - timedelta(seconds=latency_s + 60),
+                    started_at=now - timedelta(seconds=60), finished_at=now - timedelta(seconds=59))
+    with shards.using("shard1"):
+        outcomes.fold(now=now, budget_s=math.inf)
+    # When the latency is read across the shards
+    latency = stats.delivery_latency(since=now - timedelta(minutes=5))
+    # Then all four count, and the median is the 1 s of three of them (within the buckets'
+    # error), not an average of each shard's
+    assert latency.count == 4
+    assert latency.p50_s == pytest.approx(1.0, rel=latency_buckets.ERROR)
+    assert latency.p99_s == pytest.approx(10.0 - 0.03 * 9.0, rel=latency_buckets.ERROR)
 
 
 def test_atf_shards_lists_each_shard_and_fails_on_one_it_cannot_reach(
