@@ -251,18 +251,23 @@ UNBINDING_CONCURRENCY = 1_000_000
 
 def drain_limited(target: Target, plan: Plan) -> dict[str, float]:
     """The drain again with a flow limit that never binds (`concurrency` far above the fleet's
-    executors; ATF only): what enforcing a limit costs each claim and finish. Run beside
-    `drain` (`--only drain,drain_limited`), the two interleave over the repetitions."""
+    executors; ATF only): what enforcing a limit costs each claim and finish. Each repetition
+    drains twice, back to back, without the limit and then with it; `drain_limited_ratio` is
+    the pair's quotient, which the machine's load between one measurement and the next (the
+    plain `drain` runs all its repetitions first) does not move."""
     limit = getattr(target.driver, "limit_command", None)
     if limit is None:
         return {}
+    plain = drain_with(target, plan, target.fleet())
     run_once(limit(target.env, "--concurrency", str(UNBINDING_CONCURRENCY)))
     try:
         fleet = watch_servers(target, target.fleet())
         rows = drained_rows(target, plan, fleet)
     finally:
         run_once(limit(target.env, "--concurrency", "code"))
-    return {"drain_limited": drain_rate(rows), **cpu_per_task([fleet], rows, "drain_limited")}
+    limited = drain_rate(rows)
+    return {"drain_limited": limited, "drain_limited_ratio": limited / plain,
+            **cpu_per_task([fleet], rows, "drain_limited")}
 
 
 def drain_one_process(target: Target, plan: Plan) -> dict[str, float]:

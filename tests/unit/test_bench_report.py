@@ -31,6 +31,17 @@ def test_enqueue_target_needs_both_the_commit_limit_and_procrastinate():
     assert met(800, {}) is None  # nothing to compare with
 
 
+def test_a_limits_cost_is_judged_on_back_to_back_pairs_where_they_were_measured():
+    met = _metric("drain_limited").met
+    drains = {"atf": {"drain": _summary(1000)}}
+    assert met(850, drains) is False  # 0.85x the plain drain's median, measured apart
+    # the same drains, each limited one right after a plain one, at 0.95x of it
+    paired = {"atf": {"drain": _summary(1000), "drain_limited_ratio": _summary(0.95)}}
+    assert met(850, paired) is True
+    paired["atf"]["drain_limited_ratio"] = _summary(0.85)
+    assert met(950, paired) is False
+
+
 def test_wal_target_is_procrastinates_wal_per_drained_task():
     met = _metric("cost_drain_wal_bytes").met
     summaries = {"procrastinate": {"cost_drain_wal_bytes": _summary(2000)}}
