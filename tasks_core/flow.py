@@ -210,8 +210,8 @@ def _candidates(ids: Sequence[int], limits: Mapping[int, Limits]) -> dict[int, C
 
 #: The running tasks of one lambda (`c.lambda_id`), or of one of its keys, counted up to the
 #: limit (`c.most`: no decision needs more): one index range of (lambda, status) per running
-#: status, each status an equality so that it bounds the range (as an `= ANY` it was a filter
-#: over every entry of the lambda, history included).
+#: status, each status an equality so that it bounds the range (as an `= ANY`, with statistics
+#: that lagged behind, it was a filter over every entry of the lambda, history included).
 _RUNNING_OF_ONE = """
 SELECT count(*) FROM (
     SELECT 1 FROM {entity} WHERE lambda_ref_id = c.lambda_id AND status = %(claimed)s {key}
@@ -562,7 +562,7 @@ def busiest_keys(lambda_id: int, *, most: int = 10) -> list[dict[str, object]]:
     """The limit keys with the most tasks running or held now, most first."""
     by_key: dict[str, Counter] = defaultdict(Counter)
     # One status a query: each reads its own (lambda, status) range of the index, where an
-    # `IN` of both ranged over every task of the lambda, history included.
+    # `IN` of both could range over every task of the lambda, history included.
     for status, column in ((TaskStatus.CLAIMED, "running"), (TaskStatus.PROCESSING, "running"),
                            (TaskStatus.NEW, "held")):
         rows = TaskEntity.objects.filter(lambda_ref_id=lambda_id, status=status,
