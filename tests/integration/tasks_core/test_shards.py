@@ -330,10 +330,8 @@ def test_a_task_in_turn_for_a_dead_shard_waits_not_for_its_pool_and_goes_elsewhe
     assert not found[1] and len(found[0]) + len(found[2]) == 6
 
 
-def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shards, "outages", type(shards.outages)())
-    # Given a running task on each shard
+def running_on_every_shard() -> dict[int, int]:
+    """A task of demo.noop running on each shard for worker w1: its lease by id."""
     leases = {}
     for alias in ALIASES:
         with transaction.atomic(using=alias):
@@ -341,6 +339,14 @@ def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
         TaskEntity.objects.using(alias).filter(pk=pk).update(status="processing", worker="w1",
                                                              lease=7)
         leases[pk] = 7
+    return leases
+
+
+def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shards, "outages", type(shards.outages)())
+    # Given a running task on each shard
+    leases = running_on_every_shard()
     on_one = next(pk for pk in leases if shards.alias_of(pk) == "shard1")
     with unreachable("shard1"):
         # A heartbeat that must reach every shard fails
@@ -364,13 +370,7 @@ def test_a_heartbeat_renews_a_shard_whose_open_connection_broke_on_a_new_one(
     unreached and passed it over (for every thread of the process) until its worker stopped
     the shard's tasks; it now tries once more on a new connection."""
     monkeypatch.setattr(shards, "outages", type(shards.outages)())
-    leases = {}
-    for alias in ALIASES:
-        with transaction.atomic(using=alias):
-            pk = atf.schedule("demo.noop").pk
-        TaskEntity.objects.using(alias).filter(pk=pk).update(status="processing", worker="w1",
-                                                             lease=7)
-        leases[pk] = 7
+    leases = running_on_every_shard()
     assert store.heartbeat(leases, now=timezone.now(), unreached=set()) == set()
     # Given this thread's connection to shard1 broken by the server (as a failover breaks it)
     with connections["shard1"].cursor() as cursor:
