@@ -20,11 +20,13 @@ collection gates) are written by `mirror`, from the lambda sync and every gate c
 
 A shard that is down costs only its own tasks: the workers' calls split by shard pass an
 `unreached` set (`each_part`, `each_group`), so a shard whose connection fails is passed over
-(and not tried again for RETRY_S) while the others' parts commit; the caller learns which
-tasks were not reached. Without the set, a failure is raised, as with one database. In a
-process whose connections come from a pool (the worker API's), such a call waits at most
-POOL_WAIT_S for a shard's connection, not the pool's timeout: a pool that cannot connect to a
-shard that is down would otherwise hold the call for all of it. So does a new task placed on a
+(and not tried again for `pass_over_s`) while the others' parts commit; the caller learns which
+tasks were not reached. A connection that was open and broke (a failover or restart of the
+shard breaks them all) is not the shard being down: the call tries once more on a new one.
+Without the set, a failure is raised, as with one database. In a process whose connections
+come from a pool (the worker API's), such a call waits at most POOL_WAIT_S for a shard's
+connection, not the pool's timeout: a pool that cannot connect to a shard that is down would
+otherwise hold the call for all of it. So does a new task placed on a
 shard only because it was that shard's turn (`pool_answers`): another shard takes it.
 """
 
@@ -67,7 +69,9 @@ BUCKETS = 4096
 #: Seconds a shard that refused a connection is passed over by unkeyed placement.
 DOWN_S = 5.0
 #: Seconds a shard whose connection failed is passed over by the workers' and consumers'
-#: calls that spare it (`each_group`), before one of them tries it again.
+#: calls that spare it (`each_group`), before one of them tries it again: at most half a
+#: heartbeat interval (`pass_over_s`), so that the heartbeat's next try reaches a shard that is
+#: back (a failover's promotion) rather than pass it over until its budget ends.
 RETRY_S = 1.0
 #: Seconds a call that spares a shard that is down (`each_group` with `unreached`) waits for a
 #: connection from a pool (a web process's, ATF_DB_POOL_SIZE) to a shard it holds none to:
@@ -225,7 +229,7 @@ class _Outages:
 
     def failed(self, alias: str) -> None:
         with self._lock:
-            self._until[alias] = time.monotonic() + RETRY_S
+            self._until[alias] = time.monotonic() + pass_over_s()
 
     def answered(self, alias: str) -> None:
         if alias in self._until:
@@ -234,6 +238,14 @@ class _Outages:
 
 
 outages = _Outages()
+
+
+def pass_over_s() -> float:
+    """Seconds a shard whose connection failed is passed over (RETRY_S, at most half a
+    heartbeat interval)."""
+    from tasks_core.conf import atf_settings
+
+    return min(RETRY_S, atf_settings.heartbeat_interval_s / 2)
 
 
 def each_part(items: Iterable[_T], task_id: Callable[[_T], int],
@@ -254,8 +266,9 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
     With `unreached` (a set) and shards, a shard that cannot be reached costs only its own
     group: where its connection fails (OperationalError, InterfaceError: a server down,
     restarting, cut off), the task ids of its group (`ids(group)`) join `unreached` and the
-    next group follows; a shard that failed within RETRY_S is not tried again (its ids join at
-    once). `work` must be one transaction, or harmless to repeat: a group that failed may
+    next group follows; a shard that failed within `pass_over_s` is not tried again (its ids
+    join at once). A connection opened before the call that broke is replaced once at once
+    (`_work_on`). `work` must be one transaction, or harmless to repeat: a group that failed may
     have been written or not. Without `unreached` (or with one shard), a failure is raised,
     as it always was."""
     answers: list[_R] = []
@@ -268,21 +281,50 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
             unreached.update(ids(group))
             continue
         try:
-            with using(alias):
-                pool_answers(alias)
-                answers.append(work(group))
+            answers.append(_work_on(alias, group, work))
         except (OperationalError, InterfaceError) as exc:
             if not unreachable(exc):
                 raise
             outages.failed(alias)
             unreached.update(ids(group))
             logger.debug("shard %s unreachable: %s", alias, exc)
-            with contextlib.suppress(Exception):  # a broken connection: the next opens anew
-                connections[alias].close()
-            _drop_broken(alias)
+            _let_go(alias)
         else:
             outages.answered(alias)
     return answers
+
+
+def _work_on(alias: str, group: _G, work: Callable[[_G], _R]) -> _R:
+    """`work(group)` on shard `alias`. Where it failed on a connection opened before it (this
+    thread's, or one from a pool), it is done once more, at once, on a new one: a failover or a
+    restart of the shard breaks every connection that was open, and each thread finds its own
+    broken when it next uses it, while the shard (its new primary) answers a new one. Only a
+    new connection that fails says the shard is down; without the second try, each thread's
+    broken connection passed the shard over for every call of the process, the heartbeat's
+    included, long after the shard was back."""
+    wrapper = connections[alias]
+    with using(alias):
+        pool_answers(alias)
+        opened_before = wrapper.connection is not None or getattr(wrapper, "pool", None) \
+            is not None
+        try:
+            return work(group)
+        except (OperationalError, InterfaceError) as exc:
+            if not opened_before or wrapper.in_atomic_block or not unreachable(exc):
+                raise
+            logger.debug("shard %s: a connection opened before broke (%s); once more on a new "
+                         "one", alias, exc)
+        _let_go(alias)
+        pool_answers(alias)
+        return work(group)
+
+
+def _let_go(alias: str) -> None:
+    """Close this thread's connection to `alias` (broken: the next opens anew) and drop its
+    pool's broken connections."""
+    with contextlib.suppress(Exception):
+        connections[alias].close()
+    _drop_broken(alias)
 
 
 def pool_answers(alias: str) -> None:

@@ -73,14 +73,16 @@ class HeartbeatThread(threading.Thread):
         wait_s = self.interval_s
         while not self._stopped.wait(wait_s):
             tried_s = time.monotonic()
-            if self.beat():
-                wait_s = self.interval_s
-            else:
-                # The next try is due RETRY_S after this one began: a call that hung until its
-                # timeout (one interval) goes again at once, on a fresh connection. Waiting
-                # longer put the retry at three intervals, the end of the budget, whenever an
-                # interval was a second or less.
-                wait_s = max(0.0, min(RETRY_S, self.interval_s) - (time.monotonic() - tried_s))
+            # The next heartbeat is due an interval after this one BEGAN, and a try after a
+            # failure RETRY_S after it began: a call that hung until its timeout (one interval)
+            # goes again at once, on a fresh connection. The budget counts from the start of
+            # the last successful heartbeat: one due an interval after the previous one ended
+            # lost that answer's time from the budget (with answers of 0.3-0.4 s and a 0.5 s
+            # interval, a remote worker's retry after a slow answer had 0.1-0.2 s left), and
+            # waiting RETRY_S after a failure put the retry at the end of the budget whenever an
+            # interval was a second or less.
+            due_s = self.interval_s if self.beat() else min(RETRY_S, self.interval_s)
+            wait_s = max(0.0, due_s - (time.monotonic() - tried_s))
 
     def beat(self) -> bool:
         """Renew every running task's lease; mark the ones whose lease was lost. False if the

@@ -313,14 +313,18 @@ class Cluster:
         return dict(totals)
 
     def stop(self) -> None:
+        """The API last: a remote worker still shutting down heartbeats through it, and one
+        that the API stopped answering first replaced itself at the end of every run."""
         self._watching.clear()
         if self._watcher.is_alive():
             self._watcher.join(5)
-        for child in self.children:
-            if child.alive():
-                os.killpg(child.process.pid, signal.SIGTERM)
-        for child in self.children:
-            child.terminate(timeout_s=15)
+        for api_last in (False, True):
+            stopping = [child for child in self.children if (child.role == "api") == api_last]
+            for child in stopping:
+                if child.alive():
+                    os.killpg(child.process.pid, signal.SIGTERM)
+            for child in stopping:
+                child.terminate(timeout_s=15)
         for proxies in self.database_links:
             proxies.close()
         for remote in self.remote_hosts.values():

@@ -25,7 +25,6 @@ from django.db.models import Count, Min
 
 from tasks_core import shards, states
 from tasks_core.models import TaskAttempt, TaskEntity
-from tasks_core.stats import percentile
 from tests.chaos.failover import Promotion
 from tests.chaos.faults import FaultEvent
 from tests.chaos.load import KEY_PREFIX
@@ -42,8 +41,17 @@ def _joined(answers: list[list]) -> list:
     return [row for answer in answers for row in answer]
 
 
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """The `q` quantile of non-empty sorted values, interpolated between the two nearest, as
+    PostgreSQL's percentile_cont computes it."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
 def percentiles(values: Sequence[float]) -> dict[str, float]:
-    """p50, p90, p99 (interpolated, as the product's stats compute them) and max of `values`
+    """p50, p90, p99 (interpolated, as PostgreSQL's percentile_cont) and max of `values`
     (zeros when empty)."""
     if not values:
         return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}

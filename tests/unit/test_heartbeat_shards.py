@@ -1,7 +1,10 @@
-"""The heartbeat's budget per shard: a shard it cannot reach is timed on its own."""
+"""The heartbeat's budget per shard: a shard it cannot reach is timed on its own; and its
+cadence."""
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 from collections.abc import Mapping
 
@@ -45,3 +48,39 @@ def test_a_heartbeat_that_misses_one_shard_times_that_shard_alone() -> None:
     # And once it answers again, nothing is unreached
     transport.down = set()
     assert beats.beat() is True and beats.unreached_for_s() == {}
+
+
+class SlowToAnswer:
+    """A transport whose heartbeats take `answer_s` each; when each began."""
+
+    def __init__(self, answer_s: float, count: int) -> None:
+        self.answer_s = answer_s
+        self.began: list[float] = []
+        self.count = count
+        self.enough = threading.Event()
+
+    def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
+        self.began.append(time.monotonic())
+        if len(self.began) >= self.count:
+            self.enough.set()
+        time.sleep(self.answer_s)  # the API (or the store) taking its time to answer
+        return Beat(lost=set())
+
+    def reset(self) -> None:
+        pass
+
+
+def test_heartbeats_begin_an_interval_apart_however_long_each_takes_to_answer() -> None:
+    """The budget (three intervals) counts from the start of the last successful heartbeat:
+    one that began an interval after the previous one's answer left a remote worker, whose
+    answers took 0.4 s of a 0.5 s interval, one try instead of two before the budget ended."""
+    buffer = WorkBuffer(priorities=["default"], executors=1)
+    transport = SlowToAnswer(answer_s=0.4, count=4)
+    beats = HeartbeatThread(buffer=buffer, interval_s=0.5, transport=transport)  # type: ignore[arg-type]
+    beats.start()
+    try:
+        assert transport.enough.wait(10)
+    finally:
+        beats.stop()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(transport.began)]
+    assert max(gaps) < 0.8, gaps  # an interval apart (0.5 s), not interval + answer (0.9 s)

@@ -330,11 +330,8 @@ def test_a_task_in_turn_for_a_dead_shard_waits_not_for_its_pool_and_goes_elsewhe
     assert not found[1] and len(found[0]) + len(found[2]) == 6
 
 
-def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shards, "outages", type(shards.outages)())
-    monkeypatch.setattr(shards, "RETRY_S", 60.0)  # "within RETRY_S" whatever the machine's load
-    # Given a running task on each shard
+def running_on_every_shard() -> dict[int, int]:
+    """A task of demo.noop running on each shard for worker w1: its lease by id."""
     leases = {}
     for alias in ALIASES:
         with transaction.atomic(using=alias):
@@ -342,6 +339,16 @@ def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
         TaskEntity.objects.using(alias).filter(pk=pk).update(status="processing", worker="w1",
                                                              lease=7)
         leases[pk] = 7
+    return leases
+
+
+def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shards, "outages", type(shards.outages)())
+    # "not tried again" below holds whatever the machine's load (at load 5 the 1 s ran out)
+    monkeypatch.setattr(shards, "pass_over_s", lambda: 60.0)
+    # Given a running task on each shard
+    leases = running_on_every_shard()
     on_one = next(pk for pk in leases if shards.alias_of(pk) == "shard1")
     with unreachable("shard1"):
         # A heartbeat that must reach every shard fails
@@ -351,11 +358,47 @@ def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
         unreached: set[int] = set()
         assert store.heartbeat(leases, now=timezone.now(), unreached=unreached) == set()
         assert unreached == {on_one}
-        # and within RETRY_S it is not tried again (no connection attempt, no wait)
+        # and within its pass-over time it is not tried again (no connection attempt, no wait)
         again: set[int] = set()
         monkeypatch.setattr(connections["shard1"], "ensure_connection", None)
         assert store.heartbeat(leases, now=timezone.now(), unreached=again) == set()
         assert again == {on_one}
+
+
+def test_a_heartbeat_renews_a_shard_whose_open_connection_broke_on_a_new_one(
+        sharded: Clusters, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failover (or a restart) of a shard breaks every connection open to it, while its new
+    primary answers a new one at once. A heartbeat whose connection broke counted the shard
+    unreached and passed it over (for every thread of the process) until its worker stopped
+    the shard's tasks; it now tries once more on a new connection."""
+    monkeypatch.setattr(shards, "outages", type(shards.outages)())
+    leases = running_on_every_shard()
+    assert store.heartbeat(leases, now=timezone.now(), unreached=set()) == set()
+    # Given this thread's connection to shard1 broken by the server (as a failover breaks it)
+    with connections["shard1"].cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    with sharded.nodes[1].connect() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+    # When the next heartbeat runs, every shard is reached and every lease renewed
+    renewed_at = timezone.now()
+    unreached: set[int] = set()
+    assert store.heartbeat(leases, now=renewed_at, unreached=unreached) == set()
+    assert unreached == set()
+    assert not shards.outages.down("shard1")
+    assert {alias: TaskEntity.objects.using(alias).get().heartbeat_at for alias in ALIASES} \
+        == dict.fromkeys(ALIASES, renewed_at)
+    with connections["shard1"].cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        assert cursor.fetchone()[0] != pid
+
+
+def test_a_shard_that_failed_is_passed_over_at_most_half_a_heartbeat_interval(
+        settings: Any) -> None:
+    settings.ATF_HEARTBEAT_INTERVAL_S = 5.0
+    assert shards.pass_over_s() == shards.RETRY_S == 1.0
+    settings.ATF_HEARTBEAT_INTERVAL_S = 0.5  # the chaos run's
+    assert shards.pass_over_s() == 0.25
 
 
 def test_the_worker_api_answers_the_shards_it_reaches_and_names_the_tasks_of_one_it_cannot(
