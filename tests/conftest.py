@@ -136,13 +136,17 @@ def _no_other_connection_left_open() -> Iterator[None]:
     """The database connections of this process other than the test's own (`_others_opened`)
     are closed by the end of the test: one left open would keep the test database from being
     dropped at the end of the run (`... is being accessed by other users`), and nothing would
-    name the test. A thread still finishing (a live server's request) gets a moment."""
+    name the test. A thread still finishing (a live server's request) gets a moment; what is
+    still open then fails the test, and is closed."""
     yield
     deadline = time.monotonic() + OTHER_CONNECTIONS_GRACE_S
     while (left := _left_open()) and time.monotonic() < deadline:
         time.sleep(0.05)
     with _opened_lock:  # each is reported once, by the test that left it
         found = [_others_opened.pop(wrapper) for wrapper in left]
+    for wrapper in left:  # and closed, so that the run still drops its test database
+        with contextlib.suppress(Exception):
+            wrapper.connection.close()
     assert not found, "database connections left open: " + "; ".join(
         f"{where.alias} of thread {where.thread.name} "
         f"({'running' if where.thread.is_alive() else 'ended'}), opened in {where.test}"
