@@ -202,28 +202,37 @@ class Client:
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def _once(self, method: str, url: str, body: Any, params: dict[str, str] | None) -> Any:
+        status, answer, retry_after = self._answer(method, url, body, params)
+        if status == 204:
+            return {}
+        if status < 400 and isinstance(answer, dict | list):
+            return answer
+        if status < 400:
+            raise errors.TransportError(
+                f"{method} {url}: answer is not JSON (is the URL the API's?)")
+        error = errors.BY_STATUS.get(status, errors.ServerError)(status, answer)
+        if status in RETRIED_STATUSES:
+            error.retry_after_s = _seconds(retry_after)
+        logger.debug("%s %s answered %s", method, url, error)
+        raise error
+
+    def _answer(self, method: str, url: str, body: Any, params: dict[str, str] | None
+                ) -> tuple[int, Any, str | None]:
+        """The status, the body (JSON, else text) and the Retry-After of one answer. The
+        response ends with this call: in the frame that raises an error for it, the error's
+        traceback would keep it, and its connection open (the server's thread for it too, with
+        that thread's database connection) for as long as the error lives, which is until the
+        garbage collector runs if the error is kept in a reference cycle."""
         try:
             response = self.session.request(method, url, json=body, params=params,
                                             timeout=self.timeout)
         except requests.RequestException as exc:
             raise errors.TransportError(f"{method} {url}: {exc}") from exc
-        if response.status_code == 204:
-            return {}
         try:
             answer = response.json()
         except ValueError:
             answer = response.text
-        if response.ok and isinstance(answer, dict | list):
-            return answer
-        if response.ok:
-            raise errors.TransportError(
-                f"{method} {url}: answer is not JSON (is the URL the API's?)")
-        error = errors.BY_STATUS.get(response.status_code, errors.ServerError)(
-            response.status_code, answer)
-        if response.status_code in RETRIED_STATUSES:
-            error.retry_after_s = _seconds(response.headers.get("Retry-After"))
-        logger.debug("%s %s answered %s", method, url, error)
-        raise error
+        return response.status_code, answer, response.headers.get("Retry-After")
 
 
 def _segment(name: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -9,7 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +21,8 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 from atf_project import database_url
@@ -31,6 +36,8 @@ if TYPE_CHECKING:
     from tests.pooler import PgBouncer  # it imports this module
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Seconds a thread gets, after its test, to close the database connections it opened.
+OTHER_CONNECTIONS_GRACE_S = 5.0
 
 
 @pytest.fixture
@@ -79,6 +86,71 @@ def _no_turns_connection_left() -> Iterator[None]:
     after each test, or the test database could not be dropped at the end."""
     yield
     turns.reset()
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """Where a database connection was opened: its alias, thread and test."""
+
+    alias: str
+    thread: threading.Thread
+    test: str
+
+
+#: The database connections that are not the test's own (pytest-django's to close), with where
+#: each was opened: those of threads other than the main one, and those the main thread opened
+#: while an event loop ran in it (Playwright's sync API keeps one): Django keeps a thread's
+#: connections per asyncio context there, apart from the ones pytest-django closes.
+_others_opened: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Opened] = \
+    weakref.WeakKeyDictionary()
+_opened_lock = threading.Lock()
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _note_opened(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
+    thread = threading.current_thread()
+    if thread is not threading.main_thread() or _in_event_loop():
+        with _opened_lock:
+            _others_opened[connection] = _Opened(
+                connection.alias, thread, os.environ.get("PYTEST_CURRENT_TEST", "?"))
+
+
+connection_created.connect(_note_opened, dispatch_uid="tests.conftest._note_opened")
+
+
+def _left_open() -> list[BaseDatabaseWrapper]:
+    with _opened_lock:
+        opened = list(_others_opened)
+    return [wrapper for wrapper in opened if wrapper.connection is not None]
+
+
+@pytest.fixture(autouse=True)
+def _no_other_connection_left_open() -> Iterator[None]:
+    """The database connections of this process other than the test's own (`_others_opened`)
+    are closed by the end of the test: one left open would keep the test database from being
+    dropped at the end of the run (`... is being accessed by other users`), and nothing would
+    name the test. A thread still finishing (a live server's request) gets a moment; what is
+    still open then fails the test, and is closed."""
+    yield
+    deadline = time.monotonic() + OTHER_CONNECTIONS_GRACE_S
+    while (left := _left_open()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with _opened_lock:  # each is reported once, by the test that left it
+        found = [_others_opened.pop(wrapper) for wrapper in left]
+    for wrapper in left:  # and closed, so that the run still drops its test database
+        with contextlib.suppress(Exception):
+            wrapper.connection.close()
+    assert not found, "database connections left open: " + "; ".join(
+        f"{where.alias} of thread {where.thread.name} "
+        f"({'running' if where.thread.is_alive() else 'ended'}), opened in {where.test}"
+        for where in found)
 
 
 @pytest.fixture(autouse=True)

@@ -131,8 +131,8 @@ class Transport(abc.ABC):
         """Mark the worker stopped in the registry."""
 
     def reset(self) -> None:  # noqa: B027 - a transport without connections has nothing to drop
-        """Drop the calling thread's connection after a failure, so the next call opens a
-        fresh one."""
+        """Drop the calling thread's connection: after a failure, so the next call opens a
+        fresh one, or when the thread is done with it."""
 
     def close(self) -> None:  # noqa: B027 - a transport without connections has nothing to close
         """Release every connection."""

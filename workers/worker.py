@@ -111,7 +111,18 @@ class WorkerProcess:
         return [*self.executors, *([self.async_lane.thread] if self.async_lane else [])]
 
     def run(self) -> int:
-        """Work until stop() is called, then shut down gracefully; the exit status."""
+        """Work until stop() is called, then shut down gracefully; the exit status.
+
+        The calling thread registers, hands back and deregisters the worker on a connection of
+        its own, which it lets go of at the end, as the worker's other threads do theirs: a
+        worker run in a thread of a longer-lived process (a test's) leaves no connection open.
+        """
+        try:
+            return self._work()
+        finally:
+            self.transport.reset()
+
+    def _work(self) -> int:
         self.transport.register(WorkerInfo(
             worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
             lambdas=tuple(self.lambda_names), threads=self.capacity,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connections
 from django.utils import timezone
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
@@ -50,6 +51,10 @@ def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser
         )
         yield context
         context.close()
+        # The test's queries ran while Playwright's event loop ran in this thread, so Django
+        # gave them connections of that loop's context, not the ones pytest-django closes:
+        # closed here, in it, or they would keep the test database from being dropped.
+        connections.close_all()
 
 
 @pytest.fixture

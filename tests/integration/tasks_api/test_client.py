@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ import atf_client
 from atf_client import Call, Client
 from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
+from tests.conftest import wait_for
 from tests.factories import TaskFactory
 from tests.integration.tasks_api.test_api_support import Member
 
@@ -93,6 +95,26 @@ def test_other_teams_and_bad_tokens_are_refused(live_server: LiveServer, client:
     with Client(f"{live_server.url}/api/", "not-a-token") as stranger, \
             pytest.raises(atf_client.Unauthorized):
         stranger.get(bobs.pk)
+
+
+def test_a_refused_call_leaves_no_connection_open_once_the_client_is_closed(
+        live_server: LiveServer, alice: Member) -> None:
+    # Given a client whose call the API refused, its error still held (as a caller keeps it)
+    earlier = set(_request_threads())
+    with Client(live_server.url, alice.token) as client, \
+            pytest.raises(atf_client.NotFound) as caught:
+        client.get(999_999)
+    # When the client has been closed, Then the server's end of its connection is gone: its
+    # thread ended, and let go of its database connection (the error keeps no response open)
+    wait_for(lambda: not set(_request_threads()) - earlier, timeout_s=5,
+             message="the live server's request threads ended")
+    assert caught.value.status == 404
+
+
+def _request_threads() -> list[threading.Thread]:
+    """The live server's threads that serve a connection (Django's ThreadedWSGIServer)."""
+    return [thread for thread in threading.enumerate()
+            if thread.name.endswith("(process_request_thread)")]
 
 
 def test_an_unreachable_server_is_a_transport_error() -> None:

@@ -26,7 +26,7 @@ from tasks_core.context import TaskContext, TimeLimitExceeded
 from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity, TaskStep
 from tasks_core.states import TaskStatus
 from tasks_core.store import guarded
-from tests.conftest import closing_connections, wait_for
+from tests.conftest import wait_for
 from tests.remote import worker_token
 from workers import interrupts, turns
 from workers.buffer import WorkBuffer
@@ -71,14 +71,11 @@ def claim_one(transport: Transport, consumer: Consumer) -> store.ClaimedTask:
 
 @contextmanager
 def worker_running(transport: Transport, lambdas: list[str]) -> Iterator[threading.Thread]:
-    """A one-executor worker over `transport`, in a thread of this process, for the block."""
+    """A one-executor worker over `transport`, in a thread of this process, for the block: the
+    thread runs the worker as a `runworker` process's main thread does, nothing around it (the
+    worker closes that thread's connection itself)."""
     worker = WorkerProcess(lambdas, threads=1, transport=transport)
-
-    def run() -> None:
-        with closing_connections():
-            worker.run()
-
-    thread = threading.Thread(target=run, name="WorkerUnderTest")
+    thread = threading.Thread(target=worker.run, name="WorkerUnderTest")
     thread.start()
     try:
         yield thread
@@ -399,7 +396,8 @@ def _sessions_on_the_database() -> set[int]:
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_stat_activity")
 def test_a_stopped_worker_leaves_no_database_connection_behind(queue: queues.QueueBackend,
                                                                consumer: Consumer) -> None:
-    # Given a worker's threads that each used the database (a heartbeating lambda's own beat too)
+    # Given a worker's threads that each used the database (a heartbeating lambda's own beat
+    # too, and the thread that ran the worker: it registered and deregistered it)
     transport = DirectTransport(queue)
     lambda_sync.sync_to_store()
     task = atf.schedule("demo.sleep", {"seconds": 1.1})  # it heartbeats once
