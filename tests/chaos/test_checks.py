@@ -134,9 +134,10 @@ def test_a_cut_whose_worker_a_crash_task_ended_is_crossed_not_failed(
 
 
 def test_the_processor_a_group_used_counts_its_children_in_their_own_group() -> None:
-    # Given a child of this process that spins for 0.3 s of processor time, then sleeps
+    # Given a child of this process that spins for 0.4 s of processor time, then sleeps (the
+    # kernel's /proc times are whole ticks, rounded down: a 0.3 s spin could read 0.29 forever)
     child = subprocess.Popen([sys.executable, "-c",
-                              "import time\nend = time.process_time() + 0.3\n"
+                              "import time\nend = time.process_time() + 0.4\n"
                               "while time.process_time() < end: pass\ntime.sleep(30)"])
     try:
         wait_until(lambda: cpu.sample({"child": child.pid}, "none")["child"] >= 0.3,
