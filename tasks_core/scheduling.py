@@ -409,15 +409,16 @@ def schedule(request: TaskRequest, *, now: datetime | None = None,
     now = now or timezone.now()
     task = validate(request, now=now, teams=teams)
     alias = _place(task)
+    in_turn = _in_turn(task)
     try:
         with shards.using(alias):
-            if _in_turn(task):  # another shard can take it: wait no longer for this one
+            if in_turn:  # another shard can take it: wait no longer for this one
                 shards.pool_answers(alias)
             return _schedule_here(task, now)
     except OperationalError:
         # A shard that cannot be reached costs only the tasks that must go to it: one that
         # was placed in turn goes to the next shard instead.
-        if not _in_turn(task):
+        if not in_turn:
             raise
         shards.turns.mark_down(alias)
         logger.warning("shard %s unavailable: a task went to another", alias,
