@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -249,24 +250,35 @@ def drain(target: Target, plan: Plan) -> dict[str, float]:
 UNBINDING_CONCURRENCY = 1_000_000
 
 
+#: How many pairs drain_limited has drained in this run: every other pair drains with the
+#: limit first, so that whatever the second drain of a pair pays (or is spared) falls on each
+#: side alike.
+_LIMITED_PAIRS = itertools.count()
+
+
 def drain_limited(target: Target, plan: Plan) -> dict[str, float]:
     """The drain again with a flow limit that never binds (`concurrency` far above the fleet's
     executors; ATF only): what enforcing a limit costs each claim and finish. Each repetition
-    drains twice, back to back, without the limit and then with it; `drain_limited_ratio` is
-    the pair's quotient, which the machine's load between one measurement and the next (the
-    plain `drain` runs all its repetitions first) does not move."""
+    drains twice, back to back, with and without the limit, in turns (plain first, then limited
+    first: ABBA); `drain_limited_ratio` is the pair's quotient, which the machine's load between
+    one measurement and the next (the plain `drain` runs all its repetitions first) does not
+    move, nor the order within a pair."""
     limit = getattr(target.driver, "limit_command", None)
     if limit is None:
         return {}
-    plain = drain_with(target, plan, target.fleet())
+    limited_first = next(_LIMITED_PAIRS) % 2 == 1
+    plain = 0.0 if limited_first else drain_with(target, plan, target.fleet())
     run_once(limit(target.env, "--concurrency", str(UNBINDING_CONCURRENCY)))
     try:
         fleet = watch_servers(target, target.fleet())
         rows = drained_rows(target, plan, fleet)
     finally:
         run_once(limit(target.env, "--concurrency", "code"))
+    if limited_first:
+        plain = drain_with(target, plan, target.fleet())
     limited = drain_rate(rows)
     return {"drain_limited": limited, "drain_limited_ratio": limited / plain,
+            "drain_limited_first": float(limited_first),
             **cpu_per_task([fleet], rows, "drain_limited")}
 
 

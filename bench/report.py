@@ -148,8 +148,8 @@ METRICS = (
     Metric(key="drain_limited", label="drain, no-op, with a concurrency limit that never "
            "binds (flow control's cost)", unit="tasks/s", higher_is_better=True,
            target="≥ 0.9× ATF's drain", met=_abreast_of_direct),
-    Metric(key="drain_limited_ratio", label="drain with that limit ÷ the plain drain just "
-           "before it (back-to-back pairs)", unit="×", higher_is_better=True,
+    Metric(key="drain_limited_ratio", label="drain with that limit ÷ the plain drain beside "
+           "it (back-to-back pairs, each order in turn)", unit="×", higher_is_better=True,
            target="≥ 0.9", met=_at_least(0.9)),
     Metric(key="drain_one_process", label="drain, no-op, consumer inside the worker "
            "(runworker --with-consumer)", unit="tasks/s", higher_is_better=True),
