@@ -164,7 +164,13 @@ def store_size(target: Target, plan: Plan) -> dict[str, float]:
     (generated once per run, each size adding to the last), each also as a ratio of the
     empty table's; the plans of the hot statements at the largest size go to
     results/plans.md; then the backlog (`_backlog`), and its plans. Every row is dropped at
-    the end."""
+    the end.
+
+    The empty table is measured twice, first and last (`store_emptyfirst_*`,
+    `store_emptylast_*`), and `store_0_*` is their mean, which the ratios divide by: a
+    store's figures are taken between the two, so a machine that got faster or slower over
+    the run's minutes moves both sides of a ratio alike (one empty measurement at the start
+    made the same store read 2.4× empty in one run and 0.65× in the next)."""
     if not _is_atf(target):
         return {}
     target.reset()
@@ -172,8 +178,7 @@ def store_size(target: Target, plan: Plan) -> dict[str, float]:
     plans: list[str] = []
     generated = 0
     try:
-        empty = _figures_at(target, plan, 0)
-        figures.update({f"store_0_{key}": value for key, value in empty.items()})
+        first = _figures_at(target, plan, 0)
         for size in plan.store_sizes:
             made = store_rows.generate(target.env.pg_dsn, lambda_name=GENERATED_LAMBDA,
                                        first=generated + 1, last=size, span_s=HISTORY_SPAN_S)
@@ -183,28 +188,31 @@ def store_size(target: Target, plan: Plan) -> dict[str, float]:
             # What a consumer running while they finished would have folded (atf_probe rollup).
             logger.info("store size %s: rollup made in %.0f s", label,
                         _probe(target, "rollup")["seconds"])
-            figures.update(_labelled(label, made))
-            figures.update(_labelled(label, _figures_at(target, plan, size), empty))
+            figures.update(_labelled(label, {**made, **_figures_at(target, plan, size)}))
         if plan.store_sizes:
             plans.append(_plans_section(_probe(target, "explain"),
                                         f"With {plan.store_sizes[-1]:,} finished tasks"))
         target.reset()
         if plan.backlog_delayed or plan.backlog_due:
-            figures.update(_backlog(target, plan, empty, plans))
+            figures.update(_backlog(target, plan, plans))
+        target.reset()
+        last = _figures_at(target, plan, 0)
     finally:
         target.reset()
     if plans:
         _write_plans(plans)
-    return figures
+    empty = {key: (first[key] + last[key]) / 2 for key in first.keys() & last.keys()}
+    figures.update(_labelled("emptyfirst", first))
+    figures.update(_labelled("emptylast", last))
+    figures.update(_labelled("0", empty))
+    return {**figures, **_ratios(figures, empty)}
 
 
-def _backlog(target: Target, plan: Plan, empty: dict[str, float], plans: list[str],
-             ) -> dict[str, float]:
+def _backlog(target: Target, plan: Plan, plans: list[str]) -> dict[str, float]:
     """On a store of `backlog_delayed` tasks due in a day and `backlog_due` tasks due an hour
-    ago: the hot path's figures (a busy pass takes the earliest due of the backlog), each
-    also as a ratio of the empty table's; the plans (added to `plans`); and the queue's
-    length against its backlog after `queue_seconds` of passes that nobody's claims follow
-    (`bench.atf_probe queue`)."""
+    ago: the hot path's figures (a busy pass takes the earliest due of the backlog); the plans
+    (added to `plans`); and the queue's length against its backlog after `queue_seconds` of
+    passes that nobody's claims follow (`bench.atf_probe queue`)."""
     dsn, delayed, due = target.env.pg_dsn, plan.backlog_delayed, plan.backlog_due
     made = store_rows.generate_waiting(dsn, lambda_name=GENERATED_LAMBDA, first=1,
                                        last=delayed, due_in_s=DELAYED_BY_S)
@@ -214,8 +222,7 @@ def _backlog(target: Target, plan: Plan, empty: dict[str, float], plans: list[st
     made = {key: made[key] + made_due[key] for key in made}
     _log_made("backlog", made)
     generated = delayed + due
-    figures = _labelled("backlog", made)
-    figures.update(_labelled("backlog", _hot_path(target, plan, generated), empty))
+    figures = _labelled("backlog", {**made, **_hot_path(target, plan, generated)})
     plans.append(_plans_section(_probe(target, "explain"), (
         f"With {delayed:,} delayed tasks and {due:,} due (less those the measurements took)")))
     services.flush(target.env.redis_url)
@@ -225,14 +232,23 @@ def _backlog(target: Target, plan: Plan, empty: dict[str, float], plans: list[st
     return figures
 
 
-def _labelled(label: str, values: dict[str, float], empty: dict[str, float] | None = None,
-              ) -> dict[str, float]:
-    """`values` under `store_<label>_<key>`; with `empty`, the ratio of each one it also has
-    to it too."""
-    figures = {f"store_{label}_{key}": value for key, value in values.items()}
-    for key in (empty or {}).keys() & values.keys():
-        figures[f"store_{label}_{key}_ratio"] = values[key] / empty[key]
-    return figures
+def _labelled(label: str, values: dict[str, float]) -> dict[str, float]:
+    """`values` under `store_<label>_<key>`."""
+    return {f"store_{label}_{key}": value for key, value in values.items()}
+
+
+#: Labels of the empty table's own figures, which no ratio is taken of.
+_NOT_A_STORE = ("0", "emptyfirst", "emptylast")
+
+
+def _ratios(figures: dict[str, float], empty: dict[str, float]) -> dict[str, float]:
+    """`store_<label>_<key>_ratio`: each store's figure ÷ the empty table's of the same key."""
+    ratios = {}
+    for name, value in figures.items():
+        _store, label, key = name.split("_", 2)
+        if label not in _NOT_A_STORE and key in empty:
+            ratios[f"{name}_ratio"] = value / empty[key]
+    return ratios
 
 
 def _log_made(what: str, made: dict[str, float]) -> None:
