@@ -59,8 +59,7 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-def execute(sql: str, params: Mapping[str, Any] | Sequence[Any], *, prepare: bool,
-            ) -> list[tuple]:
+def _execute(sql: str, params: Mapping[str, Any], *, prepare: bool) -> list[tuple]:
     """Run a statement with its parameters bound on the server; its rows, if it has any.
 
     Django's cursors send literal SQL. These statements run many times a second, so with
@@ -455,7 +454,7 @@ class PostgresBackend(OrmBackend):
         self.prepare = prepare
 
     def _run(self, sql: str, params: Mapping[str, Any]) -> list[tuple]:
-        return execute(sql, params, prepare=self.prepare)
+        return _execute(sql, params, prepare=self.prepare)
 
     @contextlib.contextmanager
     def exclusive(self, key: str) -> Iterator[None]:

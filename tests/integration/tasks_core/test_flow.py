@@ -385,7 +385,7 @@ STATEMENTS = {("postgresql", "PostgresBackend"): {"claim": 1, "finish": 1},
 def counted() -> Iterator[list[str]]:
     """Every statement sent to the database: Django's cursors and the batch backend's own."""
     sent: list[str] = []
-    run = postgres.execute
+    run = postgres._execute
 
     def logged(sql: str, params: Any, *, prepare: bool) -> list[tuple]:
         sent.append(sql)
@@ -395,12 +395,12 @@ def counted() -> Iterator[list[str]]:
         sent.append(sql)
         return execute(sql, params, many, context)
 
-    postgres.execute = logged  # type: ignore[assignment]
+    postgres._execute = logged  # type: ignore[assignment]
     try:
         with connection.execute_wrapper(wrapper):
             yield sent
     finally:
-        postgres.execute = run  # type: ignore[assignment]
+        postgres._execute = run  # type: ignore[assignment]
 
 
 @pytest.mark.django_db(transaction=True)

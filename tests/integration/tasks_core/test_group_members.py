@@ -96,8 +96,8 @@ def test_chain_members_cost_a_statement_per_step_depth_not_per_member(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Given 200 chain members of three steps each and 300 plain members
     inserts: list[int] = []
-    real = postgres.execute
-    monkeypatch.setattr(postgres, "execute", lambda sql, params, *, prepare: (
+    real = postgres._execute
+    monkeypatch.setattr(postgres, "_execute", lambda sql, params, *, prepare: (
         inserts.append(1) if sql in (postgres._INSERT, postgres._INSERT_ONE) else None,
         real(sql, params, prepare=prepare))[1])
     members: list[Any] = [_chain(1, 2, 3) for _ in range(200)]

@@ -155,8 +155,8 @@ def _statements_of_a_plain_finish(monkeypatch: pytest.MonkeyPatch) -> int:
                              lambda_ids=[lambda_id], now=now, start=True)
     assert claimed.task_id == task.pk
     sent: list[str] = []
-    real = postgres.execute
-    monkeypatch.setattr(postgres, "execute",
+    real = postgres._execute
+    monkeypatch.setattr(postgres, "_execute",
                         lambda sql, params, *, prepare: (sent.append(sql),
                                                          real(sql, params, prepare=prepare))[1])
     with CaptureQueriesContext(connection) as django_queries:

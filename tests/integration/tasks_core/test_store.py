@@ -851,8 +851,8 @@ def test_a_claim_and_a_finish_reach_their_rows_by_primary_key_whatever_the_stati
         cursor.execute("ANALYZE tasks_core_taskentity")  # no task enqueued, none in flight
     taken = messages(enqueue_due("demo.noop", now, limit=1500))
     ran: list[tuple[str, object]] = []
-    execute = postgres.execute
-    monkeypatch.setattr(postgres, "execute", lambda sql, params, *, prepare: (
+    execute = postgres._execute
+    monkeypatch.setattr(postgres, "_execute", lambda sql, params, *, prepare: (
         ran.append((sql, params)), execute(sql, params, prepare=prepare))[1])
     claimed = store.claim(taken[:10], worker="w1", lambda_ids=[directory.by_name("demo.noop").id],
                           now=now, start=True)
