@@ -266,16 +266,22 @@ def drain_limited(target: Target, plan: Plan) -> dict[str, float]:
     limit = getattr(target.driver, "limit_command", None)
     if limit is None:
         return {}
+    fleet = watch_servers(target, target.fleet())
+
+    def limited_rows() -> list[tuple[float, float, float]]:
+        run_once(limit(target.env, "--concurrency", str(UNBINDING_CONCURRENCY)))
+        try:
+            return drained_rows(target, plan, fleet)
+        finally:
+            run_once(limit(target.env, "--concurrency", "code"))
+
     limited_first = next(_LIMITED_PAIRS) % 2 == 1
-    plain = 0.0 if limited_first else drain_with(target, plan, target.fleet())
-    run_once(limit(target.env, "--concurrency", str(UNBINDING_CONCURRENCY)))
-    try:
-        fleet = watch_servers(target, target.fleet())
-        rows = drained_rows(target, plan, fleet)
-    finally:
-        run_once(limit(target.env, "--concurrency", "code"))
     if limited_first:
+        rows = limited_rows()
         plain = drain_with(target, plan, target.fleet())
+    else:
+        plain = drain_with(target, plan, target.fleet())
+        rows = limited_rows()
     limited = drain_rate(rows)
     return {"drain_limited": limited, "drain_limited_ratio": limited / plain,
             "drain_limited_first": float(limited_first),

@@ -174,7 +174,7 @@ def store_size(target: Target, plan: Plan) -> dict[str, float]:
     if not _is_atf(target):
         return {}
     target.reset()
-    figures: dict[str, float] = {}
+    stores: dict[str, dict[str, float]] = {}  # label -> its raw figures
     plans: list[str] = []
     generated = 0
     try:
@@ -188,13 +188,13 @@ def store_size(target: Target, plan: Plan) -> dict[str, float]:
             # What a consumer running while they finished would have folded (atf_probe rollup).
             logger.info("store size %s: rollup made in %.0f s", label,
                         _probe(target, "rollup")["seconds"])
-            figures.update(_labelled(label, {**made, **_figures_at(target, plan, size)}))
+            stores[label] = {**made, **_figures_at(target, plan, size)}
         if plan.store_sizes:
             plans.append(_plans_section(_probe(target, "explain"),
                                         f"With {plan.store_sizes[-1]:,} finished tasks"))
         target.reset()
         if plan.backlog_delayed or plan.backlog_due:
-            figures.update(_backlog(target, plan, plans))
+            stores["backlog"] = _backlog(target, plan, plans)
         target.reset()
         last = _figures_at(target, plan, 0)
     finally:
@@ -202,10 +202,11 @@ def store_size(target: Target, plan: Plan) -> dict[str, float]:
     if plans:
         _write_plans(plans)
     empty = {key: (first[key] + last[key]) / 2 for key in first.keys() & last.keys()}
-    figures.update(_labelled("emptyfirst", first))
-    figures.update(_labelled("emptylast", last))
-    figures.update(_labelled("0", empty))
-    return {**figures, **_ratios(figures, empty)}
+    figures = {**_labelled("emptyfirst", first), **_labelled("emptylast", last),
+               **_labelled("0", empty)}
+    for label, values in stores.items():
+        figures.update(_labelled(label, values, empty))
+    return figures
 
 
 def _backlog(target: Target, plan: Plan, plans: list[str]) -> dict[str, float]:
@@ -222,33 +223,23 @@ def _backlog(target: Target, plan: Plan, plans: list[str]) -> dict[str, float]:
     made = {key: made[key] + made_due[key] for key in made}
     _log_made("backlog", made)
     generated = delayed + due
-    figures = _labelled("backlog", {**made, **_hot_path(target, plan, generated)})
+    figures = {**made, **_hot_path(target, plan, generated)}
     plans.append(_plans_section(_probe(target, "explain"), (
         f"With {delayed:,} delayed tasks and {due:,} due (less those the measurements took)")))
     services.flush(target.env.redis_url)
     queued = _probe(target, "queue", str(plan.queue_seconds),
                     ATF_ENQUEUE_TIMEOUT_S=str(plan.queue_enqueue_timeout_s))
-    figures.update({f"store_backlog_queue_{key}": value for key, value in queued.items()})
+    return {**figures, **{f"queue_{key}": value for key, value in queued.items()}}
+
+
+def _labelled(label: str, values: dict[str, float], empty: dict[str, float] | None = None,
+              ) -> dict[str, float]:
+    """`values` under `store_<label>_<key>`; with `empty`, the ratio of each one it also has
+    to it too."""
+    figures = {f"store_{label}_{key}": value for key, value in values.items()}
+    for key in (empty or {}).keys() & values.keys():
+        figures[f"store_{label}_{key}_ratio"] = values[key] / empty[key]
     return figures
-
-
-def _labelled(label: str, values: dict[str, float]) -> dict[str, float]:
-    """`values` under `store_<label>_<key>`."""
-    return {f"store_{label}_{key}": value for key, value in values.items()}
-
-
-#: Labels of the empty table's own figures, which no ratio is taken of.
-_NOT_A_STORE = ("0", "emptyfirst", "emptylast")
-
-
-def _ratios(figures: dict[str, float], empty: dict[str, float]) -> dict[str, float]:
-    """`store_<label>_<key>_ratio`: each store's figure ÷ the empty table's of the same key."""
-    ratios = {}
-    for name, value in figures.items():
-        _store, label, key = name.split("_", 2)
-        if label not in _NOT_A_STORE and key in empty:
-            ratios[f"{name}_ratio"] = value / empty[key]
-    return ratios
 
 
 def _log_made(what: str, made: dict[str, float]) -> None:
