@@ -6,15 +6,22 @@ reach neither the store nor the queues.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Mapping, Sequence
 
 from django.utils import timezone
 
-from tasks_core import queues, store
+from tasks_core import queues, shards, store
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
+
+
+#: The pops of this process, every Claimer's together: each pop's number says which lambda,
+#: and which shard within each priority, comes first. The worker API makes a Claimer per
+#: request, so a count of a Claimer's own would start again at every call.
+_pops = itertools.count()
 
 
 class Claimer:
@@ -28,21 +35,43 @@ class Claimer:
         self.start = start
         self.worker_id = worker_id
         self.lambda_ids = dict(lambda_ids)
-        # Strict priority within a lambda: the pop takes from the first non-empty list.
-        self.queues_by_lambda = [[queue.queue_name(name, priority) for priority in priorities]
-                                 for name in sorted(self.lambda_ids)]
+        #: Per lambda (by name), per priority (highest first), the queues of its shards, by
+        #: slot: what a pop takes from (`queue_names`).
+        self.queues = [[queue.shard_queues(name, priority, range(len(shards.aliases())))
+                        for priority in priorities] for name in sorted(self.lambda_ids)]
         #: Which lambda each queue holds: a claim's flow limits are those of the lambdas its
         #: messages came from (tasks_core.flow), so the others' tasks pay nothing for them.
-        self.lambda_of_queue = {queue.queue_name(name, priority): lambda_id
-                                for name, lambda_id in self.lambda_ids.items()
-                                for priority in priorities}
-        self._turn = 0
+        self.lambda_of_queue = {name: self.lambda_ids[lambda_name]
+                                for lambda_name, by_priority in zip(
+                                    sorted(self.lambda_ids), self.queues, strict=True)
+                                for names in by_priority for name in names}
 
     def queue_names(self) -> list[str]:
-        """This pop's queue order: lambdas take turns coming first, so none starves another."""
-        self._turn = (self._turn + 1) % len(self.queues_by_lambda)
-        order = self.queues_by_lambda[self._turn:] + self.queues_by_lambda[:self._turn]
-        return [name for names in order for name in names]
+        """This pop's queue order. Strict priority within a lambda: the pop takes from the
+        first non-empty queue. The lambdas take turns coming first, so that none starves
+        another, and so do the shards within each priority, so that the workers claim on
+        every shard side by side rather than drain one shard's run of tasks after another's."""
+        turn = next(_pops)
+        lambdas = len(self.queues)
+        first = turn % lambdas
+        passed_over = self._passed_over()
+        return [name for by_priority in self.queues[first:] + self.queues[:first]
+                for names in by_priority for name in _rotated(names, turn // lambdas)
+                if name not in passed_over]
+
+    def _passed_over(self) -> set[str]:
+        """The queues of the shards that this process failed to reach a moment ago
+        (shards.outages), while it reaches another: their tasks are left to the workers that
+        reach them, not popped here to be dropped (the consumer would enqueue them again only
+        after their enqueue timeout)."""
+        if not self.queue.splits_by_shard:  # every shard's tasks share the queues
+            return set()
+        down = [slot for slot, alias in enumerate(shards.aliases())
+                if shards.outages.down(alias)]
+        if not down or len(down) == len(shards.aliases()):
+            return set()
+        return {names[slot] for by_priority in self.queues for names in by_priority
+                for slot in down}
 
     def take(self, max_count: int, *, wait_s: float,
              unreached: set[int] | None = None) -> list[store.ClaimedTask]:
@@ -104,3 +133,9 @@ class Claimer:
             logger.debug("discarded %d stale message(s)", len(messages) - len(claimed),
                          extra={"action": "message_stale"})
         return statuses, claimed
+
+
+def _rotated(items: list[str], turn: int) -> list[str]:
+    """`items` from the one at `turn` (modulo their number) on, then the ones before it."""
+    first = turn % len(items)
+    return items[first:] + items[:first]

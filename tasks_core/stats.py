@@ -135,12 +135,15 @@ def status_counts_by_lambda(*, lambda_ids: Collection[int] | None = None,
 
 def queue_depths(lambda_names: Sequence[str], *,
                  backend: queues.QueueBackend | None = None) -> dict[str, dict[str, int]]:
-    """lambda -> priority -> messages waiting in its queue. Raises QueueUnavailable."""
+    """lambda -> priority -> messages waiting in its queues (every shard's together). Raises
+    QueueUnavailable."""
     owned = backend is None
     backend = backend or queues.backend()
+    slots = range(len(shards.aliases()))
     try:
         return {
-            name: {priority: backend.depth(backend.queue_name(name, priority))
+            name: {priority: sum(backend.depth(queue)
+                                 for queue in backend.shard_queues(name, priority, slots))
                    for priority in atf_settings.priorities}
             for name in lambda_names
         }

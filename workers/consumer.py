@@ -188,6 +188,8 @@ class Consumer:
                  lambda_turn: Callable[[int], contextlib.AbstractContextManager[bool]]
                  = turns.lambda_turn, shard: str | None = None, periodic: bool = True) -> None:
         self.shard = shard or shards.aliases()[0]
+        #: The shard's slot: its tasks go to the queues of that slot (QueueBackend.queue_name).
+        self.slot = shards.aliases().index(self.shard)
         self.periodic = periodic
         self.batch_size = batch_size
         self.poll_interval_s = poll_interval_s
@@ -330,7 +332,7 @@ class Consumer:
         # blocked on the lambda's queues wakes up to a high-priority task.
         by_queue: dict[str, list[queues.Message]] = defaultdict(list)
         for priority, message in messages:
-            by_queue[self.queue.queue_name(lambda_name, priority)].append(message)
+            by_queue[self.queue.queue_name(lambda_name, priority, self.slot)].append(message)
         failed = 0
         for queue_name, batch in by_queue.items():
             try:

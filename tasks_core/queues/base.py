@@ -95,13 +95,30 @@ class QueueBackend(abc.ABC):
     #: Whether `push` leaves out a message still waiting in its queue, so that a queue holds
     #: at most one copy of each (task, lease): its length is at most its backlog.
     supports_dedupe: bool = False
+    #: Whether each shard's tasks wait in queues of their own. A list is popped from one end,
+    #: so consumers that push each shard's due tasks in runs into one list would have the
+    #: workers drain one shard's run after another: the shards would take turns rather than
+    #: work side by side. With a queue per shard, a pop takes the shards in rotation.
+    splits_by_shard: bool = True
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
 
-    def queue_name(self, lambda_name: str, priority: str) -> str:
-        """The queue of one <lambda, priority>."""
-        return f"{self.prefix}:{{{lambda_name}}}:{priority}"
+    def queue_name(self, lambda_name: str, priority: str, slot: int = 0) -> str:
+        """The queue of one <lambda, priority> that holds the tasks of the shard in `slot`.
+
+        Slot 0's is the pair's queue of a store with one shard; a backend that
+        `splits_by_shard` gives each other shard a queue of its own beside it, and one that
+        does not keeps every shard's tasks in the pair's one queue.
+        """
+        queue = f"{self.prefix}:{{{lambda_name}}}:{priority}"
+        return f"{queue}:shard{slot}" if slot and self.splits_by_shard else queue
+
+    def shard_queues(self, lambda_name: str, priority: str, slots: Sequence[int]) -> list[str]:
+        """The queues of one <lambda, priority> for the shards in `slots`, in that order (each
+        once: a backend that does not split by shard has one)."""
+        return list(dict.fromkeys(self.queue_name(lambda_name, priority, slot)
+                                  for slot in slots))
 
     @abc.abstractmethod
     def push(self, queue: str, messages: Sequence[Message]) -> None:

@@ -72,6 +72,10 @@ class SqsQueue(QueueBackend):
     """Queues in Amazon SQS (or an SQS-compatible endpoint); messages are deleted by `ack`."""
 
     supports_ack = True
+    #: One SQS queue holds every shard's tasks of a <lambda, priority>: a receive samples
+    #: the queue's servers rather than taking the oldest run, so the shards' tasks already
+    #: come mixed, and a queue per shard would multiply the receive calls of an idle worker.
+    splits_by_shard = False
 
     def __init__(self, *, prefix: str, endpoint_url: str | None = None,
                  region: str | None = None, visibility_timeout_s: int = 30) -> None:

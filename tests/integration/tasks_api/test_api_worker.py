@@ -23,6 +23,7 @@ from tasks_core import atf
 from tasks_core.conf import atf_settings
 from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tasks_core.queues import Message, QueueBackend
+from tests.factories import LambdaFactory
 from tests.integration.tasks_api.test_api_support import Member, member, token_client
 from workers.consumer import Consumer
 
@@ -367,6 +368,26 @@ def test_a_claim_returns_at_most_max_tasks(team_a: Member, consumer: Consumer) -
     ready_tasks(team_a, consumer, 5)
     assert len(claim(team_a, worker, max_count=2)) == 2
     assert len(claim(team_a, worker, max_count=10)) == 3
+
+
+def test_a_remote_workers_lambdas_take_turns_though_each_claim_is_its_own_request(
+        team_a: Member, consumer: Consumer) -> None:
+    # Given a worker of two lambdas, each with more tasks ready than one claim takes
+    other = LambdaFactory(name="wa.other", team=team_a.team)
+    answer = post(team_a.client, "register/", {"worker": "host-a:1:turns", "host": "h",
+                                               "pid": 1, "threads": 4,
+                                               "lambdas": [team_a.lam.name, other.name]})
+    assert answer.status_code == 201, answer.json()
+    for name in (team_a.lam.name, other.name):
+        for n in range(4):
+            atf.schedule(name, {"n": n})
+    consumer.run_pass()
+    # When it claims one task at a time
+    firsts = [claim(team_a, "host-a:1:turns", max_count=1)[0]["lambda"] for _ in range(4)]
+    # Then each lambda came first in turn (the API makes the claim's order anew per request,
+    # from the pops of the whole process)
+    assert sorted(firsts) == sorted([team_a.lam.name, other.name] * 2)
+    assert firsts[0] != firsts[1]
 
 
 # --- a worker's bound on the tasks it holds (ATF_API_HELD_TASKS_PER_THREAD) -------------------

@@ -147,6 +147,24 @@ def test_pop_respects_max_count(backend: QueueBackend) -> None:
     assert len(pop_all(backend, [queue], 5 - len(popped))) == 5 - len(popped)
 
 
+def test_each_shard_has_its_queues_where_the_backend_splits_them(backend: QueueBackend,
+                                                                  prefix: str) -> None:
+    # Given a <lambda, priority> of a store with three shards
+    queues = backend.shard_queues("demo.noop", "default", range(3))
+    # Then slot 0's queue is the one a store of one shard has always had
+    assert queues[0] == backend.queue_name("demo.noop", "default") == (
+        f"{prefix}:{{demo.noop}}:default")
+    if not backend.splits_by_shard:  # SQS: every shard's tasks in the one queue
+        assert queues == [queues[0]]
+        return
+    # And each other shard's is its own, beside it (one hash slot: popped in one command)
+    assert queues[1:] == [f"{queues[0]}:shard1", f"{queues[0]}:shard2"]
+    backend.push(queues[2], messages(7))
+    backend.push(queues[1], messages(8))
+    assert ids(pop_all(backend, queues, 1)) == [8]
+    assert [backend.depth(queue) for queue in queues] == [0, 0, 1]
+
+
 def test_pop_on_empty_queues_returns_nothing_after_the_wait(backend: QueueBackend) -> None:
     # Given empty queues of two lambdas
     names = [backend.queue_name("demo.a", "high"), backend.queue_name("demo.b", "high")]

@@ -250,12 +250,44 @@ def test_a_paused_gate_holds_tasks_on_every_shard(sharded: Clusters, redis_clien
     claimer = Claimer(queue=queue, worker_id="w1",
                       lambda_ids={"demo.noop": directory.by_name("demo.noop").id},
                       priorities=atf_settings.priorities)
-    claimed = claimer.take(100, wait_s=0)
+    claimed: list[store.ClaimedTask] = []
+    while taken := claimer.take(100, wait_s=0):  # a pop takes one shard's queue
+        claimed += taken
     assert len(claimed) == 9
     started = store.start_many(claimed, now=timezone.now())
     # Then none starts, on any shard: each went back to new
     assert started == [False] * 9
     assert [s.get("new") for s in statuses_on(sharded)] == [3, 3, 3]
+
+
+def test_a_worker_claims_on_the_shards_in_turn_and_priority_stays_strict(
+        sharded: Clusters, queue: Any) -> None:
+    # Given a run of due tasks on each shard, each pushed to its shard's queue by its shard's
+    # consumer, and one high-priority task on the last shard
+    for alias in ALIASES:
+        with transaction.atomic(using=alias):
+            for n in range(4):
+                atf.schedule("demo.noop", {"n": n})
+    with transaction.atomic(using=ALIASES[-1]):
+        urgent = atf.schedule("demo.noop", {"urgent": True}, priority="high")
+    for alias in ALIASES:
+        Consumer(batch_size=100, poll_interval_s=1, queue=queue, shard=alias).run_pass()
+    assert stats.queue_depths(["demo.noop"], backend=queue) == {
+        "demo.noop": {"high": 1, "default": 12, "low": 0}}
+    # When a worker takes two tasks at a time until none are left
+    claimer = Claimer(queue=queue, worker_id="w1",
+                      lambda_ids={"demo.noop": directory.by_name("demo.noop").id},
+                      priorities=atf_settings.priorities)
+    taken: list[list[store.ClaimedTask]] = []
+    while claimed := claimer.take(2, wait_s=0):
+        taken.append(claimed)
+    # Then the high-priority task came first, and then every round of three claims took from
+    # each shard once (not one shard's run of tasks after another's)
+    assert [task.task_id for task in taken[0]] == [urgent.pk]
+    homes = [{shards.alias_of(task.task_id) for task in claimed} for claimed in taken[1:]]
+    assert all(len(home) == 1 for home in homes)
+    assert [sorted(set().union(*homes[n:n + 3])) for n in (0, 3)] == [ALIASES, ALIASES]
+    assert sum(len(claimed) for claimed in taken) == 13
 
 
 def test_a_consumer_and_a_worker_drain_every_shard(sharded: Clusters, processes: Processes,
@@ -363,6 +395,34 @@ def test_a_workers_heartbeat_spares_a_shard_that_is_down(sharded: Clusters,
         monkeypatch.setattr(connections["shard1"], "ensure_connection", None)
         assert store.heartbeat(leases, now=timezone.now(), unreached=again) == set()
         assert again == {on_one}
+
+
+def test_a_worker_that_cannot_reach_a_shard_leaves_that_shards_queue_to_the_others(
+        sharded: Clusters, queue: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shards, "outages", type(shards.outages)())
+    monkeypatch.setattr(shards, "pass_over_s", lambda: 60.0)
+    # Given a task in each shard's queue, and a worker whose heartbeat found shard1 down
+    for alias in ALIASES:
+        with transaction.atomic(using=alias):
+            atf.schedule("demo.noop")
+        Consumer(batch_size=100, poll_interval_s=1, queue=queue, shard=alias).run_pass()
+    leases = running_on_every_shard()
+    claimer = Claimer(queue=queue, worker_id="w2",
+                      lambda_ids={"demo.noop": directory.by_name("demo.noop").id},
+                      priorities=atf_settings.priorities, start=True)
+    with unreachable("shard1"):
+        store.heartbeat(leases, now=timezone.now(), unreached=set())
+        # When it claims until nothing more comes
+        claimed = []
+        while taken := claimer.take(1, wait_s=0, unreached=set()):
+            claimed += taken
+    # Then it claimed the tasks of the shards it reaches, and shard1's message still waits
+    assert sorted(shards.alias_of(task.task_id) for task in claimed) == ["shard0", "shard2"]
+    assert stats.queue_depths(["demo.noop"], backend=queue)["demo.noop"]["default"] == 1
+    # for a worker that reaches shard1, which claims it at once
+    shards.outages.answered("shard1")
+    (task,) = claimer.take(5, wait_s=0, unreached=set())
+    assert shards.alias_of(task.task_id) == "shard1"
 
 
 def test_a_heartbeat_renews_a_shard_whose_open_connection_broke_on_a_new_one(
