@@ -386,6 +386,10 @@ def shard_table(summaries: Summaries) -> str:
             lines.append(f"| {label} ({unit}) | " + " | ".join(
                 cell(shard_figures.key(count, part), unit) for count in counts) + " |")
         parts.append("\n".join(lines))
+    if shard_figures.BASELINE_LAST in ours:
+        parts.append("One shard's figures are the mean of its drain before the other counts' "
+                     f"({cell(shard_figures.BASELINE_FIRST, 'tasks/s')} tasks/s) and its drain "
+                     f"after them ({cell(shard_figures.BASELINE_LAST, 'tasks/s')} tasks/s).")
     if shard_figures.KILL_RATIO in ours:
         shards = _median(summaries, "atf", shard_figures.KILL_SHARDS)
         parts.append(f"One of {shards:.0f} shards' servers stopped once a third of the other "

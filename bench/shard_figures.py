@@ -27,6 +27,8 @@ SLOT_PARTS = ("rate", "tasks", "pg_cpu_us", "wal_bytes", "conns", "throttled")
 #: ratio, and the number of shards.
 KILL_BEFORE, KILL_AFTER, KILL_RATIO = "shard_kill_before", "shard_kill_after", "shard_kill_ratio"
 KILL_SHARDS = "shard_kill_shards"
+#: One shard's total rate in its drain before the other counts' and in its drain after them.
+BASELINE_FIRST, BASELINE_LAST = "shard_s1_first", "shard_s1_last"
 _RATE = re.compile(r"shard_s(\d+)")
 
 Row = tuple[float, float, float]
@@ -65,6 +67,16 @@ def kill_rates(rows: Sequence[Row], killed_at: float) -> dict[str, float]:
     before = sum(1 for _due, _start, end in rows if end <= killed_at) / (killed_at - first_start)
     after = sum(1 for _due, _start, end in rows if end > killed_at) / (last_end - killed_at)
     return {KILL_BEFORE: before, KILL_AFTER: after, KILL_RATIO: after / before}
+
+
+def baseline_twice(first: Mapping[str, float], last: Mapping[str, float]) -> dict[str, float]:
+    """One shard's figures as the mean of its drain before the other counts' and its drain
+    after them, with the two total rates themselves. Minutes apart on the same machine, the
+    same drain moved by a quarter (a machine that got faster or slower over the run); with the
+    mean of both ends, such a drift moves both sides of each ratio alike."""
+    return {**{name: (value + last[name]) / 2 for name, value in first.items() if name in last},
+            BASELINE_FIRST: first[rate_key(BASELINE_SHARDS)],
+            BASELINE_LAST: last[rate_key(BASELINE_SHARDS)]}
 
 
 def with_comparisons(figures: Mapping[str, float], counts: Iterable[int]) -> dict[str, float]:

@@ -40,7 +40,7 @@ from bench.measure_growth import scaled_fleet
 from bench.private_postgres import postmaster_pid, private_cluster, set_up, stop
 from bench.procs import Fleet, run_once
 from bench.producer import CHUNK
-from bench.shard_figures import key, slot_key
+from bench.shard_figures import BASELINE_SHARDS, key, slot_key
 from bench.stats import drain_rate
 
 #: Consumers of every drain: one, which takes every shard.
@@ -234,11 +234,18 @@ def shard_scaling(target: Target, plan: Plan) -> dict[str, float]:
     """The drain with each of `plan.shard_counts` shards, each a cluster in a CPU quota (ATF)."""
     if target.name != "atf":
         return {}
-    figures: dict[str, float] = {}
-    for count in plan.shard_counts:
-        with sharded_target(target, plan, count) as (here, clusters):
-            figures.update(_drain(here, plan, clusters))
+    drains = {count: _drained(target, plan, count) for count in plan.shard_counts}
+    if BASELINE_SHARDS in drains and len(drains) > 1:  # and last: shard_figures.baseline_twice
+        drains[BASELINE_SHARDS] = shard_figures.baseline_twice(
+            drains[BASELINE_SHARDS], _drained(target, plan, BASELINE_SHARDS))
+    figures = {name: value for drain in drains.values() for name, value in drain.items()}
     return shard_figures.with_comparisons(figures, plan.shard_counts)
+
+
+def _drained(target: Target, plan: Plan, count: int) -> dict[str, float]:
+    """The figures of one drain with `count` shards, on fresh clusters."""
+    with sharded_target(target, plan, count) as (here, clusters):
+        return _drain(here, plan, clusters)
 
 
 def _wait_finished(target: Target, fleet: Fleet, done: Callable[[set[int]], bool], *,

@@ -45,7 +45,7 @@ def test_the_shard_drains_count_each_cluster_and_the_kill_only_above_one_shard()
                 + estimate.FLEET_S + 13_000 / (estimate.SHARD_DRAIN_PER_CORE * 0.5 * shards))
 
     assert estimate.seconds(plan, ["atf", "huey"], ["shard_scaling"], once=()) == \
-        pytest.approx(drain(1) + drain(2) + 2 * lateness)
+        pytest.approx(2 * drain(1) + drain(2) + 3 * lateness)  # one shard first and last
     assert estimate.seconds(plan, ["atf"], ["shard_kill"], once=()) == pytest.approx(drain(2))
     assert estimate.seconds(_plan(shard_counts=(1,), shard_cpu=0.5), ["atf"], ["shard_kill"],
                             once=()) == 0.0

@@ -223,10 +223,12 @@ def test_shard_table_has_a_column_per_count_and_each_slot_in_its_cell():
                "shard_s2_slot0_rate": 390, "shard_s2_slot1_rate": 371,
                "shard_s2_slot1_wal_bytes": 3300, "shard_s1_pipeline_cpu_us": 1000,
                "shard_kill_before": 760, "shard_kill_after": 380, "shard_kill_ratio": 0.5,
-               "shard_kill_shards": 2}
+               "shard_kill_shards": 2, "shard_s1_first": 380, "shard_s1_last": 420}
     summaries = {"atf": {key: _summary(value) for key, value in figures.items()}}
     text = report.shard_table(summaries)
     lines = text.splitlines()
+    assert lines[-3] == ("One shard's figures are the mean of its drain before the other counts' "
+                         "(380 tasks/s) and its drain after them (420 tasks/s).")
     assert lines[0] == "| figure | 1 shard | 2 shards |"
     assert lines[2] == "| drain, all shards (tasks/s) | 400 | 760 |"
     assert "| each shard's drain, by slot (tasks/s) | 400 | 390 / 371 |" in lines

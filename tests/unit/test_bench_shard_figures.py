@@ -23,6 +23,18 @@ def test_nothing_is_compared_without_the_one_shard_drain():
     assert not any(key.endswith(("_efficiency", "_ratio")) for key in done)
 
 
+def test_one_shards_figures_are_the_mean_of_its_drains_before_and_after_the_others():
+    first = {"shard_s1": 200.0, "shard_s1_pipeline_cpu_us": 900.0, "shard_s1_slot0_rate": 200.0}
+    last = {"shard_s1": 240.0, "shard_s1_pipeline_cpu_us": 800.0, "shard_s1_slot0_rate": 240.0}
+    both = shard_figures.baseline_twice(first, last)
+    assert both == {"shard_s1": 220.0, "shard_s1_pipeline_cpu_us": 850.0,
+                    "shard_s1_slot0_rate": 220.0, "shard_s1_first": 200.0, "shard_s1_last": 240.0}
+    # the two ends are not taken for shard counts of their own
+    assert shard_figures.shard_counts(both) == [1]
+    done = shard_figures.with_comparisons({**both, "shard_s2": 396.0}, (1, 2))
+    assert done["shard_s2_efficiency"] == pytest.approx(0.9)
+
+
 def test_skew_is_the_spread_of_the_shards_rates_over_their_mean():
     assert shard_figures.skew([300.0, 300.0, 300.0]) == 0.0
     assert shard_figures.skew([330.0, 300.0, 270.0]) == pytest.approx(0.2)
