@@ -395,9 +395,10 @@ class Consumer:
     # --- the loop --------------------------------------------------------------------------
 
     def _next_trigger(self) -> datetime | None:
-        """The soonest trigger of a lambda the last pass found not paused."""
+        """The soonest trigger on the loop's shard of a lambda the last pass found not paused
+        (read from the shard's own copy of the lambdas, so that the probes read its tasks)."""
         triggers = _soonest_triggers()
-        soonest = (Lambda.objects.exclude(pk__in=self._paused)
+        soonest = (Lambda.objects.using(self.shard).exclude(pk__in=self._paused)
                    .annotate(**triggers).values_list(*triggers))
         return min((trigger for row in soonest for trigger in row if trigger is not None),
                    default=None)

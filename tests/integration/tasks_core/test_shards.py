@@ -290,6 +290,21 @@ def test_a_worker_claims_on_the_shards_in_turn_and_priority_stays_strict(
     assert sum(len(claimed) for claimed in taken) == 13
 
 
+def test_each_shards_consumer_sleeps_until_the_next_trigger_on_its_own_shard(
+        sharded: Clusters, queue: Any) -> None:
+    # Given a delayed task on each shard, due 10, 20 and 30 s from now, and nothing due
+    now = timezone.now()
+    for n, alias in enumerate(ALIASES):
+        with transaction.atomic(using=alias):
+            atf.schedule("demo.noop", run_at=now + timedelta(seconds=10 * (n + 1)))
+    for n, alias in enumerate(ALIASES):
+        # When each shard's consumer loop passes and asks how long to sleep
+        consumer = Consumer(batch_size=100, poll_interval_s=60, queue=queue, shard=alias)
+        idle = consumer.run_pass()
+        # Then until its own shard's task falls due (it read the control database's tasks)
+        assert consumer.seconds_to_sleep(idle) == pytest.approx(10 * (n + 1), abs=3)
+
+
 def test_a_consumer_and_a_worker_drain_every_shard(sharded: Clusters, processes: Processes,
                                                    redis_client: redis.Redis) -> None:
     env = shard_env(sharded)
