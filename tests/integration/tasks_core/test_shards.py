@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import random
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -44,6 +45,7 @@ from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
 from tasks_core.models import Lambda, TaskEntity
+from tests.acceptance.test_priority import RANK, inversions, workers_waiting
 from tests.acceptance.test_workers import overlapping
 from tests.conftest import Processes, race, subprocess_env, wait_for
 from tests.integration.tasks_api.test_api_support import Member, member, token_client
@@ -288,6 +290,34 @@ def test_a_worker_claims_on_the_shards_in_turn_and_priority_stays_strict(
     assert all(len(home) == 1 for home in homes)
     assert [sorted(set().union(*homes[n:n + 3])) for n in (0, 3)] == [ALIASES, ALIASES]
     assert sum(len(claimed) for claimed in taken) == 13
+
+
+def test_a_mixed_backlog_on_every_shard_released_by_a_gate_starts_in_priority_order(
+        sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
+    # Given 1,500 tasks of mixed priorities behind a paused gate, a third on each shard (each
+    # shard's own queues), scheduled in random order (the acceptance test's 4,000 on one store
+    # are as telling of the share)
+    scheduling.set_gate("demo.noop", "paused")
+    rng = random.Random(35)
+    for alias in ALIASES:
+        with transaction.atomic(using=alias):
+            atf.schedule_many([{"lambda": "demo.noop", "priority": rng.choice(list(RANK))}
+                               for _n in range(500)])
+    assert [sum(counts.values()) for counts in statuses_on(sharded)] == [500, 500, 500]
+    # ...a consumer and four single-threaded workers waiting on the queues
+    env = shard_env(sharded, ATF_ENQUEUE_TIMEOUT_S="900", ATF_POLL_INTERVAL_S="0.2")
+    processes.start("runconsumer", env=env)
+    for _n in range(4):
+        processes.start("runworker", "demo.noop", "--threads", "1", env=env)
+    wait_for(lambda: workers_waiting(redis_client, 4), message="four workers blocked")
+    # When the gate opens and the backlog drains
+    scheduling.set_gate("demo.noop", "open")
+    wait_for(lambda: [counts.get("success") for counts in statuses_on(sharded)] == [500] * 3,
+             timeout_s=300, message="1,500 successes")
+    # Then fewer than 1% of the starts, every shard's together, are priority inversions
+    starts = [row for alias in ALIASES
+              for row in TaskEntity.objects.using(alias).values_list("started_at", "priority")]
+    assert inversions(starts) < len(starts) / 100
 
 
 def test_each_shards_consumer_sleeps_until_the_next_trigger_on_its_own_shard(
