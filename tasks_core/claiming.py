@@ -35,16 +35,16 @@ class Claimer:
         self.start = start
         self.worker_id = worker_id
         self.lambda_ids = dict(lambda_ids)
+        names = sorted(self.lambda_ids)
         #: Per lambda (by name), per priority (highest first), the queues of its shards, by
         #: slot: what a pop takes from (`queue_names`).
-        self.queues = [[queue.shard_queues(name, priority, range(len(shards.aliases())))
-                        for priority in priorities] for name in sorted(self.lambda_ids)]
+        self.queues = [[queue.shard_queues(name, priority, len(shards.aliases()))
+                        for priority in priorities] for name in names]
         #: Which lambda each queue holds: a claim's flow limits are those of the lambdas its
         #: messages came from (tasks_core.flow), so the others' tasks pay nothing for them.
-        self.lambda_of_queue = {name: self.lambda_ids[lambda_name]
-                                for lambda_name, by_priority in zip(
-                                    sorted(self.lambda_ids), self.queues, strict=True)
-                                for names in by_priority for name in names}
+        self.lambda_of_queue = {queue_name: self.lambda_ids[name]
+                                for name, by_priority in zip(names, self.queues, strict=True)
+                                for queue_names in by_priority for queue_name in queue_names}
 
     def queue_names(self) -> list[str]:
         """This pop's queue order. Strict priority within a lambda: the pop takes from the

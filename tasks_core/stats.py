@@ -12,6 +12,7 @@ Recent-window queries go through the (status, finished_at) index.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
@@ -135,21 +136,22 @@ def status_counts_by_lambda(*, lambda_ids: Collection[int] | None = None,
 
 def queue_depths(lambda_names: Sequence[str], *,
                  backend: queues.QueueBackend | None = None) -> dict[str, dict[str, int]]:
-    """lambda -> priority -> messages waiting in its queues (every shard's together). Raises
-    QueueUnavailable."""
+    """lambda -> priority -> messages waiting in its queues (every shard's together), asked
+    of the queue service in one call. Raises QueueUnavailable."""
     owned = backend is None
     backend = backend or queues.backend()
-    slots = range(len(shards.aliases()))
+    pairs = [(name, priority) for name in lambda_names for priority in atf_settings.priorities]
+    queues_of = [backend.shard_queues(name, priority, len(shards.aliases()))
+                 for name, priority in pairs]
     try:
-        return {
-            name: {priority: sum(backend.depth(queue)
-                                 for queue in backend.shard_queues(name, priority, slots))
-                   for priority in atf_settings.priorities}
-            for name in lambda_names
-        }
+        found = iter(backend.depths([queue for names in queues_of for queue in names]))
     finally:
         if owned:
             backend.close()
+    depths: dict[str, dict[str, int]] = defaultdict(dict)
+    for (name, priority), names in zip(pairs, queues_of, strict=True):
+        depths[name][priority] = sum(itertools.islice(found, len(names)))
+    return dict(depths)
 
 
 def throughput(*, since: datetime, lambda_ids: Collection[int] | None = None,

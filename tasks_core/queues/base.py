@@ -114,11 +114,11 @@ class QueueBackend(abc.ABC):
         queue = f"{self.prefix}:{{{lambda_name}}}:{priority}"
         return f"{queue}:shard{slot}" if slot and self.splits_by_shard else queue
 
-    def shard_queues(self, lambda_name: str, priority: str, slots: Sequence[int]) -> list[str]:
-        """The queues of one <lambda, priority> for the shards in `slots`, in that order (each
-        once: a backend that does not split by shard has one)."""
-        return list(dict.fromkeys(self.queue_name(lambda_name, priority, slot)
-                                  for slot in slots))
+    def shard_queues(self, lambda_name: str, priority: str, shards: int) -> list[str]:
+        """The queues of one <lambda, priority> in a store of `shards` shards, by slot (one, for
+        a backend that does not split by shard)."""
+        slots = range(shards if self.splits_by_shard else 1)
+        return [self.queue_name(lambda_name, priority, slot) for slot in slots]
 
     @abc.abstractmethod
     def push(self, queue: str, messages: Sequence[Message]) -> None:
@@ -134,6 +134,11 @@ class QueueBackend(abc.ABC):
     @abc.abstractmethod
     def depth(self, queue: str) -> int:
         """How many messages wait in a queue (approximate for SQS)."""
+
+    def depths(self, queues: Sequence[str]) -> list[int]:
+        """How many messages wait in each of `queues`, in their order (a backend that can asks
+        for all of them in one round trip)."""
+        return [self.depth(queue) for queue in queues]
 
     @abc.abstractmethod
     def purge(self, queue: str) -> None:

@@ -150,6 +150,15 @@ class RedisQueue(QueueBackend):
         with unavailable_on(_ERRORS, f"redis llen {queue}"):
             return int(self.client.llen(queue))
 
+    def depths(self, queues: Sequence[str]) -> list[int]:
+        if not queues:
+            return []
+        with unavailable_on(_ERRORS, "redis llen of the queues"):
+            pipe = self.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.llen(queue)
+            return [int(length) for length in pipe.execute()]
+
     def purge(self, queue: str) -> None:
         with unavailable_on(_ERRORS, f"redis delete {queue}"):
             self.client.delete(queue, queued_key(queue))

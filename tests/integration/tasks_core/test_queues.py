@@ -150,7 +150,7 @@ def test_pop_respects_max_count(backend: QueueBackend) -> None:
 def test_each_shard_has_its_queues_where_the_backend_splits_them(backend: QueueBackend,
                                                                   prefix: str) -> None:
     # Given a <lambda, priority> of a store with three shards
-    queues = backend.shard_queues("demo.noop", "default", range(3))
+    queues = backend.shard_queues("demo.noop", "default", 3)
     # Then slot 0's queue is the one a store of one shard has always had
     assert queues[0] == backend.queue_name("demo.noop", "default") == (
         f"{prefix}:{{demo.noop}}:default")
@@ -163,6 +163,17 @@ def test_each_shard_has_its_queues_where_the_backend_splits_them(backend: QueueB
     backend.push(queues[1], messages(8))
     assert ids(pop_all(backend, queues, 1)) == [8]
     assert [backend.depth(queue) for queue in queues] == [0, 0, 1]
+
+
+def test_the_depths_of_several_queues_come_in_their_order(backend: QueueBackend) -> None:
+    # Given three queues (of two lambdas, on a cluster in two hash slots) holding 2, 0 and 1
+    queues = [backend.queue_name("demo.noop", "high"), backend.queue_name("demo.noop", "low"),
+              backend.queue_name("demo.record", "high")]
+    backend.push(queues[0], messages(1, 2))
+    backend.push(queues[2], messages(3))
+    # Then one call reads each (as depth does), and none for no queue
+    assert backend.depths(queues) == [backend.depth(queue) for queue in queues] == [2, 0, 1]
+    assert backend.depths([]) == []
 
 
 def test_pop_on_empty_queues_returns_nothing_after_the_wait(backend: QueueBackend) -> None:
