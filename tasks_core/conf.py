@@ -155,6 +155,10 @@ class AtfSettings:
     #: Tasks a worker process whose lambdas are all async runs at once on its event loop
     #: (workers.async_executor); a process with sync lambdas runs as many as it has threads.
     worker_async_slots: int = 100
+    #: Connections a direct worker process keeps to each database of the store, shared by its
+    #: threads (workers.store_connections); each call borrows one and gives it back. 0: each
+    #: thread keeps its own to every database it touched, as before (4-5 a shard).
+    worker_db_connections: int = 2
     #: Seconds a stopping worker lets running tasks finish before it exits.
     shutdown_grace_s: float = 30.0
     #: Remote workers (`runworker --api`): the ATF API's base URL; empty for a direct worker.

@@ -276,6 +276,7 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
         if unreached is None or not sharded():
             with using(alias):
                 answers.append(work(group))
+            _hand_back(alias)
             continue
         if outages.down(alias):
             unreached.update(ids(group))
@@ -291,7 +292,17 @@ def each_group(groups: Mapping[str, _G], work: Callable[[_G], _R],
             _let_go(alias)
         else:
             outages.answered(alias)
+            _hand_back(alias)
     return answers
+
+
+def _hand_back(alias: str) -> None:
+    """A connection a worker's pool lent for a call (workers.store_connections) goes back as
+    soon as the call's part on its shard is done, not when the whole call is: the next shard's
+    part may take as long again."""
+    wrapper = connections[alias]
+    if getattr(wrapper, "gives_back_per_shard", False) and not wrapper.in_atomic_block:
+        wrapper.close()
 
 
 def _work_on(alias: str, group: _G, work: Callable[[_G], _R]) -> _R:
@@ -336,8 +347,9 @@ def pool_answers(alias: str) -> None:
     process lets no more requests run than its pool has connections)."""
     wrapper = connections[alias]
     pool = getattr(wrapper, "pool", None)
-    if pool is None or wrapper.connection is not None:
-        return
+    busy = getattr(wrapper, "pool_busy", None)  # a worker's pool: it counts what it lent
+    if pool is None or wrapper.connection is not None or (busy is not None and busy()):
+        return  # a pool whose every connection is in use: the call waits its turn
     from psycopg_pool import PoolTimeout  # only a process with a pool needs it
 
     pool.open()  # as Django's first connection opens it

@@ -12,9 +12,11 @@ from __future__ import annotations
 import abc
 import contextlib
 import enum
+import functools
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
@@ -26,8 +28,11 @@ from tasks_core.context import TaskLink
 from tasks_core.exceptions import AtfError, LambdaNotFound
 from tasks_core.states import TaskStatus
 from workers import db
+from workers.store_connections import StoreConnections
 
 logger = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
 
 #: An attempt that ended: the claimed task and what it ended with.
 FinishedAttempt = tuple[store.ClaimedTask, store.Result]
@@ -134,6 +139,9 @@ class Transport(abc.ABC):
         """Drop the calling thread's connection: after a failure, so the next call opens a
         fresh one, or when the thread is done with it."""
 
+    def let_go(self) -> None:  # noqa: B027 - a transport without connections has nothing to close
+        """Close the connections the worker's threads share: the worker has stopped."""
+
     def close(self) -> None:  # noqa: B027 - a transport without connections has nothing to close
         """Release every connection."""
 
@@ -155,14 +163,29 @@ def _marked(done: Sequence[FinishedAttempt], statuses: Sequence[TaskStatus | Non
             for (task, _result), status in zip(done, statuses, strict=True)]
 
 
+def _on_lent_connections(method: Callable[..., _R]) -> Callable[..., _R]:
+    """The method's queries run on connections borrowed from the worker's pools
+    (workers.store_connections), given back when it returns."""
+
+    @functools.wraps(method)
+    def lent(self: DirectTransport, *args: Any, **kwargs: Any) -> _R:
+        with self.connections.lent():
+            return method(self, *args, **kwargs)
+
+    return lent
+
+
 class DirectTransport(Transport):
-    """The store and the queues, reached by this process itself."""
+    """The store and the queues, reached by this process itself; its threads share a few
+    connections to each database (ATF_WORKER_DB_CONNECTIONS)."""
 
     def __init__(self, queue: queues.QueueBackend) -> None:
         super().__init__()
         self.queue = queue
         self.claimer: Claimer | None = None
+        self.connections = StoreConnections(atf_settings.worker_db_connections)
 
+    @_on_lent_connections
     def heartbeat_timeouts_s(self, lambda_names: Sequence[str]) -> dict[str, float]:
         timeouts_s = {}
         for name in lambda_names:
@@ -170,6 +193,7 @@ class DirectTransport(Transport):
                 timeouts_s[name] = directory.by_name(name).heartbeat_timeout_s
         return timeouts_s
 
+    @_on_lent_connections
     def register(self, worker: WorkerInfo) -> None:
         super().register(worker)
         self.claimer = Claimer(
@@ -181,6 +205,7 @@ class DirectTransport(Transport):
                                  lambda_names=worker.lambdas, threads=worker.threads,
                                  now=timezone.now())
 
+    @_on_lent_connections
     def claim(self, max_count: int) -> list[store.ClaimedTask]:
         assert self.claimer is not None, "register() comes first"
         with _store_errors():
@@ -188,6 +213,7 @@ class DirectTransport(Transport):
             claimed = self.claimer.take(max_count, wait_s=self.claim_wait_s, unreached=set())
             return tracing.with_context(claimed) if tracing.ENABLED else claimed
 
+    @_on_lent_connections
     def finish_and_claim(self, done: Sequence[FinishedAttempt], max_count: int,
                          ) -> tuple[list[Written], list[store.ClaimedTask]]:
         assert self.claimer is not None, "register() comes first"
@@ -198,6 +224,7 @@ class DirectTransport(Transport):
             return (_marked(done, statuses, unreached),
                     tracing.with_context(claimed) if tracing.ENABLED else claimed)
 
+    @_on_lent_connections
     def heartbeat(self, leases: Mapping[int, int], *, seen: bool = True) -> Beat:
         # A broken connection (a terminated backend, a failover) gets one immediate retry on a
         # fresh one, so it does not count as a failed heartbeat.
@@ -205,7 +232,7 @@ class DirectTransport(Transport):
             try:
                 return self._heartbeat(leases, seen=seen)
             except (InterfaceError, OperationalError):
-                db.reset_connection()
+                self.reset()
                 return self._heartbeat(leases, seen=seen)
 
     def _heartbeat(self, leases: Mapping[int, int], *, seen: bool) -> Beat:
@@ -218,17 +245,20 @@ class DirectTransport(Transport):
         cancel = store.stop_requested(set(leases) - lost - unreached, unreached)
         return Beat(lost=lost, cancel=cancel, unreached=unreached)
 
+    @_on_lent_connections
     def finish_many(self, done: Sequence[FinishedAttempt]) -> list[Written]:
         unreached: set[int] = set()
         with _store_errors():
             statuses = store.finish_many(done, now=timezone.now(), unreached=unreached)
         return _marked(done, statuses, unreached)
 
+    @_on_lent_connections
     def release(self, tasks: Sequence[store.ClaimedTask]) -> int:
         with _store_errors():
             # a shard that cannot be reached gets its tasks back after their timeouts
             return store.release(tasks, now=timezone.now(), unreached=set()) if tasks else 0
 
+    @_on_lent_connections
     def deregister(self) -> None:
         if self.worker is not None:
             with _store_errors():
@@ -236,6 +266,11 @@ class DirectTransport(Transport):
 
     def reset(self) -> None:
         db.reset_connection()
+        self.connections.check()
+
+    def let_go(self) -> None:
+        self.connections.close()
 
     def close(self) -> None:
         self.queue.close()
+        self.connections.close()

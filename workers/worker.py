@@ -121,6 +121,7 @@ class WorkerProcess:
             return self._work()
         finally:
             self.transport.reset()
+            self.transport.let_go()
 
     def _work(self) -> int:
         self.transport.register(WorkerInfo(

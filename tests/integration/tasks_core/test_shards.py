@@ -346,6 +346,39 @@ def test_a_consumer_and_a_worker_drain_every_shard(sharded: Clusters, processes:
              timeout_s=60, message="every shard's tasks succeeded")
 
 
+def sessions_named(name: str, clusters: Clusters) -> list[int]:
+    """Sessions of application `name` on the control database and on each shard's cluster."""
+    sql = f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}'"
+    with connections["default"].cursor() as cursor:
+        cursor.execute(sql)
+        (on_control,) = cursor.fetchone()
+    return [on_control, *(node.query(sql, DBNAME)[0][0] for node in clusters.nodes)]
+
+
+@pytest.mark.parametrize("pooled", [1, 2])
+def test_a_direct_worker_holds_at_most_its_pools_connections_to_each_database(
+        sharded: Clusters, processes: Processes, pooled: int) -> None:
+    # Given a direct worker of 16 threads whose sessions carry a name of their own, with
+    # ATF_WORKER_DB_CONNECTIONS = `pooled`, and a consumer
+    name = f"atf-worker-{pooled}"
+    env = shard_env(sharded, ATF_HEARTBEAT_INTERVAL_S="0.5", ATF_HEARTBEAT_TIMEOUT_S="5",
+                    ATF_POLL_INTERVAL_S="0.2")
+    processes.start("runconsumer", env=env)
+    processes.start("runworker", "demo.record", "--threads", "16",
+                    env={**env, "PGAPPNAME": name, "ATF_WORKER_DB_CONNECTIONS": str(pooled)})
+    # When it drains 300 short tasks on each shard (claims, results and heartbeats at once)
+    for alias in ALIASES:
+        with transaction.atomic(using=alias):
+            atf.schedule_many([{"lambda": "demo.record",
+                                "payload": {"key": "demo:pooled", "seconds": 0.05}}] * 300)
+    most = [0] * (1 + len(ALIASES))
+    while [s.get("success") for s in statuses_on(sharded)] != [300] * len(ALIASES):
+        most = [max(pair) for pair in zip(most, sessions_named(name, sharded), strict=True)]
+    # Then it never held more than its pool's connections to any database (each thread kept
+    # its own before: four or five a shard), and it used each
+    assert max(most) <= pooled and min(most[1:]) >= 1, most
+
+
 @contextlib.contextmanager
 def unreachable(alias: str) -> Iterator[None]:
     """Within it, `alias`'s connections go to a port nothing listens on (as to a shard that

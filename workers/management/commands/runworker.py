@@ -16,7 +16,7 @@ from django.core.management.base import CommandError
 from tasks_core import discovery, lambda_names, lambda_sync, registry, shards
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
-from workers import checks, consumer, reloading, replacement, signals
+from workers import checks, consumer, db, reloading, replacement, signals
 from workers.supervisor import Supervisor
 from workers.transport import DirectTransport, Transport
 from workers.worker import WorkerProcess
@@ -123,6 +123,9 @@ class Command(checks.LongRunningCommand):
         transport = self._transport(options)
         if isinstance(transport, DirectTransport):
             lambda_sync.sync_to_store()
+            # the checks' and the sync's connections: from here the worker's calls borrow
+            # its pools' (workers.store_connections)
+            db.reset_connection()
         if not options["lambdas"]:  # all registered: those the transport may run
             names = self._runnable(names, transport)
         return WorkerProcess(names, threads=options["threads"], transport=transport,
