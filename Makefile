@@ -35,7 +35,7 @@ SUITE_WORKERS := $(if $(TEST_WORKERS),--workers $(TEST_WORKERS))
 # PostgreSQL for the demo only when DATABASE_URL asks for it; the default is SQLite.
 DEMO_SERVICES := redis $(if $(filter postgres%,$(DATABASE_URL)),postgres)
 
-.PHONY: help venv dev-venv test demo chaos lint clean bench docs fuzz test-matrix
+.PHONY: help venv dev-venv test demo chaos lint clean bench docs fuzz test-matrix test-full-size
 
 help:
 	@echo "make test    create .venv, start Redis/PostgreSQL if needed, run the whole test suite"
@@ -48,6 +48,8 @@ help:
 	@echo "make bench   install the peers into bench/.venv-peers, then the side-by-side benchmark"
 	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; see docs/benchmarks.md)"
 	@echo "             the sharded store: BENCH_ARGS=\"--systems atf --shards 1,2,3\" (root: CPU quotas)"
+	@echo "make test-full-size  the sharded store's journeys at full size: 30,000 tasks over REST,"
+	@echo "             a gate over 5,000, a backlog of 10,000, 32 remote workers (about 10 minutes)"
 	@echo "make fuzz    stateful fuzzing of the REST API by two teams: ATF_FUZZ_CASES (10,000), then a quarter as many at once"
 	@echo "             requests; prints cases, 5xx and cross-team observations"
 	@echo "make lint    ruff check, then mypy over the packages and the project (mypy.ini)"
@@ -97,6 +99,12 @@ bench: dev-venv
 docs: dev-venv
 	@echo "==> the documentation site (mkdocs build --strict into var/site)"
 	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The suite runs these journeys small (tests/integration/tasks_core/test_shards.py: FULL).
+test-full-size: dev-venv
+	@$(PYTHON) scripts/ensure_services.py redis postgres
+	@ATF_FULL_SIZE=1 $(VENV)/bin/pytest tests/integration/tasks_core/test_shards.py -q -o timeout=1800 \
+	  -k "spread_evenly or paused_while or remote_workers_drain or mixed_backlog or holds_at_most" $(PYTEST_ARGS)
 
 fuzz: dev-venv
 	@$(PYTHON) scripts/ensure_services.py redis postgres

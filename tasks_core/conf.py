@@ -41,7 +41,7 @@ ENVIRONMENT_ONLY = frozenset({
     "ATF_WEB_GRACEFUL_TIMEOUT_S", "ATF_WEB_CONTROL_SOCKET", "ATF_DEMO_PORT", "ATF_PYTHON",
     "ATF_FUZZ_CASES",
     "ATF_CONSOLE_BIG_ROWS", "ATF_REFRESH_DOCS_SCREENSHOTS", "ATF_SCREENSHOT_DIR",
-    "ATF_TEST_SIGNALS_KEY", "ATF_SHARD_URLS", "ATF_TEST_REDIS_DATABASES",
+    "ATF_TEST_SIGNALS_KEY", "ATF_SHARD_URLS", "ATF_TEST_REDIS_DATABASES", "ATF_FULL_SIZE",
 })
 #: The words a yes/no setting may be given as in text (any case); any other is refused.
 YES = frozenset({"1", "true", "yes", "on"})

@@ -2,8 +2,9 @@
 
 The clusters are private (tests.shard_clusters), each a shard: shard0 (slot 0), shard1, shard2.
 The control data stays in the test database. What a test asserts of where rows are, it reads
-with its own connection to each cluster, not through ATF. Sizes are small here; the issue's
-full sizes (30,000 tasks) belong to the benchmark.
+with its own connection to each cluster, not through ATF. The journeys run small in the suite;
+`make test-full-size` (ATF_FULL_SIZE=1) runs them at the sizes a sharded store is specified
+at: 30,000 tasks over REST, a paused gate over 5,000, a backlog of 10,000, 32 remote workers.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from django.apps import apps
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import OperationalError, connections, transaction
 from django.urls import reverse
@@ -55,6 +58,16 @@ from tests.shard_clusters import Clusters
 from workers.consumer import Consumer
 
 ALIASES = ["shard0", "shard1", "shard2"]
+#: The journeys at their full sizes (`make test-full-size`), not the suite's.
+FULL = os.environ.get("ATF_FULL_SIZE") == "1"
+#: Tasks scheduled over REST (half one by one, half in batches of BATCH).
+REST_TASKS, BATCH = (30_000, 100) if FULL else (300, 10)
+#: Tasks queued behind a gate that is paused while workers drain them.
+GATED_TASKS = 5_000 if FULL else 600
+#: Tasks of mixed priorities released at once by a gate.
+MIXED_BACKLOG = 10_000 if FULL else 1_500
+#: Remote worker processes that drain tasks through the API.
+REMOTE_WORKERS = 32 if FULL else 4
 #: The shards' aliases are databases of the test (flushed after each, as `default` is).
 pytestmark = [pytest.mark.django_db(transaction=True, databases=["default", *ALIASES])]
 #: The database of the store on each cluster.
@@ -119,14 +132,23 @@ def alice(sharded: Clusters) -> Member:
 # --- ids and placement -----------------------------------------------------------------------
 
 
-def test_ids_say_their_shard_and_unkeyed_tasks_spread_evenly(sharded: Clusters,
-                                                             alice: Member) -> None:
-    # When 150 tasks are scheduled one by one over REST, and 150 more in 15 batches
-    single = [alice.client.post("/api/v1/tasks/", {"lambda": alice.lam.name, "payload": {"n": n}},
-                                format="json") for n in range(150)]
-    batches = [alice.client.post("/api/v1/tasks/batch/", {"tasks": [
-        {"lambda": alice.lam.name, "payload": {"b": b, "n": n}} for n in range(10)]},
-        format="json") for b in range(15)]
+@pytest.fixture
+def demo_team(sharded: Clusters) -> Member:
+    """A member of the demo lambdas' team, whose lambda is demo.noop (workers run it)."""
+    made = member(settings.ATF_DEMO_TEAM, lambda_name="demo.noop")
+    shards.mirror()
+    return made
+
+
+def test_ids_say_their_shard_and_unkeyed_tasks_spread_evenly_and_all_succeed(
+        sharded: Clusters, demo_team: Member, processes: Processes) -> None:
+    # When REST_TASKS tasks are scheduled over REST, half one by one and half in batches
+    half, client, name = REST_TASKS // 2, demo_team.client, demo_team.lam.name
+    single = [client.post("/api/v1/tasks/", {"lambda": name, "payload": {"n": n}},
+                          format="json") for n in range(half)]
+    batches = [client.post("/api/v1/tasks/batch/", {"tasks": [
+        {"lambda": name, "payload": {"b": b, "n": n}} for n in range(BATCH)]},
+        format="json") for b in range(half // BATCH)]
     assert {r.status_code for r in single + batches} == {201}
     answered = [r.json()["id"] for r in single] + \
         [task["id"] for r in batches for task in r.json()["tasks"]]
@@ -138,9 +160,19 @@ def test_ids_say_their_shard_and_unkeyed_tasks_spread_evenly(sharded: Clusters,
     assert sorted(set().union(*found)) == sorted(answered)
     assert TaskEntity.objects.using("default").count() == 0  # control holds no task
     # And the shards took a third each, within 10%
-    assert all(90 <= len(ids) <= 110 for ids in found), [len(ids) for ids in found]
+    third = REST_TASKS / len(ALIASES)
+    assert all(0.9 * third <= len(ids) <= 1.1 * third for ids in found), \
+        [len(ids) for ids in found]
     # And every id stays below 2**53
     assert max(answered) < 2**53
+    # And a consumer and two workers run them all, each on its shard
+    env = shard_env(sharded, ATF_POLL_INTERVAL_S="0.2")
+    processes.start("runconsumer", env=env)
+    for _n in range(2):
+        processes.start("runworker", name, "--threads", "8", env=env)
+    wait_for(lambda: [counts.get("success") for counts in statuses_on(sharded)]
+             == [len(ids) for ids in found], timeout_s=60 + REST_TASKS / 100,
+             message="every task succeeded")
 
 
 def test_twenty_concurrent_posts_with_one_key_make_one_row_in_all_clusters(
@@ -294,16 +326,15 @@ def test_a_worker_claims_on_the_shards_in_turn_and_priority_stays_strict(
 
 def test_a_mixed_backlog_on_every_shard_released_by_a_gate_starts_in_priority_order(
         sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
-    # Given 1,500 tasks of mixed priorities behind a paused gate, a third on each shard (each
-    # shard's own queues), scheduled in random order (the acceptance test's 4,000 on one store
-    # are as telling of the share)
+    # Given MIXED_BACKLOG tasks of mixed priorities behind a paused gate, a third on each shard
+    # (each shard's own queues), scheduled in random order
     scheduling.set_gate("demo.noop", "paused")
-    rng = random.Random(35)
+    rng, third = random.Random(35), MIXED_BACKLOG // len(ALIASES)
     for alias in ALIASES:
         with transaction.atomic(using=alias):
             atf.schedule_many([{"lambda": "demo.noop", "priority": rng.choice(list(RANK))}
-                               for _n in range(500)])
-    assert [sum(counts.values()) for counts in statuses_on(sharded)] == [500, 500, 500]
+                               for _n in range(third)])
+    assert [sum(counts.values()) for counts in statuses_on(sharded)] == [third] * len(ALIASES)
     # ...a consumer and four single-threaded workers waiting on the queues
     env = shard_env(sharded, ATF_ENQUEUE_TIMEOUT_S="900", ATF_POLL_INTERVAL_S="0.2")
     processes.start("runconsumer", env=env)
@@ -312,12 +343,72 @@ def test_a_mixed_backlog_on_every_shard_released_by_a_gate_starts_in_priority_or
     wait_for(lambda: workers_waiting(redis_client, 4), message="four workers blocked")
     # When the gate opens and the backlog drains
     scheduling.set_gate("demo.noop", "open")
-    wait_for(lambda: [counts.get("success") for counts in statuses_on(sharded)] == [500] * 3,
-             timeout_s=300, message="1,500 successes")
+    wait_for(lambda: [counts.get("success") for counts in statuses_on(sharded)]
+             == [third] * len(ALIASES), timeout_s=60 + MIXED_BACKLOG / 10,
+             message="every task succeeded")
     # Then fewer than 1% of the starts, every shard's together, are priority inversions
     starts = [row for alias in ALIASES
               for row in TaskEntity.objects.using(alias).values_list("started_at", "priority")]
     assert inversions(starts) < len(starts) / 100
+
+
+def started_after(moment: datetime) -> int:
+    """Tasks on every shard that started after `moment`."""
+    return sum(TaskEntity.objects.using(alias).filter(started_at__gt=moment).count()
+               for alias in ALIASES)
+
+
+def test_a_lambda_paused_while_workers_drain_its_backlog_on_every_shard_starts_nothing_more(
+        sharded: Clusters, processes: Processes) -> None:
+    # Given GATED_TASKS short tasks, a third on each shard, draining through a consumer and two
+    # direct workers
+    for alias in ALIASES:
+        with transaction.atomic(using=alias):
+            atf.schedule_many([atf.call("demo.sleep", {"seconds": 0.05})
+                               for _n in range(GATED_TASKS // len(ALIASES))])
+    env = shard_env(sharded, ATF_POLL_INTERVAL_S="0.2", ATF_HEARTBEAT_INTERVAL_S="1")
+    processes.start("runconsumer", env=env)
+    for _n in range(2):
+        processes.start("runworker", "demo.sleep", "--threads", "4", env=env)
+    wait_for(lambda: sum(counts.get("success", 0) for counts in statuses_on(sharded)) >= 40,
+             timeout_s=60, message="the backlog draining on the shards")
+    # When the lambda is paused
+    scheduling.set_gate("demo.sleep", "paused")
+    paused_at = timezone.now()
+    # Then once the call has returned no task starts on any shard, while the workers hand the
+    # queued ones back
+    wait_for(lambda: sum(counts.get("new", 0) for counts in statuses_on(sharded)) > 100,
+             timeout_s=30, message="queued tasks handed back")
+    assert started_after(paused_at) == 0
+    finished = sum(counts.get("success", 0) for counts in statuses_on(sharded))
+    assert finished < GATED_TASKS / 2
+    # And once it opens again, every task runs
+    scheduling.set_gate("demo.sleep", "open")
+    wait_for(lambda: [counts.get("success") for counts in statuses_on(sharded)]
+             == [GATED_TASKS // len(ALIASES)] * len(ALIASES), timeout_s=60 + GATED_TASKS / 20,
+             message="every task succeeded")
+
+
+def test_remote_workers_drain_every_shard_holding_no_database_connection(
+        sharded: Clusters, processes: Processes) -> None:
+    # Given the API, a consumer, and REMOTE_WORKERS remote worker processes whose sessions, had
+    # they any, would carry a name of their own
+    name = "atf-remote-worker"
+    env = shard_env(sharded, ATF_POLL_INTERVAL_S="0.2")
+    url = start_api(processes, env)
+    processes.start("runconsumer", env=env)
+    host_env = {key: value for key, value in worker_env(env, worker_token()).items()
+                if key != "ATF_SHARD_URLS"}  # a lambda host knows no database
+    processes.start("runworker", "demo.noop", "--api", url, "--threads", "2",
+                    "--processes", str(REMOTE_WORKERS), env={**host_env, "PGAPPNAME": name})
+    # When they drain 100 tasks on each shard
+    per_shard = 100
+    for alias in ALIASES:
+        with transaction.atomic(using=alias):
+            atf.schedule_many([atf.call("demo.noop", {"n": n}) for n in range(per_shard)])
+    most = most_sessions_until_all_succeed(name, sharded, per_shard)
+    # Then none of them ever held a connection to the control database or to a shard
+    assert most == [0] * (1 + len(ALIASES))
 
 
 def test_each_shards_consumer_sleeps_until_the_next_trigger_on_its_own_shard(
@@ -355,6 +446,18 @@ def sessions_named(name: str, clusters: Clusters) -> list[int]:
     return [on_control, *(node.query(sql, DBNAME)[0][0] for node in clusters.nodes)]
 
 
+def most_sessions_until_all_succeed(name: str, clusters: Clusters, per_shard: int, *,
+                                    timeout_s: float = 120) -> list[int]:
+    """The most sessions of application `name` seen on the control database and on each
+    shard while the shards' tasks ran, sampled until each shard holds `per_shard` successes."""
+    most, deadline = [0] * (1 + len(clusters.nodes)), time.monotonic() + timeout_s
+    while [counts.get("success") for counts in statuses_on(clusters)] != \
+            [per_shard] * len(clusters.nodes):
+        assert time.monotonic() < deadline, f"not every task succeeded: {statuses_on(clusters)}"
+        most = [max(pair) for pair in zip(most, sessions_named(name, clusters), strict=True)]
+    return most
+
+
 @pytest.mark.parametrize("pooled", [1, 2])
 def test_a_direct_worker_holds_at_most_its_pools_connections_to_each_database(
         sharded: Clusters, processes: Processes, pooled: int) -> None:
@@ -371,9 +474,7 @@ def test_a_direct_worker_holds_at_most_its_pools_connections_to_each_database(
         with transaction.atomic(using=alias):
             atf.schedule_many([{"lambda": "demo.record",
                                 "payload": {"key": "demo:pooled", "seconds": 0.05}}] * 300)
-    most = [0] * (1 + len(ALIASES))
-    while [s.get("success") for s in statuses_on(sharded)] != [300] * len(ALIASES):
-        most = [max(pair) for pair in zip(most, sessions_named(name, sharded), strict=True)]
+    most = most_sessions_until_all_succeed(name, sharded, 300)
     # Then it never held more than its pool's connections to any database (each thread kept
     # its own before: four or five a shard), and it used each
     assert max(most) <= pooled and min(most[1:]) >= 1, most
