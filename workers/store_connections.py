@@ -106,9 +106,7 @@ class StoreConnections:
         # Django's pools require CONN_MAX_AGE 0. A broken connection is found by its query
         # failing (the store retries on a fresh one), not by a check before every borrow.
         pooled = {**settings, "OPTIONS": options, "CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False}
-        wrapper = self._wrapper_class(type(base))(pooled, alias)
-        wrapper.inc_thread_sharing()  # made here, used (and closed) by this thread only
-        return wrapper
+        return self._wrapper_class(type(base))(pooled, alias)
 
     def _wrapper_class(self, cls: type[BaseDatabaseWrapper]) -> type[BaseDatabaseWrapper]:
         with self._lock:
