@@ -49,7 +49,7 @@ help:
 	@echo "             (python -m bench.run \$$BENCH_ARGS, e.g. BENCH_ARGS=--quick; see docs/benchmarks.md)"
 	@echo "             the sharded store: BENCH_ARGS=\"--systems atf --shards 1,2,3\" (root: CPU quotas)"
 	@echo "make test-full-size  the sharded store's journeys at full size: 30,000 tasks over REST,"
-	@echo "             a gate over 5,000, a backlog of 10,000, 32 remote workers (about 10 minutes)"
+	@echo "             a gate over 5,000, a backlog of 10,000, 32 remote workers (3-4 minutes)"
 	@echo "make fuzz    stateful fuzzing of the REST API by two teams: ATF_FUZZ_CASES (10,000), then a quarter as many at once"
 	@echo "             requests; prints cases, 5xx and cross-team observations"
 	@echo "make lint    ruff check, then mypy over the packages and the project (mypy.ini)"

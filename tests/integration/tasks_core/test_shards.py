@@ -122,6 +122,13 @@ def statuses_on(clusters: Clusters) -> list[dict[str, int]]:
             for node in clusters.nodes]
 
 
+def schedule_in_batches(alias: str, calls: list[Any]) -> None:
+    """`calls` scheduled on shard `alias`, in batches of at most 1,000 (a batch's limit)."""
+    with transaction.atomic(using=alias):
+        for first in range(0, len(calls), 1000):
+            atf.schedule_many(calls[first:first + 1000])
+
+
 @pytest.fixture
 def alice(sharded: Clusters) -> Member:
     made = member("alpha")
@@ -141,7 +148,9 @@ def demo_team(sharded: Clusters) -> Member:
 
 
 def test_ids_say_their_shard_and_unkeyed_tasks_spread_evenly_and_all_succeed(
-        sharded: Clusters, demo_team: Member, processes: Processes) -> None:
+        sharded: Clusters, demo_team: Member, processes: Processes, settings: Any) -> None:
+    # (the team's scheduling rate, 1,000 tasks/s, is not what this test is about)
+    settings.ATF_API_SCHEDULE_RATE_PER_TEAM = 0
     # When REST_TASKS tasks are scheduled over REST, half one by one and half in batches
     half, client, name = REST_TASKS // 2, demo_team.client, demo_team.lam.name
     single = [client.post("/api/v1/tasks/", {"lambda": name, "payload": {"n": n}},
@@ -331,9 +340,8 @@ def test_a_mixed_backlog_on_every_shard_released_by_a_gate_starts_in_priority_or
     scheduling.set_gate("demo.noop", "paused")
     rng, third = random.Random(35), MIXED_BACKLOG // len(ALIASES)
     for alias in ALIASES:
-        with transaction.atomic(using=alias):
-            atf.schedule_many([{"lambda": "demo.noop", "priority": rng.choice(list(RANK))}
-                               for _n in range(third)])
+        schedule_in_batches(alias, [{"lambda": "demo.noop", "priority": rng.choice(list(RANK))}
+                                    for _n in range(third)])
     assert [sum(counts.values()) for counts in statuses_on(sharded)] == [third] * len(ALIASES)
     # ...a consumer and four single-threaded workers waiting on the queues
     env = shard_env(sharded, ATF_ENQUEUE_TIMEOUT_S="900", ATF_POLL_INTERVAL_S="0.2")
@@ -363,9 +371,8 @@ def test_a_lambda_paused_while_workers_drain_its_backlog_on_every_shard_starts_n
     # Given GATED_TASKS short tasks, a third on each shard, draining through a consumer and two
     # direct workers
     for alias in ALIASES:
-        with transaction.atomic(using=alias):
-            atf.schedule_many([atf.call("demo.sleep", {"seconds": 0.05})
-                               for _n in range(GATED_TASKS // len(ALIASES))])
+        schedule_in_batches(alias, [atf.call("demo.sleep", {"seconds": 0.05})
+                                    for _n in range(GATED_TASKS // len(ALIASES))])
     env = shard_env(sharded, ATF_POLL_INTERVAL_S="0.2", ATF_HEARTBEAT_INTERVAL_S="1")
     processes.start("runconsumer", env=env)
     for _n in range(2):
