@@ -94,6 +94,8 @@ class StoreConnections:
             own = {alias: self._pooled(alias) for alias in _store_aliases()
                    if self.size and connections[alias].vendor == "postgresql"}
             self._local.wrappers = own
+            for wrapper in own.values():
+                wrapper.pool.open()  # type: ignore[attr-defined]  # starts making its connections
         return own
 
     def _pooled(self, alias: str) -> BaseDatabaseWrapper:
@@ -101,7 +103,11 @@ class StoreConnections:
         base = connections[alias]
         settings = base.settings_dict
         options = {key: value for key, value in settings["OPTIONS"].items() if key != "pool"}
-        options["pool"] = {"min_size": 0, "max_size": self.size,
+        # All `size` connections are made when the pool opens, and kept: a pool that grew on
+        # demand kept a call waiting while it made one, which on a busy database outlasted the
+        # 0.2 s that a call gives a shard to answer (shards.POOL_WAIT_S), so the call took the
+        # shard for down and dropped the messages it had popped for it.
+        options["pool"] = {"min_size": self.size, "max_size": self.size,
                            "timeout": min(BORROW_TIMEOUT_S, atf_settings.heartbeat_interval_s)}
         # Django's pools require CONN_MAX_AGE 0. A broken connection is found by its query
         # failing (the store retries on a fresh one), not by a check before every borrow.
