@@ -66,9 +66,11 @@ class StoreConnections:
     @contextlib.contextmanager
     def lent(self) -> Iterator[None]:
         """Within it, this thread's queries to the store run on the pools' connections, each
-        given back at the end; calls nest (the outermost gives them back)."""
+        given back at the end. A call inside another (the outermost gives them back), or inside
+        a transaction this thread has open, runs on the connections it is already on."""
         own = self._wrappers()
-        if not own or self._local.depth:
+        if not own or self._local.depth or any(connections[alias].in_atomic_block
+                                               for alias in own):
             self._local.depth += 1
             try:
                 yield

@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from tasks_core import shards
+from tests.conftest import closing_connections, wait_for
 from workers.store_connections import StoreConnections
 
 pytestmark = [pytest.mark.django_db(transaction=True),
@@ -28,14 +29,12 @@ def backend_pid() -> int:
 
 
 def in_thread(func: Callable[[], _R]) -> _R:
-    """`func()` run in a thread of its own (which lets go of its own connection at the end)."""
+    """`func()` run in a thread of its own (which lets go of its own connections at the end)."""
     answers: list[_R] = []
 
     def run() -> None:
-        try:
+        with closing_connections():
             answers.append(func())
-        finally:
-            connections["default"].close()
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -78,6 +77,45 @@ def test_a_call_inside_a_call_runs_on_the_same_connection(pools: StoreConnection
 
     outer, inner, after = in_thread(nested)
     assert outer == inner == after
+
+
+def test_a_call_inside_the_threads_own_transaction_runs_in_it(pools: StoreConnections) -> None:
+    def in_a_transaction() -> tuple[int, int]:
+        with transaction.atomic():
+            own = backend_pid()
+            with pools.lent():
+                return own, backend_pid()
+
+    own, lent = in_thread(in_a_transaction)
+    assert own == lent
+
+
+def sessions() -> int:
+    """Sessions on the test database other than this thread's."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity"
+                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def test_a_pool_makes_its_connections_when_it_opens_and_keeps_them(
+        pools: StoreConnections) -> None:
+    # Given the sessions before the pool
+    before = sessions()
+    # When one call that needs one connection is made (its thread's own is closed after it)
+    in_thread(backend_pid_lent(pools))
+    # Then the pool holds both of its connections (one made on demand, while a call waited
+    # for it, outlasted the 0.2 s a call gives a busy shard: it took the shard for down and
+    # dropped the messages it had popped for it)
+    wait_for(lambda: sessions() == before + 2, timeout_s=10, message="the pool's two sessions")
+
+
+def backend_pid_lent(pools: StoreConnections) -> Callable[[], int]:
+    def call() -> int:
+        with pools.lent():
+            return backend_pid()
+
+    return call
 
 
 def test_a_pool_whose_connections_are_all_in_use_is_busy_not_down() -> None:
