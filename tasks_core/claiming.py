@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from django.utils import timezone
 
 from tasks_core import queues, shards, store
+from tasks_core.conf import atf_settings
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
@@ -112,8 +113,10 @@ class Claimer:
                          ) -> tuple[list[TaskStatus | None], list[store.ClaimedTask]]:
         """Record attempts' ends and claim the popped messages whose lease is current in one
         transaction (`store.finish_and_claim`, which takes `unreached`); stale messages are
-        dropped, and so are those of a shard that cannot be reached (it enqueues their tasks
-        again once it is back)."""
+        dropped, and so are those of a shard that cannot be reached, said in a warning: the
+        shard's consumer enqueues their tasks again at their enqueue timeout. (Not pushed back:
+        a shard cut off takes a connection attempt's whole timeout to fail, which the claims
+        that popped its messages again would wait through, one after another.)"""
         messages = [item.message for item in popped if item.message is not None]
         for item in popped:
             if item.message is None:
@@ -129,8 +132,15 @@ class Claimer:
             for queue_name in {item.queue for item in popped}:
                 self.queue.ack(queue_name, [i.message for i in popped
                                             if i.queue == queue_name and i.message is not None])
-        if len(claimed) < len(messages):
-            logger.debug("discarded %d stale message(s)", len(messages) - len(claimed),
+        cut_off = [m for m in messages if unreached and m.task_id in unreached]
+        if cut_off:
+            logger.warning("dropped %d message(s) of tasks on a shard that could not be reached"
+                           " (task %d, ...): it enqueues them again within %gs", len(cut_off),
+                           cut_off[0].task_id, atf_settings.enqueue_timeout_s,
+                           extra={"action": "message_unreached"})
+        if len(claimed) + len(cut_off) < len(messages):
+            logger.debug("discarded %d stale message(s)",
+                         len(messages) - len(claimed) - len(cut_off),
                          extra={"action": "message_stale"})
         return statuses, claimed
 
