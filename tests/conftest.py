@@ -81,6 +81,17 @@ def _fresh_directory() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _prepared_statements_put_back() -> Iterator[None]:
+    """ATF_DB_PREPARED_STATEMENTS is as the test found it when it ends: a value left behind
+    went to every later test's processes (subprocess_env), whose first store call then
+    opened two connections of its own to probe the session (tasks_core.pooling)."""
+    before = atf_settings.db_prepared_statements
+    yield
+    assert atf_settings.db_prepared_statements == before, \
+        "the test left ATF_DB_PREPARED_STATEMENTS changed"
+
+
+@pytest.fixture(autouse=True)
 def _no_turns_connection_left() -> Iterator[None]:
     """A consumer pass opens a connection of its own for its turns (workers.turns): closed
     after each test, or the test database could not be dropped at the end."""

@@ -8,24 +8,32 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from rest_framework.test import APIClient
 
 from tasks_core import pooling
+from tasks_core.conf import atf_settings
 from tasks_core.store import backends
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.pooled]
 
 
 @pytest.fixture
-def prepared_statements(settings: object, database_route: str, redis_client: object
-                        ) -> Iterator[str]:
-    """ATF_DB_PREPARED_STATEMENTS on, over this test's route, probed afresh."""
-    settings.ATF_DB_PREPARED_STATEMENTS = True  # type: ignore[attr-defined]
+def prepared_statements(database_route: str, redis_client: object) -> Iterator[str]:
+    """ATF_DB_PREPARED_STATEMENTS on, over this test's route, probed afresh; then as it was.
+
+    Set and put back here, as the route sets and puts back its own (tests.conftest's
+    routed_database), not with pytest-django's `settings`: that one puts back the settings
+    object it found, after the route had put back its value on the object in its place, so
+    the session route's "on" outlived the test and went to every later test's processes."""
+    before = atf_settings.db_prepared_statements
+    settings.ATF_DB_PREPARED_STATEMENTS = True
     pooling.forget()
     backends.use(None)
     yield database_route
+    settings.ATF_DB_PREPARED_STATEMENTS = before
     pooling.forget()
     backends.use(None)
 
