@@ -156,10 +156,9 @@ class AtfSettings:
     #: (workers.async_executor); a process with sync lambdas runs as many as it has threads.
     worker_async_slots: int = 100
     #: Connections a direct worker process keeps to each database of the store, shared by its
-    #: threads (workers.store_connections); each call borrows one and gives it back (2 holds a
-    #: worker to two a shard). 0, the default for now: each thread keeps its own to every
-    #: database it touched (4-5 a shard); see docs/production.md for why it is not on yet.
-    worker_db_connections: int = 0
+    #: threads (workers.store_connections); each call borrows one and gives it back. 0: each
+    #: thread keeps its own to every database it touched (4-5 a database).
+    worker_db_connections: int = 2
     #: Seconds a stopping worker lets running tasks finish before it exits.
     shutdown_grace_s: float = 30.0
     #: Remote workers (`runworker --api`): the ATF API's base URL; empty for a direct worker.
