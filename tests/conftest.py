@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from tasks_core import directory, pooling, queues
 from tasks_core.conf import atf_settings
 from tasks_core.store import backends
 from workers import replacement, turns
+from workers.store_connections import StoreConnections
 
 if TYPE_CHECKING:
     from tests.netns import WorkerHost
@@ -125,6 +127,27 @@ def _in_event_loop() -> bool:
     return True
 
 
+#: Direct workers' connection pools (workers.store_connections) that opened in this process,
+#: with the test they opened in: a worker's run closes its pools when it ends, and a test that
+#: calls a DirectTransport itself closes it; pools left open keep their connections.
+_worker_pools: weakref.WeakKeyDictionary[StoreConnections, str] = weakref.WeakKeyDictionary()
+
+
+def _noting_pools(wrappers: Callable[[StoreConnections], dict]
+                  ) -> Callable[[StoreConnections], dict]:
+    @functools.wraps(wrappers)
+    def noted(self: StoreConnections) -> dict:
+        own = wrappers(self)
+        if own:
+            with _opened_lock:
+                _worker_pools.setdefault(self, os.environ.get("PYTEST_CURRENT_TEST", "?"))
+        return own
+    return noted
+
+
+StoreConnections._wrappers = _noting_pools(StoreConnections._wrappers)  # type: ignore[method-assign]
+
+
 def _note_opened(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
     thread = threading.current_thread()
     if thread is not threading.main_thread() or _in_event_loop():
@@ -142,6 +165,12 @@ def _left_open() -> list[BaseDatabaseWrapper]:
     return [wrapper for wrapper in opened if wrapper.connection is not None]
 
 
+def _pools_left_open() -> list[StoreConnections]:
+    with _opened_lock:
+        return [pools for pools in list(_worker_pools)
+                if any(not pool.closed for pool in pools._pools())]
+
+
 @pytest.fixture(autouse=True)
 def _no_other_connection_left_open() -> Iterator[None]:
     """The database connections of this process other than the test's own (`_others_opened`)
@@ -151,17 +180,23 @@ def _no_other_connection_left_open() -> Iterator[None]:
     still open then fails the test, and is closed."""
     yield
     deadline = time.monotonic() + OTHER_CONNECTIONS_GRACE_S
-    while (left := _left_open()) and time.monotonic() < deadline:
+    while ((left := _left_open()) or _pools_left_open()) and time.monotonic() < deadline:
         time.sleep(0.05)
+    pools = _pools_left_open()
     with _opened_lock:  # each is reported once, by the test that left it
         found = [_others_opened.pop(wrapper) for wrapper in left]
+        pools_found = [_worker_pools.pop(pool) for pool in pools]
     for wrapper in left:  # and closed, so that the run still drops its test database
         with contextlib.suppress(Exception):
             wrapper.connection.close()
+    for open_pools in pools:
+        open_pools.close()
     assert not found, "database connections left open: " + "; ".join(
         f"{where.alias} of thread {where.thread.name} "
         f"({'running' if where.thread.is_alive() else 'ended'}), opened in {where.test}"
         for where in found)
+    assert not pools_found, "a direct worker's connection pool left open (close its " \
+        "transport): first used in " + "; ".join(pools_found)
 
 
 @pytest.fixture(autouse=True)

@@ -68,9 +68,11 @@ class StoreConnections:
         """Within it, this thread's queries to the store run on the pools' connections, each
         given back at the end. A call inside another (the outermost gives them back), or inside
         a transaction this thread has open, runs on the connections it is already on."""
-        own = self._wrappers()
-        if not own or self._local.depth or any(connections[alias].in_atomic_block
-                                               for alias in own):
+        # (checked before the pools are opened: a call that runs where it is opens none)
+        in_place = self._local.depth or any(connections[alias].in_atomic_block
+                                            for alias in _store_aliases())
+        own = {} if in_place else self._wrappers()
+        if not own:
             self._local.depth += 1
             try:
                 yield

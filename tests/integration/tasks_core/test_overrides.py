@@ -130,10 +130,13 @@ def test_a_worker_reads_the_operators_heartbeat_timeout(lam: Lambda,
     from workers.transport import DirectTransport
 
     transport = DirectTransport(queue)
-    assert transport.heartbeat_timeouts_s([NAME]) == {NAME: 40.0}
-    operations.set_options(Scope(frozenset({lam.team_id})), NAME, {"heartbeat_timeout": 60},
-                           by="alice")
-    assert transport.heartbeat_timeouts_s([NAME]) == {NAME: 60.0}
+    try:
+        assert transport.heartbeat_timeouts_s([NAME]) == {NAME: 40.0}
+        operations.set_options(Scope(frozenset({lam.team_id})), NAME,
+                               {"heartbeat_timeout": 60}, by="alice")
+        assert transport.heartbeat_timeouts_s([NAME]) == {NAME: 60.0}
+    finally:
+        transport.let_go()
 
 
 def test_an_operator_outside_the_lambdas_team_cannot_override_it(lam: Lambda) -> None:

@@ -128,6 +128,7 @@ def pipeline(queue: QueueBackend) -> Iterator[Pipeline]:
     yield Pipeline(queue=queue, consumer=consumer, claimer=claimer, executor=executor,
                    buffer=buffer, results=results)
     results.stop()
+    transport.let_go()
     results.join(10)
 
 
