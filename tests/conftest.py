@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import signal
 import subprocess
@@ -31,7 +30,6 @@ from tasks_core import directory, pooling, queues
 from tasks_core.conf import atf_settings
 from tasks_core.store import backends
 from workers import replacement, turns
-from workers.store_connections import StoreConnections
 
 if TYPE_CHECKING:
     from tests.netns import WorkerHost
@@ -127,28 +125,19 @@ def _in_event_loop() -> bool:
     return True
 
 
-#: Direct workers' connection pools (workers.store_connections) that opened in this process,
-#: with the test they opened in: a worker's run closes its pools when it ends, and a test that
-#: calls a DirectTransport itself closes it; pools left open keep their connections.
-_worker_pools: weakref.WeakKeyDictionary[StoreConnections, str] = weakref.WeakKeyDictionary()
-
-
-def _noting_pools(wrappers: Callable[[StoreConnections], dict]
-                  ) -> Callable[[StoreConnections], dict]:
-    @functools.wraps(wrappers)
-    def noted(self: StoreConnections) -> dict:
-        own = wrappers(self)
-        if own:
-            with _opened_lock:
-                _worker_pools.setdefault(self, os.environ.get("PYTEST_CURRENT_TEST", "?"))
-        return own
-    return noted
-
-
-StoreConnections._wrappers = _noting_pools(StoreConnections._wrappers)  # type: ignore[method-assign]
+#: The classes of direct workers' pooled connections (workers.store_connections: one per
+#: worker, which keeps its pools on it) that tests used, with the test each was first used in:
+#: a worker's run closes its pools when it ends, and a test that calls a DirectTransport itself
+#: closes it; pools left open keep their connections.
+_worker_pools: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
 
 
 def _note_opened(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
+    if getattr(connection, "gives_back_per_shard", False):  # a worker pool's connection
+        with _opened_lock:
+            _worker_pools.setdefault(type(connection),
+                                     os.environ.get("PYTEST_CURRENT_TEST", "?"))
+        return
     thread = threading.current_thread()
     if thread is not threading.main_thread() or _in_event_loop():
         with _opened_lock:
@@ -165,10 +154,10 @@ def _left_open() -> list[BaseDatabaseWrapper]:
     return [wrapper for wrapper in opened if wrapper.connection is not None]
 
 
-def _pools_left_open() -> list[StoreConnections]:
+def _pools_left_open() -> list[type]:
     with _opened_lock:
-        return [pools for pools in list(_worker_pools)
-                if any(not pool.closed for pool in pools._pools())]
+        return [pooled for pooled in list(_worker_pools)
+                if any(not pool.closed for pool in pooled._connection_pools.values())]
 
 
 @pytest.fixture(autouse=True)
@@ -189,8 +178,9 @@ def _no_other_connection_left_open() -> Iterator[None]:
     for wrapper in left:  # and closed, so that the run still drops its test database
         with contextlib.suppress(Exception):
             wrapper.connection.close()
-    for open_pools in pools:
-        open_pools.close()
+    for pooled in pools:
+        for pool in pooled._connection_pools.values():
+            pool.close()
     assert not found, "database connections left open: " + "; ".join(
         f"{where.alias} of thread {where.thread.name} "
         f"({'running' if where.thread.is_alive() else 'ended'}), opened in {where.test}"

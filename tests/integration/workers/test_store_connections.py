@@ -88,6 +88,7 @@ def test_a_call_inside_the_threads_own_transaction_runs_in_it(pools: StoreConnec
 
     own, lent = in_thread(in_a_transaction)
     assert own == lent
+    assert pools._pools() == []  # and opened no pool, whose connections it would leave idle
 
 
 def sessions() -> int:
