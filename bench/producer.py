@@ -33,10 +33,13 @@ def _paced(client: Any, spec: dict) -> None:
 
 
 def _delayed(client: Any, spec: dict) -> None:
+    """Due times spread evenly from `delay_min` to `delay_max` ahead of the first send; a task
+    that a slow producer sends later than `delay_min` before its time is due `delay_min` after
+    it is sent, so that lateness is the system's, not the producer's."""
     n, low, high = spec["n"], spec["delay_min"], spec["delay_max"]
     base = time.time()
     for index in range(n):
-        due = base + low + (high - low) * index / n
+        due = max(base + low + (high - low) * index / n, time.time() + low)
         client.send(spec["task"], spec["key"], due, due)
 
 
