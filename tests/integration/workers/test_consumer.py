@@ -476,6 +476,29 @@ def test_wake_ups_asked_for_at_once_are_sent_as_one_or_a_few(redis_client: redis
         subscriber.close()
 
 
+def test_wake_ups_asked_for_in_a_stream_are_sent_one_a_pause_and_the_last_is_not_lost(
+        redis_client: redis.Redis) -> None:
+    subscriber = redis_client.pubsub(ignore_subscribe_messages=True)
+    subscriber.subscribe(wakeup.channel())
+    try:
+        wait_for(lambda: redis_client.pubsub_numsub(wakeup.channel())[0][1] >= 1,
+                 message="the subscription")
+        began = time.monotonic()
+        for _ in range(50):  # a task a millisecond, as a busy producer schedules them
+            wakeup.notify()
+            time.sleep(0.001)
+        asked_s = time.monotonic() - began
+        received = _published(subscriber, 0.5)
+        assert 2 <= len(received) <= asked_s / wakeup.PAUSE_S + 2
+        # One asked for during the pause after a publish is sent when the pause ends.
+        wakeup.notify()
+        assert subscriber.get_message(timeout=1.0) is not None
+        wakeup.notify()  # within the pause: the publish above left well under PAUSE_S ago
+        assert len(_published(subscriber, 0.2)) == 1
+    finally:
+        subscriber.close()
+
+
 @pytest.fixture
 def closed_port() -> Iterator[int]:
     import socket
