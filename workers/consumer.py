@@ -179,18 +179,21 @@ def _short_first(lambdas: list[_LambdaGates], backlogged: set[int]) -> list[_Lam
 
 class Consumer:
     """The consumer's loop over one shard's due rows; `run_pass()` is one pass, for tests and
-    for `run()`. `periodic`: it also turns due periodic schedules into tasks (one consumer per
-    process does: the tasks go to whichever shard placement picks)."""
+    for `run()`. `control_chores`: it also does the chores of the control database (one loop
+    per process does, whatever its shards): turns due periodic schedules into tasks (which go
+    to whichever shard placement picks), reopens gates whose time ran out and marks workers
+    gone."""
 
     def __init__(self, *, batch_size: int, poll_interval_s: float,
                  queue: queues.QueueBackend | None = None,
                  clock: Callable[[], datetime] = timezone.now,
                  lambda_turn: Callable[[int], contextlib.AbstractContextManager[bool]]
-                 = turns.lambda_turn, shard: str | None = None, periodic: bool = True) -> None:
+                 = turns.lambda_turn, shard: str | None = None,
+                 control_chores: bool = True) -> None:
         self.shard = shard or shards.aliases()[0]
         #: The shard's slot: its tasks go to the queues of that slot (QueueBackend.queue_name).
         self.slot = shards.aliases().index(self.shard)
-        self.periodic = periodic
+        self.control_chores = control_chores
         self.batch_size = batch_size
         self.poll_interval_s = poll_interval_s
         self.queue = queue or queues.backend()
@@ -351,14 +354,17 @@ class Consumer:
     # --- housekeeping ----------------------------------------------------------------------
 
     def housekeep(self, now: datetime) -> None:
-        """Reopen gates whose `until` passed; mark workers that stopped being seen; fold the
-        tasks that finished into the rollup of outcomes; prune finished tasks past their
-        retention, and the rate limits' starts that no window counts any more, batch after
-        batch within a time budget each (the last three on its shard)."""
+        """With `control_chores`, reopen gates whose `until` passed and mark workers that
+        stopped being seen; fold the tasks of its shard that finished into the rollup of
+        outcomes; prune its finished tasks past their retention, and the rate limits' starts
+        that no window counts any more, batch after batch within a time budget each."""
         with shards.using(self.shard):
-            self._housekeep(now)
+            if self.control_chores:
+                self._control_housekeeping(now)
+            self._shard_housekeeping(now)
 
-    def _housekeep(self, now: datetime) -> None:
+    @staticmethod
+    def _control_housekeeping(now: datetime) -> None:
         for model in (Lambda, Collection):
             reopened = model.objects.exclude(gate=gating.GateState.OPEN).filter(
                 gate_until__lte=now
@@ -371,6 +377,8 @@ class Consumer:
         if gone:
             logger.info("marked %d worker(s) gone (not seen for %ss)", gone,
                         atf_settings.worker_stale_s)
+
+    def _shard_housekeeping(self, now: datetime) -> None:
         outcomes.fold(now=now)
         if pruned := self._prune(now):
             logger.info("pruned %d finished task(s) past their retention", pruned)
@@ -445,7 +453,7 @@ class Consumer:
                     self.catch_up_retention()
                 # Periodic occurrences become ordinary tasks, due at their own time (a task due
                 # now wakes the next pass).
-                if self.periodic and (started_s := time.monotonic()) >= self._periodic_due_s:
+                if self.control_chores and (started_s := time.monotonic()) >= self._periodic_due_s:
                     periodic.materialise_due(now=self.clock(), budget_s=PERIODIC_BUDGET_S,
                                              cut=self.wake.is_set)
                     self._periodic_due_s = _next_periodic_look(started_s, time.monotonic())
@@ -487,25 +495,26 @@ class Consumer:
 
 def from_settings(*, batch_size: int | None = None, poll_interval_s: float | None = None,
                   queue: queues.QueueBackend | None = None,
-                  shard: str | None = None, periodic_tasks: bool = True) -> Consumer:
+                  shard: str | None = None, control_chores: bool = True) -> Consumer:
     """A consumer of `shard` (default: slot 0's) as the settings configure it, its
     code-defined schedules synced to the store (the lambdas must be synced already)."""
     periodic.sync_code_schedules()
     return Consumer(batch_size=batch_size or atf_settings.consumer_batch_size,
                     poll_interval_s=poll_interval_s or atf_settings.poll_interval_s, queue=queue,
-                    shard=shard, periodic=periodic_tasks)
+                    shard=shard, control_chores=control_chores)
 
 
 class ShardConsumers:
     """One consumer per shard, each running its own pass loop in a thread of its own (one
-    shard: the caller's thread, as without shards); the first of them also turns periodic
-    schedules into tasks."""
+    shard: the caller's thread, as without shards); the first of them also does the control
+    database's chores (with one loop per shard doing them, the control database's writes of
+    every housekeeping round grew with the shards)."""
 
     def __init__(self, aliases: Sequence[str], *, batch_size: int | None = None,
                  poll_interval_s: float | None = None,
                  queue: queues.QueueBackend | None = None) -> None:
         self.consumers = [from_settings(batch_size=batch_size, poll_interval_s=poll_interval_s,
-                                        queue=queue, shard=alias, periodic_tasks=index == 0)
+                                        queue=queue, shard=alias, control_chores=index == 0)
                           for index, alias in enumerate(aliases)]
         self.poll_interval_s = self.consumers[0].poll_interval_s
         self.batch_size = self.consumers[0].batch_size

@@ -48,7 +48,7 @@ from tasks_core import (
 from tasks_core.claiming import Claimer
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import InvalidTask
-from tasks_core.models import Lambda, TaskEntity
+from tasks_core.models import Lambda, TaskEntity, Worker
 from tests.acceptance.test_priority import RANK, inversions, workers_waiting
 from tests.acceptance.test_workers import overlapping
 from tests.conftest import Processes, race, subprocess_env, wait_for
@@ -57,7 +57,7 @@ from tests.integration.tasks_api.test_api_support import Member, member, token_c
 from tests.ports import free_port
 from tests.remote import start_api, worker_env, worker_token
 from tests.shard_clusters import Clusters
-from workers.consumer import Consumer
+from workers.consumer import Consumer, ShardConsumers
 
 ALIASES = ["shard0", "shard1", "shard2"]
 #: The journeys at their full sizes (`make test-full-size`), not the suite's.
@@ -279,6 +279,26 @@ def test_a_gate_whose_time_ran_out_reopens_on_every_shard(sharded: Clusters, que
     Consumer(batch_size=100, poll_interval_s=1, queue=queue, shard="shard1").housekeep(
         timezone.now() + timedelta(seconds=2))
     assert {Lambda.objects.using(alias).get(pk=lambda_id).gate for alias in ALIASES} == {"open"}
+
+def test_one_loop_of_a_consumer_process_does_the_control_databases_chores(
+        sharded: Clusters, queue: Any) -> None:
+    # A consumer process of three shards: a gate whose time ran out, a worker long unseen
+    scheduling.set_gate("demo.noop", "paused", until=timezone.now() + timedelta(seconds=1))
+    Worker.objects.create(worker_id="h:1", host="h", pid=1, started_at=timezone.now(),
+                          last_seen=timezone.now() - timedelta(days=1))
+    loops = ShardConsumers(ALIASES, queue=queue).consumers
+    later = timezone.now() + timedelta(seconds=2)
+    # The other shards' loops housekeep their own shard and leave control alone
+    for loop in loops[1:]:
+        loop.housekeep(later)
+    assert Lambda.objects.get(name="demo.noop").gate == "paused"
+    assert Worker.objects.get(worker_id="h:1").stopped_at is None
+    # The first loop does control's chores, for every shard
+    loops[0].housekeep(later)
+    assert {Lambda.objects.using(alias).get(name="demo.noop").gate for alias in ALIASES} == {
+        "open"}
+    assert Worker.objects.get(worker_id="h:1").stopped_at == later
+
 
 def test_a_paused_gate_holds_tasks_on_every_shard(sharded: Clusters, redis_client: redis.Redis,
                                                   queue: Any) -> None:
