@@ -122,9 +122,11 @@ class TaskEntity(models.Model):
     """One execution of a lambda: everything about it, read by people and workers."""
 
     #: No index of its own: task_lambda_status starts with it (one index fewer to write on every
-    #: insert and every status change).
+    #: insert and every status change). No database constraint: its check locked the lambda's
+    #: one row on every insert (a lock record in the WAL, and a shared multixact once several
+    #: producers insert at once); a lambda with tasks is still not deleted (PROTECT, by the ORM).
     lambda_ref = models.ForeignKey(Lambda, on_delete=models.PROTECT, related_name="tasks",
-                                   db_index=False)
+                                   db_index=False, db_constraint=False)
     collection = models.CharField(max_length=100, default="default")
     priority = models.CharField(max_length=32)
     payload = models.JSONField(default=dict, blank=True)
@@ -304,8 +306,9 @@ class TaskAssoc(models.Model):
     task = models.OneToOneField(
         TaskEntity, on_delete=models.CASCADE, primary_key=True, related_name="assoc"
     )
+    #: No database constraint, as the entity's (the row is inserted with it).
     lambda_ref = models.ForeignKey(Lambda, on_delete=models.PROTECT, related_name="+",
-                                   db_index=False)
+                                   db_index=False, db_constraint=False)
     collection = models.CharField(max_length=100)
     priority = models.CharField(max_length=32)
     status = models.CharField(max_length=16, choices=_choices(AssocStatus), default=AssocStatus.NEW)
@@ -450,8 +453,11 @@ class TaskAttempt(models.Model):
         CANCELLED = "cancelled"  #: a cancel stopped it while it ran
 
     #: No index of its own: attempt_task_number starts with it (one index entry fewer a row).
+    #: No database constraint: an attempt is written by the statement that holds its task's row
+    #: (claim, finish), and retention deletes a task's attempts before the task; the check cost
+    #: a query per attempt written and per task pruned.
     task = models.ForeignKey(TaskEntity, on_delete=models.CASCADE, related_name="attempt_history",
-                             db_index=False)
+                             db_index=False, db_constraint=False)
     number = models.PositiveIntegerField()
     worker = models.CharField(max_length=200, blank=True, default="")
     started_at = models.DateTimeField()

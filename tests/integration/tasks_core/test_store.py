@@ -864,3 +864,41 @@ def test_a_claim_and_a_finish_reach_their_rows_by_primary_key_whatever_the_stati
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert "task_in_queue" not in plan and "task_held" not in plan, plan
             assert "tasks_core_taskentity_pkey" in plan, plan  # an index or bitmap scan
+
+
+def test_a_lambda_that_has_tasks_is_not_deleted_and_a_deleted_task_takes_its_attempts(
+        now: datetime) -> None:
+    """The three foreign keys without a database constraint (migration 0032) keep their
+    guarantees in the ORM: PROTECT on the lambda, CASCADE from a task to its attempts."""
+    from django.db.models import ProtectedError
+
+    claimed = running(now)
+    store.finish(claimed, failure(), now=now)
+    assert TaskAttempt.objects.filter(task_id=claimed.task_id).count() == 1
+    with pytest.raises(ProtectedError):
+        Lambda.objects.get(name="demo.noop").delete()
+    TaskEntity.objects.get(pk=claimed.task_id).delete()
+    assert not TaskAttempt.objects.filter(task_id=claimed.task_id).exists()
+    assert not TaskAssoc.objects.filter(task_id=claimed.task_id).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_scheduling_takes_no_lock_on_its_lambdas_row(backend: StoreBackend) -> None:
+    """A foreign key's check locked the lambda's row (FOR KEY SHARE) in every transaction that
+    inserted one of its tasks: a WAL record each, and a multixact shared by every producer."""
+    if not ON_POSTGRES:
+        pytest.skip("PostgreSQL's row locks")
+    import psycopg
+
+    lambda_id = directory.by_name("demo.noop").id
+    params = connection.settings_dict
+    atf.schedule("demo.noop")  # its collection's row made and committed (its check locks it)
+    with transaction.atomic():
+        with connection.cursor() as cursor:  # checks at the insert, not at the commit
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        atf.schedule("demo.noop")  # this transaction stays open, with its locks
+        with psycopg.connect(dbname=params["NAME"], host=params["HOST"], port=params["PORT"],
+                             user=params["USER"], autocommit=True) as other:
+            # Fails (LockNotAvailable) while the open transaction holds a lock on the row.
+            other.execute("SELECT 1 FROM tasks_core_lambda WHERE id = %s FOR UPDATE NOWAIT",
+                          [lambda_id])
