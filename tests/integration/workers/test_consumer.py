@@ -433,6 +433,19 @@ def test_a_committed_schedule_wakes_the_consumer(redis_client: redis.Redis) -> N
         listener.stop()
 
 
+@pytest.fixture
+def wakeup_subscriber(redis_client: redis.Redis) -> Iterator[redis.client.PubSub]:
+    """A subscriber of the wake-ups of a store without shards, subscribed when the test begins."""
+    subscriber = redis_client.pubsub(ignore_subscribe_messages=True)
+    subscriber.subscribe(wakeup.channel())
+    try:
+        wait_for(lambda: redis_client.pubsub_numsub(wakeup.channel())[0][1] >= 1,
+                 message="the subscription")
+        yield subscriber
+    finally:
+        subscriber.close()
+
+
 def _published(subscriber: redis.client.PubSub, seconds: float) -> list[bytes]:
     """The wake-ups `subscriber` receives within `seconds`."""
     received = []
@@ -445,58 +458,38 @@ def _published(subscriber: redis.client.PubSub, seconds: float) -> list[bytes]:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_transaction_of_many_schedules_publishes_after_its_commit_and_fewer_than_its_tasks(
-        redis_client: redis.Redis) -> None:
-    subscriber = redis_client.pubsub(ignore_subscribe_messages=True)
-    subscriber.subscribe(wakeup.channel())
-    try:
-        wait_for(lambda: redis_client.pubsub_numsub(wakeup.channel())[0][1] >= 1,
-                 message="the subscription")
-        with transaction.atomic():
-            for _ in range(5):
-                atf.schedule("demo.noop")
-            atf.schedule_many([{"lambda": "demo.noop"}] * 3)
-            assert _published(subscriber, 0.3) == [], "published before the commit"
-        assert 1 <= len(_published(subscriber, 1.0)) < 6
-    finally:
-        subscriber.close()
+        wakeup_subscriber: redis.client.PubSub) -> None:
+    with transaction.atomic():
+        for _ in range(5):
+            atf.schedule("demo.noop")
+        atf.schedule_many([{"lambda": "demo.noop"}] * 3)
+        assert _published(wakeup_subscriber, 0.3) == [], "published before the commit"
+    assert 1 <= len(_published(wakeup_subscriber, 1.0)) < 6
 
 
-def test_wake_ups_asked_for_at_once_are_sent_as_one_or_a_few(redis_client: redis.Redis) -> None:
-    subscriber = redis_client.pubsub(ignore_subscribe_messages=True)
-    subscriber.subscribe(wakeup.channel())
-    try:
-        wait_for(lambda: redis_client.pubsub_numsub(wakeup.channel())[0][1] >= 1,
-                 message="the subscription")
-        for _ in range(200):
-            wakeup.notify()
-        received = _published(subscriber, 1.0)  # long enough for every wake-up to arrive
-        # The first publish may leave before the other 199 are asked for; they then share one.
-        assert 1 <= len(received) < 20
-    finally:
-        subscriber.close()
+def test_wake_ups_asked_for_at_once_are_sent_as_one_or_a_few(
+        wakeup_subscriber: redis.client.PubSub) -> None:
+    for _ in range(200):
+        wakeup.notify()
+    received = _published(wakeup_subscriber, 1.0)  # long enough for every wake-up to arrive
+    # The first publish may leave before the other 199 are asked for; they then share one.
+    assert 1 <= len(received) < 20
 
 
 def test_wake_ups_asked_for_in_a_stream_are_sent_one_a_pause_and_the_last_is_not_lost(
-        redis_client: redis.Redis) -> None:
-    subscriber = redis_client.pubsub(ignore_subscribe_messages=True)
-    subscriber.subscribe(wakeup.channel())
-    try:
-        wait_for(lambda: redis_client.pubsub_numsub(wakeup.channel())[0][1] >= 1,
-                 message="the subscription")
-        began = time.monotonic()
-        for _ in range(50):  # a task a millisecond, as a busy producer schedules them
-            wakeup.notify()
-            time.sleep(0.001)
-        asked_s = time.monotonic() - began
-        received = _published(subscriber, 0.5)
-        assert 2 <= len(received) <= asked_s / wakeup.PAUSE_S + 2
-        # One asked for during the pause after a publish is sent when the pause ends.
+        wakeup_subscriber: redis.client.PubSub) -> None:
+    began = time.monotonic()
+    for _ in range(50):  # a task a millisecond, as a busy producer schedules them
         wakeup.notify()
-        assert subscriber.get_message(timeout=1.0) is not None
-        wakeup.notify()  # within the pause: the publish above left well under PAUSE_S ago
-        assert len(_published(subscriber, 0.2)) == 1
-    finally:
-        subscriber.close()
+        time.sleep(0.001)
+    asked_s = time.monotonic() - began
+    received = _published(wakeup_subscriber, 0.5)
+    assert 2 <= len(received) <= asked_s / wakeup.PAUSE_S + 2
+    # One asked for during the pause after a publish is sent when the pause ends.
+    wakeup.notify()
+    assert wakeup_subscriber.get_message(timeout=1.0) is not None
+    wakeup.notify()  # within the pause: the publish above left well under PAUSE_S ago
+    assert len(_published(wakeup_subscriber, 0.2)) == 1
 
 
 @pytest.fixture
