@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import threading
 import time
 from collections import Counter, defaultdict
@@ -177,23 +178,59 @@ def _short_first(lambdas: list[_LambdaGates], backlogged: set[int]) -> list[_Lam
             + [lam for lam in lambdas if lam.lambda_id in backlogged])
 
 
+class ControlChores:
+    """The control database's chores, which a consumer process does once whatever its number of
+    shard loops: reopening gates whose time ran out and marking workers not seen (a round each
+    HOUSEKEEPING_INTERVAL_S), and looking for due periodic occurrences (tasks that go to
+    whichever shard placement picks). The loops of a process share one; whichever comes first
+    takes a chore, so a loop whose shard is down (it never gets past its pass) leaves them to
+    the others. Each loop doing them made control's writes grow with the shards."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._housekept_s = -math.inf  #: monotonic time of the last round taken
+        self._periodic_due_s = 0.0  #: monotonic time of the next look for periodic tasks
+
+    def take_housekeeping(self, now_s: float) -> bool:
+        """Whether the loop asking at monotonic time `now_s` does this round of them."""
+        with self._lock:
+            if now_s - self._housekept_s < HOUSEKEEPING_INTERVAL_S:
+                return False
+            self._housekept_s = now_s
+            return True
+
+    @contextlib.contextmanager
+    def periodic_look(self) -> Iterator[bool]:
+        """Whether the loop looks for periodic occurrences now: not while another loop looks,
+        nor before the next look is due (_next_periodic_look)."""
+        with self._lock:
+            started_s = time.monotonic()
+            mine = started_s >= self._periodic_due_s
+            if mine:
+                self._periodic_due_s = math.inf  # until this look ends
+        try:
+            yield mine
+        finally:
+            if mine:
+                with self._lock:
+                    self._periodic_due_s = _next_periodic_look(started_s, time.monotonic())
+
+
 class Consumer:
     """The consumer's loop over one shard's due rows; `run_pass()` is one pass, for tests and
-    for `run()`. `control_chores`: it also does the chores of the control database (one loop
-    per process does, whatever its shards): turns due periodic schedules into tasks (which go
-    to whichever shard placement picks), reopens gates whose time ran out and marks workers
-    gone."""
+    for `run()`. `chores`: the control database's chores it shares with the other loops of its
+    process (ShardConsumers), whichever takes each first; by default its own."""
 
     def __init__(self, *, batch_size: int, poll_interval_s: float,
                  queue: queues.QueueBackend | None = None,
                  clock: Callable[[], datetime] = timezone.now,
                  lambda_turn: Callable[[int], contextlib.AbstractContextManager[bool]]
                  = turns.lambda_turn, shard: str | None = None,
-                 control_chores: bool = True) -> None:
+                 chores: ControlChores | None = None) -> None:
         self.shard = shard or shards.aliases()[0]
         #: The shard's slot: its tasks go to the queues of that slot (QueueBackend.queue_name).
         self.slot = shards.aliases().index(self.shard)
-        self.control_chores = control_chores
+        self.chores = chores or ControlChores()
         self.batch_size = batch_size
         self.poll_interval_s = poll_interval_s
         self.queue = queue or queues.backend()
@@ -213,7 +250,6 @@ class Consumer:
         self._housekept_s = 0.0
         #: The last round of retention left tasks past it (see `_prune`).
         self.retention_behind = False
-        self._periodic_due_s = 0.0  #: monotonic time of the next look for periodic tasks
         self._paused: list[int] = []  #: lambdas whose gate the last pass found paused
         self._pass_now = clock()  #: the time the last pass looked for due rows at
         # The queries of every pass, compiled once.
@@ -353,13 +389,13 @@ class Consumer:
 
     # --- housekeeping ----------------------------------------------------------------------
 
-    def housekeep(self, now: datetime) -> None:
-        """With `control_chores`, reopen gates whose `until` passed and mark workers that
-        stopped being seen; fold the tasks of its shard that finished into the rollup of
-        outcomes; prune its finished tasks past their retention, and the rate limits' starts
-        that no window counts any more, batch after batch within a time budget each."""
+    def housekeep(self, now: datetime, *, control: bool = True) -> None:
+        """With `control`, reopen gates whose `until` passed and mark workers that stopped
+        being seen; fold the tasks of its shard that finished into the rollup of outcomes;
+        prune its finished tasks past their retention, and the rate limits' starts that no
+        window counts any more, batch after batch within a time budget each."""
         with shards.using(self.shard):
-            if self.control_chores:
+            if control:
                 self._control_housekeeping(now)
             self._shard_housekeeping(now)
 
@@ -447,16 +483,17 @@ class Consumer:
                 totals.add(summary)
                 if time.monotonic() - self._housekept_s >= HOUSEKEEPING_INTERVAL_S:
                     consumer_liveness.passed(self._pass_now)
-                    self.housekeep(self.clock())
+                    self.housekeep(self.clock(),
+                                   control=self.chores.take_housekeeping(time.monotonic()))
                     self._housekept_s = time.monotonic()
                 elif self.retention_behind:
                     self.catch_up_retention()
                 # Periodic occurrences become ordinary tasks, due at their own time (a task due
                 # now wakes the next pass).
-                if self.control_chores and (started_s := time.monotonic()) >= self._periodic_due_s:
-                    periodic.materialise_due(now=self.clock(), budget_s=PERIODIC_BUDGET_S,
-                                             cut=self.wake.is_set)
-                    self._periodic_due_s = _next_periodic_look(started_s, time.monotonic())
+                with self.chores.periodic_look() as mine:
+                    if mine:
+                        periodic.materialise_due(now=self.clock(), budget_s=PERIODIC_BUDGET_S,
+                                                 cut=self.wake.is_set)
                 if time.monotonic() - logged_s >= SUMMARY_INTERVAL_S:
                     self._log_summary(totals, time.monotonic() - logged_s)
                     totals, logged_s = PassSummary(), time.monotonic()
@@ -495,27 +532,26 @@ class Consumer:
 
 def from_settings(*, batch_size: int | None = None, poll_interval_s: float | None = None,
                   queue: queues.QueueBackend | None = None,
-                  shard: str | None = None, control_chores: bool = True) -> Consumer:
+                  shard: str | None = None, chores: ControlChores | None = None) -> Consumer:
     """A consumer of `shard` (default: slot 0's) as the settings configure it, its
     code-defined schedules synced to the store (the lambdas must be synced already)."""
     periodic.sync_code_schedules()
     return Consumer(batch_size=batch_size or atf_settings.consumer_batch_size,
                     poll_interval_s=poll_interval_s or atf_settings.poll_interval_s, queue=queue,
-                    shard=shard, control_chores=control_chores)
+                    shard=shard, chores=chores)
 
 
 class ShardConsumers:
     """One consumer per shard, each running its own pass loop in a thread of its own (one
-    shard: the caller's thread, as without shards); the first of them also does the control
-    database's chores (with one loop per shard doing them, the control database's writes of
-    every housekeeping round grew with the shards)."""
+    shard: the caller's thread, as without shards), sharing the control database's chores."""
 
     def __init__(self, aliases: Sequence[str], *, batch_size: int | None = None,
                  poll_interval_s: float | None = None,
                  queue: queues.QueueBackend | None = None) -> None:
+        chores = ControlChores()
         self.consumers = [from_settings(batch_size=batch_size, poll_interval_s=poll_interval_s,
-                                        queue=queue, shard=alias, control_chores=index == 0)
-                          for index, alias in enumerate(aliases)]
+                                        queue=queue, shard=alias, chores=chores)
+                          for alias in aliases]
         self.poll_interval_s = self.consumers[0].poll_interval_s
         self.batch_size = self.consumers[0].batch_size
 

@@ -280,21 +280,31 @@ def test_a_gate_whose_time_ran_out_reopens_on_every_shard(sharded: Clusters, que
         timezone.now() + timedelta(seconds=2))
     assert {Lambda.objects.using(alias).get(pk=lambda_id).gate for alias in ALIASES} == {"open"}
 
-def test_one_loop_of_a_consumer_process_does_the_control_databases_chores(
+def test_the_loops_of_a_consumer_process_do_the_control_databases_chores_once_a_round(
         sharded: Clusters, queue: Any) -> None:
-    # A consumer process of three shards: a gate whose time ran out, a worker long unseen
+    # A consumer process of three shards: its loops share control's chores
+    loops = ShardConsumers(ALIASES, queue=queue).consumers
+    assert len({id(loop.chores) for loop in loops}) == 1
+    # Whichever loop comes first takes a round (a loop whose shard is down never comes), and
+    # the others none until the next is due
+    assert loops[2].chores.take_housekeeping(100.0)
+    assert not loops[0].chores.take_housekeeping(100.5)
+    assert not loops[1].chores.take_housekeeping(100.9)
+    assert loops[1].chores.take_housekeeping(101.0)
+    # And a periodic look: one at a time
+    with loops[1].chores.periodic_look() as first, loops[0].chores.periodic_look() as second:
+        assert (first, second) == (True, False)
+    with loops[2].chores.periodic_look() as next_one:
+        assert not next_one  # not yet due again
+    # A loop's housekeeping without the round leaves control alone, with it does control's
     scheduling.set_gate("demo.noop", "paused", until=timezone.now() + timedelta(seconds=1))
     Worker.objects.create(worker_id="h:1", host="h", pid=1, started_at=timezone.now(),
                           last_seen=timezone.now() - timedelta(days=1))
-    loops = ShardConsumers(ALIASES, queue=queue).consumers
     later = timezone.now() + timedelta(seconds=2)
-    # The other shards' loops housekeep their own shard and leave control alone
-    for loop in loops[1:]:
-        loop.housekeep(later)
+    loops[0].housekeep(later, control=False)
     assert Lambda.objects.get(name="demo.noop").gate == "paused"
     assert Worker.objects.get(worker_id="h:1").stopped_at is None
-    # The first loop does control's chores, for every shard
-    loops[0].housekeep(later)
+    loops[2].housekeep(later)
     assert {Lambda.objects.using(alias).get(name="demo.noop").gate for alias in ALIASES} == {
         "open"}
     assert Worker.objects.get(worker_id="h:1").stopped_at == later
