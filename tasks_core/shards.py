@@ -632,7 +632,11 @@ def mirror(alias: str | None = None) -> None:
 def mirror_rows(rows: list[Any], targets: list[str] | None = None) -> None:
     """Write control rows (of one model, with their ids) into shards `targets` (default: every
     shard but the control database), inserting or updating each. A shard that cannot be
-    reached is logged and passed over: its next `migrate` (or lambda sync) copies again."""
+    reached is logged and passed over: its next `migrate` (or lambda sync) copies again;
+    except one where the caller holds an open transaction (a batch that schedules on it): the
+    error goes to the caller, whose transaction there cannot commit. Passed over, it left
+    that transaction marked for rollback, which Django does silently at its end: the batch
+    returned tasks that were never stored there (chaos: acknowledged schedules vanished)."""
     if not rows:
         return
     model = type(rows[0])
@@ -646,6 +650,8 @@ def mirror_rows(rows: list[Any], targets: list[str] | None = None) -> None:
                 [copy.copy(row) for row in rows], update_conflicts=True, unique_fields=["id"],
                 update_fields=fields)
         except DatabaseError as exc:
+            if connections[target].in_atomic_block:
+                raise
             logger.warning("could not copy %s rows into shard %s: %s",
                            model._meta.model_name, target, exc,
                            extra={"action": "shard_mirror_failed", "shard": target})

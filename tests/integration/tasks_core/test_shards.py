@@ -261,6 +261,36 @@ def test_a_group_lives_on_one_shard_with_its_keyed_members_and_its_own_key(
     together = atf.group([atf.call("demo.noop", idempotency_key=key) for key in same])
     assert shards.alias_of(together.pk) == "shard1"
 
+def test_a_batch_whose_collection_cannot_be_copied_into_a_shard_it_writes_stores_nothing(
+        sharded: Clusters) -> None:
+    # Given a batch with a task on shard2 and then one on shard1, both in a new collection, and
+    # shard2 failing when the second part copies the collection's row into it (after the first
+    # part inserted its task there, inside the batch's open transaction on shard2)
+    lambda_id = directory.by_name("demo.noop").id
+    keys = {shards.key_alias(lambda_id, f"k{n}"): f"k{n}" for n in range(100)}
+    batch = [atf.call("demo.noop", idempotency_key=keys[alias], collection="brand-new")
+             for alias in ("shard2", "shard1")]
+    inserted = []
+
+    def collection_copy_fails(execute: Callable[..., Any], sql: str, *args: Any) -> Any:
+        if sql.startswith('INSERT INTO "tasks_core_collection"'):
+            raise OperationalError("server closed the connection unexpectedly")
+        inserted.append(sql)
+        return execute(sql, *args)
+
+    # When it is scheduled, Then it fails as a whole: no task anywhere (the copy's error was
+    # logged and passed over, and shard2's transaction rolled back silently at its end, so the
+    # batch returned two tasks of which one was never stored)
+    with connections["shard2"].execute_wrapper(collection_copy_fails), \
+            pytest.raises(OperationalError):
+        atf.schedule_many(batch)
+    assert inserted, "shard2's part ran before the copy"
+    assert not any(TaskEntity.objects.using(alias).exists() for alias in ALIASES)
+    # And once shard2 takes the copy, the same batch is stored whole
+    assert len(atf.schedule_many(batch)) == 2
+    assert sorted(TaskEntity.objects.using(alias).count() for alias in ALIASES) == [0, 1, 1]
+
+
 def test_an_idempotency_key_has_one_shard_whatever_the_process() -> None:
     # The bucket is a CRC of the lambda and the key: the same in every process and run.
     assert shards.bucket_of(7, "order-7") == shards.bucket_of(7, "order-7")
