@@ -624,19 +624,32 @@ def mirror(alias: str | None = None) -> None:
         mirror_rows(rows, targets)
         if model_name in _DELETED:  # rows gone from control go from the copies too
             for target in targets:
-                with contextlib.suppress(DatabaseError):  # mirror_rows logged it
+                with _passed_over(target, f"delete {model._meta.model_name} rows from"):
                     model.objects.using(target).exclude(pk__in=[row.pk for row in rows]) \
                         .delete()
 
 
+@contextlib.contextmanager
+def _passed_over(target: str, doing: str) -> Iterator[None]:
+    """A copy's write to shard `target` that fails is logged and passed over (its next
+    `migrate`, or lambda sync, copies again); except where the caller holds an open
+    transaction on that shard (a batch that schedules on it): the error goes to the caller,
+    whose transaction there cannot commit. Passed over, it left that transaction marked for
+    rollback, which Django does silently at its end: the batch returned tasks that were never
+    stored there (chaos: acknowledged schedules vanished)."""
+    try:
+        yield
+    except DatabaseError as exc:
+        if connections[target].in_atomic_block:
+            raise
+        logger.warning("could not %s shard %s: %s", doing, target, exc,
+                       extra={"action": "shard_mirror_failed", "shard": target})
+
+
 def mirror_rows(rows: list[Any], targets: list[str] | None = None) -> None:
     """Write control rows (of one model, with their ids) into shards `targets` (default: every
-    shard but the control database), inserting or updating each. A shard that cannot be
-    reached is logged and passed over: its next `migrate` (or lambda sync) copies again;
-    except one where the caller holds an open transaction (a batch that schedules on it): the
-    error goes to the caller, whose transaction there cannot commit. Passed over, it left
-    that transaction marked for rollback, which Django does silently at its end: the batch
-    returned tasks that were never stored there (chaos: acknowledged schedules vanished)."""
+    shard but the control database), inserting or updating each; a shard that cannot be
+    reached is passed over (_passed_over)."""
     if not rows:
         return
     model = type(rows[0])
@@ -644,14 +657,9 @@ def mirror_rows(rows: list[Any], targets: list[str] | None = None) -> None:
     for target in others() if targets is None else targets:
         if target == CONTROL:
             continue
-        try:  # copies: bulk_create binds what it saves to its database, the caller's stay
+        with _passed_over(target, f"copy {model._meta.model_name} rows into"):
             pool_answers(target)  # a shard that is down holds the caller POOL_WAIT_S at most
+            # Copies: bulk_create binds what it saves to its database, the caller's stay.
             model.objects.using(target).bulk_create(
                 [copy.copy(row) for row in rows], update_conflicts=True, unique_fields=["id"],
                 update_fields=fields)
-        except DatabaseError as exc:
-            if connections[target].in_atomic_block:
-                raise
-            logger.warning("could not copy %s rows into shard %s: %s",
-                           model._meta.model_name, target, exc,
-                           extra={"action": "shard_mirror_failed", "shard": target})

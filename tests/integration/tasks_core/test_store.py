@@ -891,14 +891,12 @@ def test_scheduling_takes_no_lock_on_its_lambdas_row(backend: StoreBackend) -> N
     import psycopg
 
     lambda_id = directory.by_name("demo.noop").id
-    params = connection.settings_dict
     atf.schedule("demo.noop")  # its collection's row made and committed (its check locks it)
     with transaction.atomic():
         with connection.cursor() as cursor:  # checks at the insert, not at the commit
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         atf.schedule("demo.noop")  # this transaction stays open, with its locks
-        with psycopg.connect(dbname=params["NAME"], host=params["HOST"], port=params["PORT"],
-                             user=params["USER"], autocommit=True) as other:
+        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
             # Fails (LockNotAvailable) while the open transaction holds a lock on the row.
             other.execute("SELECT 1 FROM tasks_core_lambda WHERE id = %s FOR UPDATE NOWAIT",
                           [lambda_id])
