@@ -128,13 +128,14 @@ class AtfSettings:
 
     # --- Database -------------------------------------------------------------------------
 
-    #: Prepare the store's hot statements on the server, once per connection. Off by default:
-    #: behind a pooler in transaction mode (PgBouncer's `pool_mode = transaction`, pgcat, Supavisor,
-    #: RDS Proxy) the next transaction may run on a server connection that never saw them, and
-    #: measured on a direct connection they saved nothing worth the risk (docs/production.md).
-    #: Turned on where the session is not kept, a process prepares nothing, logs an error and
-    #: fails /readyz (tasks_core.pooling).
-    db_prepared_statements: bool = False
+    #: Prepare the store's hot statements on the server, once per connection (they cost
+    #: PostgreSQL about 40% less CPU: docs/production.md). None (the default): wherever every
+    #: database of the store keeps its session, which each process asks once; behind a pooler
+    #: in transaction mode (PgBouncer's `pool_mode = transaction`, pgcat, Supavisor, RDS Proxy)
+    #: the next transaction may run on a server connection that never saw them, so there they
+    #: are not. True: always, and where the session is not kept a process prepares nothing,
+    #: logs an error and fails /readyz (tasks_core.pooling). False: never, and nothing asked.
+    db_prepared_statements: bool | None = None
     #: The database aliases (`DATABASES` keys) that hold the tasks, by slot (tasks_core.shards);
     #: empty: the one database, `default`, as without shards. The first is slot 0, whose ids
     #: are those of a store from before shards; control data stays in `default`. A project

@@ -3,14 +3,18 @@
 ATF keeps nothing in a database session from one transaction to the next (its consumer's turns
 are transaction-scoped locks, workers/turns.py), so it runs behind a pooler in transaction
 mode (PgBouncer's `pool_mode = transaction`, pgcat, Supavisor, RDS Proxy) as it does on a
-direct connection. Two settings would need the session: ATF_DB_PREPARED_STATEMENTS (the store's
-statements prepared on the server) and psycopg's automatic prepares of Django's queries
-(DATABASES OPTIONS `server_side_binding` with a `prepare_threshold`). Behind such a pooler, a
-statement prepared on one server connection and run on another fails, or, should another
-client have prepared one of the same name there, runs that one. So when either is on, each
-process asks the database once, before the store prepares anything, whether its connection
-keeps a session; if it does not, the store prepares nothing, the process logs an error, and
-/readyz and `manage.py check --database default` fail.
+direct connection. Two things would need the session: the store's statements prepared on the
+server, and psycopg's automatic prepares of Django's queries (DATABASES OPTIONS
+`server_side_binding` with a `prepare_threshold`). Behind such a pooler, a statement prepared
+on one server connection and run on another fails, or, should another client have prepared one
+of the same name there, runs that one. So each process asks the database once, before the
+store prepares anything, whether its connections keep a session:
+
+- by default (ATF_DB_PREPARED_STATEMENTS unset) the store prepares its statements where every
+  database of the store keeps the session, and prepares nothing where one does not;
+- set on, where the session is not kept the store prepares nothing, the process logs an error,
+  and /readyz and `manage.py check --database default` fail (as for psycopg's prepares);
+- set off, it prepares nothing and asks nothing.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import contextlib
 import logging
 import threading
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from tasks_core import shards
 from tasks_core.conf import atf_settings
 
 logger = logging.getLogger(__name__)
@@ -35,6 +40,8 @@ SESSION_LOST = (
 _lock = threading.Lock()
 _problem: str | None = None
 _probed = False
+#: Whether every database of the store keeps its session (the default's finding), once probed.
+_store_keeps: bool | None = None
 
 
 def _backend_pid(wrapper: BaseDatabaseWrapper) -> int:
@@ -69,7 +76,7 @@ def session_is_kept(alias: str = DEFAULT_DB_ALIAS) -> bool:
 def _session_settings(alias: str) -> list[str]:
     """The settings in effect that need a session kept between transactions."""
     needs = []
-    if atf_settings.db_prepared_statements:
+    if atf_settings.db_prepared_statements is True:
         needs.append("ATF_DB_PREPARED_STATEMENTS")
     options = connections[alias].settings_dict.get("OPTIONS", {})
     if options.get("server_side_binding") is True and options.get("prepare_threshold") is not None:
@@ -102,11 +109,41 @@ def problem() -> str | None:
 
 def prepare_statements() -> bool:
     """Whether the store may prepare its statements on the server in this process."""
-    return atf_settings.db_prepared_statements and problem() is None
+    asked = atf_settings.db_prepared_statements
+    if asked is None:
+        return _store_keeps_its_sessions()
+    return asked and problem() is None
+
+
+def _store_keeps_its_sessions() -> bool:
+    """Whether every database of the store (each shard) is PostgreSQL and keeps the session,
+    probed once; one that cannot be reached now counts as not keeping it (the process then
+    prepares nothing: slower, never wrong)."""
+    global _store_keeps
+    if _store_keeps is None:
+        with _lock:
+            if _store_keeps is None:
+                _store_keeps = all(_keeps(alias) for alias in shards.aliases())
+                logger.info("the store's statements are %sprepared on the server (%s)",
+                            "" if _store_keeps else "not ",
+                            "every connection keeps its session" if _store_keeps else
+                            "a database is not PostgreSQL, is out of reach, or is behind a "
+                            "pooler in transaction mode")
+    return _store_keeps
+
+
+def _keeps(alias: str) -> bool:
+    if connections[alias].vendor != "postgresql":
+        return False
+    try:
+        return session_is_kept(alias)
+    except DatabaseError as exc:
+        logger.warning("could not ask %s whether it keeps its session: %s", alias, exc)
+        return False
 
 
 def forget() -> None:
     """Probe again on next use (tests that change the database's route)."""
-    global _problem, _probed
+    global _problem, _probed, _store_keeps
     with _lock:
-        _problem, _probed = None, False
+        _problem, _probed, _store_keeps = None, False, None

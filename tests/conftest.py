@@ -338,6 +338,11 @@ def wait_for(condition: Callable[[], object], *, timeout_s: float = 30.0,
         time.sleep(interval_s)
 
 
+def _text(value: bool | None) -> str:
+    """A setting's value as its variable reads it (None: empty)."""
+    return "" if value is None else str(value)
+
+
 def subprocess_env(**overrides: str) -> dict[str, str]:
     """Environment for a manage.py child that uses this test run's database and Redis."""
     env = {
@@ -346,7 +351,7 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
         "DATABASE_URL": database_url.compose(connection.settings_dict),
         "REDIS_URL": settings.REDIS_URL,
         "ATF_QUEUE_PREFIX": atf_settings.queue_prefix,
-        "ATF_DB_PREPARED_STATEMENTS": str(atf_settings.db_prepared_statements),
+        "ATF_DB_PREPARED_STATEMENTS": _text(atf_settings.db_prepared_statements),
         "ATF_LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
     }

@@ -59,6 +59,11 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+#: A prepare threshold no statement reaches by being run again and again: psycopg prepares
+#: only what a call asks for (`prepare=True`), never Django's own queries.
+ONLY_WHEN_ASKED = 2**31 - 1
+
+
 def _execute(sql: str, params: Mapping[str, Any], *, prepare: bool) -> list[tuple]:
     """Run a statement with its parameters bound on the server; its rows, if it has any.
 
@@ -72,6 +77,10 @@ def _execute(sql: str, params: Mapping[str, Any], *, prepare: bool) -> list[tupl
 
     connection = shards.connection()
     connection.ensure_connection()
+    if prepare and connection.connection.prepare_threshold is None:
+        # Django's connections come with psycopg's prepares off (a threshold of None), which
+        # refuses even a statement asked for by name: only those asked for are prepared.
+        connection.connection.prepare_threshold = ONLY_WHEN_ASKED
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=prepare)
         return cursor.fetchall() if cursor.description else []

@@ -11,9 +11,10 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.db import connection
 from rest_framework.test import APIClient
 
-from tasks_core import pooling
+from tasks_core import atf, pooling
 from tasks_core.conf import atf_settings
 from tasks_core.store import backends
 
@@ -47,8 +48,15 @@ def test_prepared_statements_behind_a_transaction_pooler_say_so_and_stay_off(
     assert ready.status_code == (503 if lost else 200)
     assert ready.json()["checks"]["database"] == ("misconfigured" if lost else "ok")
     assert ("ATF_DB_PREPARED_STATEMENTS needs it" in caplog.text) is lost
-    # And the store prepares nothing there (and prepares elsewhere, as asked)
+    # And the store prepares nothing there, and elsewhere its statements are prepared on the
+    # server session its connection keeps (Django opens connections with psycopg's prepares
+    # off, which once left the setting doing nothing)
     assert backends.current().prepare is not lost  # type: ignore[attr-defined]
+    atf.schedule("demo.noop", {})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                       ["%INSERT INTO tasks_core_taskentity%"])
+        assert cursor.fetchone() == ((0,) if lost else (1,))
     # And the database check fails there with the same finding
     if lost:
         with pytest.raises(SystemCheckError, match="atf.E009"):
@@ -57,12 +65,23 @@ def test_prepared_statements_behind_a_transaction_pooler_say_so_and_stay_off(
         call_command("check", databases=["default"])
 
 
-def test_with_the_defaults_every_route_is_ready(database_route: str, settings: object,
-                                                 redis_client: object) -> None:
-    # Given the defaults: nothing prepared on the server, nothing kept in a session
-    settings.ATF_DB_PREPARED_STATEMENTS = False  # type: ignore[attr-defined]
+@pytest.mark.parametrize("asked", [None, False])
+def test_with_the_defaults_every_route_is_ready_and_prepares_where_the_session_is_kept(
+        database_route: str, asked: bool | None, redis_client: object) -> None:
+    # Given the default (prepared wherever the session is kept), or prepares turned off
+    before = atf_settings.db_prepared_statements
+    settings.ATF_DB_PREPARED_STATEMENTS = asked
     pooling.forget()
-    # Then the API is ready on every route, and nothing is wrong
-    assert APIClient().get("/readyz").json()["checks"]["database"] == "ok"
-    assert pooling.problem() is None
-    pooling.forget()
+    backends.use(None)
+    try:
+        # Then the API is ready on every route, and nothing is wrong
+        assert APIClient().get("/readyz").json()["checks"]["database"] == "ok"
+        assert pooling.problem() is None
+        # And by default the store prepares its statements but behind the transaction-mode
+        # pooler; turned off, nowhere
+        kept = database_route != "pgbouncer-transaction"
+        assert backends.current().prepare is (asked is None and kept)  # type: ignore[attr-defined]
+    finally:
+        settings.ATF_DB_PREPARED_STATEMENTS = before
+        pooling.forget()
+        backends.use(None)
