@@ -79,11 +79,12 @@ def _abreast_of_direct(value: float, summaries: Summaries) -> bool | None:
 
 def _near_commit_limit_and_ahead_of_procrastinate(value: float,
                                                   summaries: Summaries) -> bool | None:
-    """At least 0.7× the machine's INSERT+COMMIT rate (issue 27's target) and 1.5×
+    """At least 0.5× the machine's INSERT+COMMIT rate (issue 38's target: two rows and Django's
+    own work make issue 27's 0.7× unrealistic) and 1.5×
     procrastinate's (issue 18's), where each was measured."""
     checks = []
     if limit := _median(summaries, MACHINE, "pg_insert_commit"):
-        checks.append(value >= 0.7 * limit)
+        checks.append(value >= 0.5 * limit)
     if theirs := _median(summaries, "procrastinate", "enqueue_single"):
         checks.append(value >= 1.5 * theirs)
     return all(checks) if checks else None
@@ -132,7 +133,7 @@ SCALING_CPU_LIMIT = 1.25
 METRICS = (
     Metric(key="enqueue_single", label="enqueue, one call per task (`schedule()` in its own "
            "transaction)", unit="tasks/s", higher_is_better=True,
-           target="≥ 0.7× INSERT+COMMIT limit, ≥ 1.5× procrastinate",
+           target="≥ 0.5× INSERT+COMMIT limit, ≥ 1.5× procrastinate",
            met=_near_commit_limit_and_ahead_of_procrastinate, limit=INSERT_COMMIT),
     Metric(key="enqueue_in_txn_ms", label="`schedule()` inside the caller's open transaction",
            unit="ms/call", higher_is_better=False, target="≤ 0.25 ms", met=_at_most(0.25)),

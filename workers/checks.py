@@ -13,6 +13,7 @@ from tasks_core import checks as core_checks
 from tasks_core import logs, queues, registry
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
+from tasks_core.store import backends
 from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
 
 
@@ -90,6 +91,10 @@ def require_store_and_queue() -> queues.QueueBackend:
     """
     try:
         connection.ensure_connection()
+        # Chosen now, before a worker opens its pools: choosing asks the database, on two
+        # connections of its own, whether connections keep their session (tasks_core.pooling),
+        # and those would count against the pools' bound if asked at the first store call.
+        backends.current()
     except DatabaseError as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CommandError(f"cannot reach the database: {first_line}") from exc

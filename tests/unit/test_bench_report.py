@@ -23,9 +23,9 @@ def _metric(key: str) -> report.Metric:
 def test_enqueue_target_needs_both_the_commit_limit_and_procrastinate():
     met = _metric("enqueue_single").met
     summaries = {"machine": {"pg_insert_commit": _summary(1000)},
-                 "procrastinate": {"enqueue_single": _summary(500)}}
-    assert met(750, summaries) is True
-    assert met(690, summaries) is False  # under 0.7x the commit limit
+                 "procrastinate": {"enqueue_single": _summary(300)}}
+    assert met(500, summaries) is True
+    assert met(490, summaries) is False  # under 0.5x the commit limit
     summaries["procrastinate"]["enqueue_single"] = _summary(600)
     assert met(800, summaries) is False  # under 1.5x procrastinate
     assert met(800, {}) is None  # nothing to compare with

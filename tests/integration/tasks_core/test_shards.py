@@ -529,14 +529,17 @@ def most_until_all_succeed(sample: Callable[[], list[int]], clusters: Clusters, 
 
 @pytest.mark.parametrize("pooled", [1, 2])
 def test_a_direct_worker_holds_at_most_its_pools_connections_to_each_database(
-        sharded: Clusters, processes: Processes, pooled: int) -> None:
+        sharded: Clusters, processes: Processes, redis_client: redis.Redis,
+        pooled: int) -> None:
     # Given a direct worker of 16 threads with ATF_WORKER_DB_CONNECTIONS = `pooled`, and a
-    # consumer
+    # consumer, once the worker has started (at its start it asks each database, on two
+    # connections it then closes, whether connections keep their session: tasks_core.pooling)
     env = shard_env(sharded, ATF_HEARTBEAT_INTERVAL_S="0.5", ATF_HEARTBEAT_TIMEOUT_S="5",
                     ATF_POLL_INTERVAL_S="0.2")
     processes.start("runconsumer", env=env)
     worker = processes.start("runworker", "demo.record", "--threads", "16",
                              env={**env, "ATF_WORKER_DB_CONNECTIONS": str(pooled)})
+    wait_for(lambda: workers_waiting(redis_client, 1), message="the worker waiting on its queues")
     # When it drains 300 short tasks on each shard (claims, results and heartbeats at once)
     for alias in ALIASES:
         with transaction.atomic(using=alias):
