@@ -13,8 +13,8 @@ from tasks_core import checks as core_checks
 from tasks_core import logs, queues, registry
 from tasks_core.conf import atf_settings
 from tasks_core.exceptions import AtfError
-from tasks_core.store import backends
 from tasks_core.heartbeat_rule import MAX_FAILED_HEARTBEATS, outlasts_heartbeats
+from tasks_core.store import backends
 
 
 def heartbeat_errors() -> list[checks.CheckMessage]:
