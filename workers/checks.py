@@ -3,6 +3,8 @@ system check of heartbeat timeouts (atf.E003; the other ATF checks are in tasks_
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from django.core import checks
@@ -89,21 +91,29 @@ def require_store_and_queue() -> queues.QueueBackend:
 
     Raises CommandError with a one-line reason otherwise.
     """
-    try:
+    with _database_reached():
         connection.ensure_connection()
-        # Chosen now, before a worker opens its pools: choosing asks the database, on two
-        # connections of its own, whether connections keep their session (tasks_core.pooling),
-        # and those would count against the pools' bound if asked at the first store call.
-        backends.current()
-    except DatabaseError as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CommandError(f"cannot reach the database: {first_line}") from exc
     try:
         queue = queues.backend()
         queue.ping()
     except AtfError as exc:
         raise CommandError(str(exc)) from exc
+    with _database_reached():
+        # Chosen now, before a worker opens its pools: choosing asks the database, on two
+        # connections of its own, whether connections keep their session (tasks_core.pooling),
+        # and those would count against the pools' bound if asked at the first store call.
+        backends.current()
     return queue
+
+
+@contextlib.contextmanager
+def _database_reached() -> Iterator[None]:
+    """A database error within it becomes a CommandError of one line."""
+    try:
+        yield
+    except DatabaseError as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CommandError(f"cannot reach the database: {first_line}") from exc
 
 
 def setting_default(value: Any) -> Any:
