@@ -12,8 +12,9 @@ store prepares anything, whether its connections keep a session:
 
 - by default (ATF_DB_PREPARED_STATEMENTS unset) the store prepares its statements where every
   database of the store keeps the session, and prepares nothing where one does not;
-- set on, where the session is not kept the store prepares nothing, the process logs an error,
-  and /readyz and `manage.py check --database default` fail (as for psycopg's prepares);
+- set on, where the default database does not keep the session the store prepares nothing, the
+  process logs an error, and /readyz and `manage.py check --database default` fail (as for
+  psycopg's prepares); a shard that does not keep it is checked as by default;
 - set off, it prepares nothing and asks nothing.
 """
 
@@ -37,11 +38,12 @@ SESSION_LOST = (
     "database or at a pooler in session mode"
 )
 
-_lock = threading.Lock()
+#: Reentrant: problem() holds it while probe() asks _kept_session().
+_lock = threading.RLock()
 _problem: str | None = None
 _probed = False
-#: Whether every database of the store keeps its session (the default's finding), once probed.
-_store_keeps: bool | None = None
+#: alias -> whether its connections keep their session, asked once per process.
+_kept: dict[str, bool] = {}
 
 
 def _backend_pid(wrapper: BaseDatabaseWrapper) -> int:
@@ -89,7 +91,7 @@ def probe(alias: str = DEFAULT_DB_ALIAS) -> str | None:
     if connections[alias].vendor != "postgresql":
         return None
     needs = _session_settings(alias)
-    if not needs or session_is_kept(alias):
+    if not needs or _kept_session(alias):
         return None
     found = SESSION_LOST.format(needs=" and ".join(needs))
     logger.error("%s", found)
@@ -107,36 +109,37 @@ def problem() -> str | None:
     return _problem
 
 
+def _kept_session(alias: str) -> bool:
+    """session_is_kept(alias), asked once per process (an error is not kept: asked again)."""
+    with _lock:
+        if alias not in _kept:
+            _kept[alias] = session_is_kept(alias)
+        return _kept[alias]
+
+
 def prepare_statements() -> bool:
-    """Whether the store may prepare its statements on the server in this process."""
+    """Whether the store may prepare its statements on the server in this process: not when
+    turned off, nor when turned on where the default database does not keep its session (the
+    error problem() reports), and else only where every database of the store (each shard) is
+    PostgreSQL and keeps it. One that cannot be reached now counts as not keeping it: slower,
+    never wrong."""
     asked = atf_settings.db_prepared_statements
-    if asked is None:
-        return _store_keeps_its_sessions()
-    return asked and problem() is None
-
-
-def _store_keeps_its_sessions() -> bool:
-    """Whether every database of the store (each shard) is PostgreSQL and keeps the session,
-    probed once; one that cannot be reached now counts as not keeping it (the process then
-    prepares nothing: slower, never wrong)."""
-    global _store_keeps
-    if _store_keeps is None:
-        with _lock:
-            if _store_keeps is None:
-                _store_keeps = all(_keeps(alias) for alias in shards.aliases())
-                logger.info("the store's statements are %sprepared on the server (%s)",
-                            "" if _store_keeps else "not ",
-                            "every connection keeps its session" if _store_keeps else
-                            "a database is not PostgreSQL, is out of reach, or is behind a "
-                            "pooler in transaction mode")
-    return _store_keeps
+    if asked is False or (asked and problem() is not None):
+        return False
+    keeps = all(_keeps(alias) for alias in shards.aliases())
+    logger.info("the store's statements are %sprepared on the server (%s)",
+                "" if keeps else "not ",
+                "every connection keeps its session" if keeps else
+                "a database is not PostgreSQL, is out of reach, or is behind a pooler in "
+                "transaction mode")
+    return keeps
 
 
 def _keeps(alias: str) -> bool:
     if connections[alias].vendor != "postgresql":
         return False
     try:
-        return session_is_kept(alias)
+        return _kept_session(alias)
     except DatabaseError as exc:
         logger.warning("could not ask %s whether it keeps its session: %s", alias, exc)
         return False
@@ -144,6 +147,7 @@ def _keeps(alias: str) -> bool:
 
 def forget() -> None:
     """Probe again on next use (tests that change the database's route)."""
-    global _problem, _probed, _store_keeps
+    global _problem, _probed
     with _lock:
-        _problem, _probed, _store_keeps = None, False, None
+        _problem, _probed = None, False
+        _kept.clear()

@@ -38,6 +38,7 @@ from tasks_core import (
     directory,
     latency_buckets,
     outcomes,
+    pooling,
     scheduling,
     shards,
     stats,
@@ -54,6 +55,7 @@ from tests.acceptance.test_workers import overlapping
 from tests.conftest import Processes, race, subprocess_env, wait_for
 from tests.held_sockets import connections_to
 from tests.integration.tasks_api.test_api_support import Member, member, token_client
+from tests.pooler import PgBouncer
 from tests.ports import free_port
 from tests.remote import start_api, worker_env, worker_token
 from tests.shard_clusters import Clusters
@@ -555,19 +557,52 @@ def test_a_direct_worker_holds_at_most_its_pools_connections_to_each_database(
     assert max(most) <= pooled and min(most[1:]) >= 1, most
 
 
+@pytest.mark.parametrize("asked", [None, True])
+def test_the_store_prepares_its_statements_only_where_every_shard_keeps_its_session(
+        sharded: Clusters, asked: bool | None) -> None:
+    before = atf_settings.db_prepared_statements
+    settings.ATF_DB_PREPARED_STATEMENTS = asked
+    shard = connections["shard1"].settings_dict
+    try:
+        # Given every shard reached directly: the store's statements are prepared
+        pooling.forget()
+        assert pooling.prepare_statements() is True
+        # When one shard is reached through PgBouncer in transaction mode: nowhere
+        bouncer = PgBouncer("transaction", host=shard["HOST"] or "127.0.0.1",
+                            port=int(shard["PORT"]))
+        try:
+            with moved("shard1", bouncer.port):
+                pooling.forget()
+                assert pooling.prepare_statements() is False
+        finally:
+            bouncer.stop()
+        # ...and when one shard cannot be reached at the moment it is asked
+        with unreachable("shard1"):
+            pooling.forget()
+            assert pooling.prepare_statements() is False
+    finally:
+        settings.ATF_DB_PREPARED_STATEMENTS = before
+        pooling.forget()
+
+
 @contextlib.contextmanager
-def unreachable(alias: str) -> Iterator[None]:
-    """Within it, `alias`'s connections go to a port nothing listens on (as to a shard that
-    is down)."""
+def moved(alias: str, port: int | str) -> Iterator[None]:
+    """Within it, `alias`'s connections go to `port` (a pooler in front of it, or nothing)."""
     shard = connections[alias]
     shard.close()
-    port = shard.settings_dict["PORT"]
-    shard.settings_dict["PORT"] = str(free_port())
+    before = shard.settings_dict["PORT"]
+    shard.settings_dict["PORT"] = str(port)
     try:
         yield
     finally:
         shard.close()
-        shard.settings_dict["PORT"] = port
+        shard.settings_dict["PORT"] = before
+
+
+def unreachable(alias: str) -> contextlib.AbstractContextManager[None]:
+    """Within it, `alias`'s connections go to a port nothing listens on (as to a shard that
+    is down)."""
+    return moved(alias, free_port())
 
 
 def test_a_shard_that_is_down_costs_only_its_own_tasks(sharded: Clusters, alice: Member,
