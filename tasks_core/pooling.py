@@ -61,8 +61,7 @@ def session_is_kept(alias: str = DEFAULT_DB_ALIAS) -> bool:
     reuses the last one freed); the first runs another. Behind a transaction-mode pooler the
     second transaction of the first connection then runs in another server process.
     """
-    first = connections.create_connection(alias)
-    second = connections.create_connection(alias)
+    first, second = own_connection(alias), own_connection(alias)
     try:
         pid = _backend_pid(first)
         second.ensure_connection()
@@ -73,6 +72,17 @@ def session_is_kept(alias: str = DEFAULT_DB_ALIAS) -> bool:
         for wrapper in (first, second):
             with contextlib.suppress(Exception):
                 wrapper.close()
+
+
+def own_connection(alias: str) -> BaseDatabaseWrapper:
+    """A connection of its own to `alias`, never one of the process's pool (ATF_DB_POOL_SIZE),
+    for a caller that already holds one of the pool's connections: the probe within a request
+    (the others may all be held by requests waiting for it), a consumer's turn beside the
+    store's work. Taken from the pool, it waited for a connection that only it could free."""
+    wrapper = connections[alias]
+    options = {key: value for key, value in wrapper.settings_dict["OPTIONS"].items()
+               if key != "pool"}
+    return type(wrapper)({**wrapper.settings_dict, "OPTIONS": options}, alias)
 
 
 def _session_settings(alias: str) -> list[str]:

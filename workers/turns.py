@@ -24,10 +24,9 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from tasks_core import shards
+from tasks_core import pooling, shards
 
 #: The first key of ATF's advisory locks (the second is the lambda's id): "ATF" in ASCII.
 LOCK_NAMESPACE = 0x415446
@@ -43,7 +42,7 @@ def _turns_connection() -> BaseDatabaseWrapper:
         reset()
         wrapper = None
     if wrapper is None:
-        wrapper = _local.wrapper = connections.create_connection(shards.current())
+        wrapper = _local.wrapper = pooling.own_connection(shards.current())
     return wrapper
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import requests
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.db import connection
@@ -16,7 +18,11 @@ from rest_framework.test import APIClient
 
 from tasks_core import atf, pooling
 from tasks_core.conf import atf_settings
+from tasks_core.models import Lambda, TaskEntity
 from tasks_core.store import backends
+from tests.conftest import Processes, race, subprocess_env, wait_for
+from tests.integration.tasks_api.test_api_support import new_token
+from tests.remote import start_api
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.pooled]
 
@@ -85,3 +91,34 @@ def test_with_the_defaults_every_route_is_ready_and_prepares_where_the_session_i
         settings.ATF_DB_PREPARED_STATEMENTS = before
         pooling.forget()
         backends.use(None)
+
+
+def test_processes_with_a_pool_of_one_connection_answer_and_drain_from_their_first_requests(
+        database_route: str, processes: Processes, redis_client: object) -> None:
+    # Given the API, a consumer and a direct worker whose threads share a pool of one database
+    # connection each (ATF_DB_POOL_SIZE), the store's statements not yet probed: each process
+    # asks at its first store call, within a request or a consumer's turn that holds the pool's
+    # one connection
+    env = subprocess_env(ATF_DB_POOL_SIZE="1", ATF_POLL_INTERVAL_S="0.2")
+    url = start_api(processes, env, threads=4)
+    processes.start("runconsumer", env=env)
+    demo = Lambda.objects.get(name="demo.noop")
+    person = get_user_model().objects.create(username="pool-of-one")
+    demo.team.members.add(person)
+    token = new_token(person, demo.team)
+    processes.start("runworker", "demo.noop", "--threads", "2", env=env)
+    answers: list[int] = []
+
+    def schedule() -> None:
+        answers.append(requests.post(f"{url}/api/v1/tasks/", json={"lambda": demo.name},
+                                     headers={"Authorization": f"Token {token}"},
+                                     timeout=30).status_code)
+
+    # When four requests that schedule arrive at once, as the API's first
+    race(*[schedule] * 4)
+    # Then each is answered 201: the probe took no connection of the pool (it once waited for
+    # the one its own request held, and answered 503 after the pool's 10 s)
+    assert answers == [201] * 4
+    # And the consumer and the worker run the four tasks
+    wait_for(lambda: TaskEntity.objects.filter(status="success").count() == 4, timeout_s=30,
+             message="the four tasks to succeed")
