@@ -105,6 +105,7 @@ PER_SYSTEM: dict[str, Estimator] = {
     "rest": _atf_only(lambda plan, _s: plan.rest_single_n / 220 + plan.rest_batch_n / 5000
                       + FLEET_S),
     "drain": _drain_s,
+    "drain_per_core": _atf_only(_drain_s),
     "drain_limited": _atf_only(_drain_s),
     "drain_one_process": _atf_only(_drain_s),
     "drain_remote": _atf_only(lambda plan, s: _backlog_s(s, plan.drain_n) + plan.drain_n / 300

@@ -240,10 +240,25 @@ def cpu_per_task(fleets: list[Fleet], rows: list[tuple[float, float, float]],
                                                                       last_end).items()}
 
 
+def _drain_figures(target: Target, plan: Plan, fleet: Fleet, figure: str) -> dict[str, float]:
+    """`fleet`'s drain rate as `figure`, and its CPU per task by process (`cpu_<figure>_*`)."""
+    rows = drained_rows(target, plan, watch_servers(target, fleet))
+    return {figure: drain_rate(rows), **cpu_per_task([fleet], rows, figure)}
+
+
 def drain(target: Target, plan: Plan) -> dict[str, float]:
-    fleet = watch_servers(target, target.fleet())
-    rows = drained_rows(target, plan, fleet)
-    return {"drain": drain_rate(rows), **cpu_per_task([fleet], rows, "drain"), **_rss(fleet)}
+    fleet = target.fleet()
+    return {**_drain_figures(target, plan, fleet, "drain"), **_rss(fleet)}
+
+
+def drain_per_core(target: Target, plan: Plan) -> dict[str, float]:
+    """The drain again with a worker process per core (ATF only; the peers' own drain already
+    runs as they are deployed: Dramatiq a process per core, Huey one process)."""
+    per_core = getattr(target.driver, "per_core_commands", None)
+    if per_core is None:
+        return {}
+    return _drain_figures(target, plan, Fleet(target.name, per_core(target.env)),
+                          "drain_per_core")
 
 
 #: drain_limited's concurrency: far above the fleet's executors, so it never binds.
@@ -485,5 +500,5 @@ def store_cost_per_task(target: Target, plan: Plan) -> dict[str, float]:
 
 #: Measurements in the order they run; each interleaves the systems within a repetition.
 MEASUREMENTS = (enqueue_single, enqueue_in_transaction, enqueue_bulk, rest, drain,
-                drain_limited, drain_one_process, drain_remote, connections, latency, isolation,
-                isolation_per_lambda, store_cost_per_task)
+                drain_per_core, drain_limited, drain_one_process, drain_remote, connections,
+                latency, isolation, isolation_per_lambda, store_cost_per_task)

@@ -146,6 +146,9 @@ METRICS = (
     Metric(key="drain", label="drain, no-op", unit="tasks/s", higher_is_better=True,
            target="≥ 1.0× the faster of Huey/Dramatiq", met=_abreast_of_redis_rivals,
            limit=REDIS_ROUND_TRIP),
+    Metric(key="drain_per_core", label="drain, no-op, a worker process per core "
+           "(runworker --processes N)", unit="tasks/s", higher_is_better=True,
+           target="≥ 1.0× the faster of Huey/Dramatiq", met=_abreast_of_redis_rivals),
     Metric(key="drain_limited", label="drain, no-op, with a concurrency limit that never "
            "binds (flow control's cost)", unit="tasks/s", higher_is_better=True,
            target="≥ 0.9× ATF's drain", met=_abreast_of_direct),
@@ -579,6 +582,8 @@ def cpu_table(summaries: Summaries, drivers: list[ModuleType]) -> str:
     is made of."""
     columns = [(d.LABEL, d.NAME, "drain") for d in drivers
                if "cpu_drain_worker" in summaries.get(d.NAME, {})]
+    if "cpu_drain_per_core_worker" in summaries.get("atf", {}):
+        columns.append(("ATF, a worker process per core", "atf", "drain_per_core"))
     if "cpu_drain_remote_worker" in summaries.get("atf", {}):
         columns.append(("ATF, remote worker", "atf", "drain_remote"))
     if not columns:

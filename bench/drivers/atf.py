@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING
 
 from bench.drivers.base import ATF_PYTHON, ROOT, Command, Env
@@ -69,6 +70,15 @@ def shards_command(env: Env) -> Command:
 def worker_commands(env: Env) -> list[Command]:
     return [_manage(env, "consumer", "runconsumer"),
             _manage(env, "worker", "runworker", "--threads", "64")]
+
+
+def per_core_commands(env: Env) -> list[Command]:
+    """The consumer, and a worker process per core (`runworker --processes N`), as Dramatiq
+    runs a process per core: one process's Python holds one core at most (its GIL), so on a
+    machine of N cores one process leaves the rest to PostgreSQL, Redis and nothing."""
+    return [_manage(env, "consumer", "runconsumer"),
+            _manage(env, "worker", "runworker", "--threads", "64",
+                    "--processes", str(os.cpu_count() or 1))]
 
 
 def one_process_commands(env: Env) -> list[Command]:

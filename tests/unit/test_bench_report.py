@@ -50,8 +50,9 @@ def test_wal_target_is_procrastinates_wal_per_drained_task():
     assert met(2000, {}) is None  # procrastinate not in the run
 
 
-def test_drain_target_is_the_faster_redis_peer():
-    met = _metric("drain").met
+@pytest.mark.parametrize("key", ["drain", "drain_per_core"])
+def test_drain_target_is_the_faster_redis_peer(key):
+    met = _metric(key).met
     summaries = {"huey": {"drain": _summary(1600)}, "dramatiq": {"drain": _summary(3700)}}
     assert met(3700, summaries) is True
     assert met(3699, summaries) is False
@@ -165,20 +166,22 @@ def test_cpu_table_sums_each_drains_processes_and_divides_the_cores_by_it(monkey
     monkeypatch.setattr(report.os, "cpu_count", lambda: 2)
     atf = {"drain": 1500.0, "cpu_drain_worker": 300.0, "cpu_drain_postgres": 150.0,
            "cpu_drain_redis": 50.0, "drain_remote": 1000.0, "cpu_drain_remote_worker": 250.0,
-           "cpu_drain_remote_api": 500.0, "cpu_drain_remote_postgres": 250.0}
+           "cpu_drain_remote_api": 500.0, "cpu_drain_remote_postgres": 250.0,
+           "drain_per_core": 2500.0, "cpu_drain_per_core_worker": 400.0}
     peer = {"drain": 4000.0, "cpu_drain_worker": 200.0, "cpu_drain_redis": 50.0}
     summaries = {"atf": {k: _summary(v) for k, v in atf.items()},
                  "dramatiq": {k: _summary(v) for k, v in peer.items()}}
     text = report.cpu_table(summaries, [_driver("atf", "ATF"), _driver("dramatiq", "Dramatiq"),
                                         _driver("huey", "Huey")])
     lines = text.splitlines()
-    assert lines[0] == "| per drained task | ATF | Dramatiq | ATF, remote worker |"  # no Huey
-    assert "| worker processes | 300 | 200 | 250 |" in lines
+    assert lines[0] == ("| per drained task | ATF | Dramatiq | ATF, a worker process per core | "
+                        "ATF, remote worker |")  # no Huey
+    assert "| worker processes | 300 | 200 | 400 | 250 |" in lines
     assert "| consumer |" not in text  # no drain sampled one
-    assert "| **all of them** | **500** | **250** | **1,000** |" in lines
+    assert "| **all of them** | **500** | **250** | **400** | **1,000** |" in lines
     # 2 cores: 2,000,000 µs a second over each total
-    assert "| drain those allow on 2 cores (tasks/s) | 4,000 | 8,000 | 2,000 |" in lines
-    assert lines[-1] == "| drain measured (tasks/s) | 1,500 | 4,000 | 1,000 |"
+    assert "| drain those allow on 2 cores (tasks/s) | 4,000 | 8,000 | 5,000 | 2,000 |" in lines
+    assert lines[-1] == "| drain measured (tasks/s) | 1,500 | 4,000 | 2,500 | 1,000 |"
     assert report.cpu_table({"huey": {}}, [_driver("huey", "Huey")]) == ""
 
 
