@@ -299,17 +299,12 @@ def _tasks(leases: Mapping[int, int], teams: Teams, *, started: bool,
     The store reads lambda, attempt and limits from its own rows, never from the worker; the
     payload is left out (no write reads it).
     """
-    columns = [column for column in store.CLAIMED_COLUMNS if column != "payload"]
-    workers = list(claimed_by) if shards.sharded() else claimed_by  # control rows: named
-
-    def read(part: list[int]) -> list[tuple[Any, ...]]:
-        return list(TaskEntity.objects.filter(pk__in=part, worker__in=workers)
-                    .values_list(*columns))
-
+    workers = list(claimed_by)  # control rows, read where they live: named to each shard
     return {
         pk: store.ClaimedTask.from_row(pk, leases[pk], lambda_id, collection, priority, None,
                                        *rest, started=started)
-        for rows in shards.each_part(leases, int, read, unreached)
+        for rows in shards.each_part(leases, int,
+                                     lambda part: store.held_rows(part, workers), unreached)
         for pk, _lease, lambda_id, collection, priority, *rest in rows
         if _owned(lambda_id, teams)
     }

@@ -23,6 +23,7 @@ from tasks_core.store.guarded import transition
 from tasks_core.store.operators import cancel, discard, requeue, run_now, stop_requested
 from tasks_core.store.values import (
     CLAIMED_COLUMNS,
+    HELD_COLUMNS,
     ClaimedTask,
     DueBatch,
     Lease,
@@ -40,15 +41,16 @@ from tasks_core.store.worker import (
     finish_many,
     heartbeat,
     held,
+    held_rows,
     release,
     start,
     start_many,
 )
 
 __all__ = [
-    "CLAIMED_COLUMNS", "ClaimedTask", "DueBatch", "Lease", "NewTask", "Outcome", "Result",
-    "cancel", "claim", "create", "discard", "encode", "enqueue_due", "error_info", "exclusive",
-    "finish", "finish_and_claim", "finish_many", "heartbeat", "held", "release", "requeue",
-    "retrigger",
+    "CLAIMED_COLUMNS", "HELD_COLUMNS", "ClaimedTask", "DueBatch", "Lease", "NewTask", "Outcome",
+    "Result", "cancel", "claim", "create", "discard", "encode", "enqueue_due", "error_info",
+    "exclusive", "finish", "finish_and_claim", "finish_many", "heartbeat", "held", "held_rows",
+    "release", "requeue", "retrigger",
     "run_now", "start", "start_many", "stop_requested", "transition",
 ]

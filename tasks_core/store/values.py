@@ -57,6 +57,9 @@ class Lease:
 #: The task columns a claimed task is read from, in `ClaimedTask.from_row`'s order.
 CLAIMED_COLUMNS = ("pk", "lease", "lambda_ref_id", "collection", "priority", "payload",
                    "attempts", "max_attempts", "timeout_s")
+#: CLAIMED_COLUMNS but the payload, which no write reads: what a worker's later calls about a
+#: task it holds are checked and written with (StoreBackend.held_rows).
+HELD_COLUMNS = tuple(column for column in CLAIMED_COLUMNS if column != "payload")
 #: The worker API's names for the fields it has always called otherwise.
 _WIRE_NAMES = {"task_id": "id", "lambda_name": "lambda"}
 

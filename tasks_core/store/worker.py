@@ -7,6 +7,7 @@ import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from tasks_core import directory, flow, shards, states, worker_registry
 from tasks_core.conf import atf_settings
@@ -33,6 +34,12 @@ def exclusive(key: str) -> contextlib.AbstractContextManager[None]:
     """A transaction that no other `exclusive(key)` runs beside, every process together (a
     worker's count of what it holds, and the claim that the count bounds)."""
     return backends.current().exclusive(key)
+
+
+def held_rows(ids: Sequence[int], workers: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The rows of `ids` (on the shard the store works on) that one of `workers` claimed, as
+    HELD_COLUMNS: what a worker's later call about a task it holds is checked against."""
+    return backends.current().held_rows(ids, workers)
 
 
 def held(worker: str, ending: Sequence[Lease], *, credential: str | None = None,

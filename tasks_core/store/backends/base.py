@@ -20,6 +20,7 @@ from tasks_core import directory, shards
 from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
 from tasks_core.store.values import (
+    HELD_COLUMNS,
     AssocChange,
     ClaimedTask,
     DueRow,
@@ -147,6 +148,11 @@ class StoreBackend(ABC):
                             {task.task_id: assocs[directory.by_name(task.lambda_name).id]
                              for task in claimed}, now=now)
         return [task for task in claimed if task.task_id in starts.started], starts
+
+    def held_rows(self, ids: Sequence[int], workers: Sequence[str]) -> list[tuple[Any, ...]]:
+        """The rows of `ids` that one of `workers` claimed, as HELD_COLUMNS."""
+        return list(TaskEntity.objects.filter(pk__in=ids, worker__in=workers)
+                    .values_list(*HELD_COLUMNS))
 
     def held(self, worker: str, ending: Sequence[Lease], *, credential: str | None = None,
              worker_most: int | None = None, token_most: int | None = None,

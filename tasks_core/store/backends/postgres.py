@@ -31,6 +31,7 @@ from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store.backends.orm import OrmBackend, due_row
 from tasks_core.store.decisions import GATE_DROPPED
 from tasks_core.store.values import (
+    HELD_COLUMNS,
     AssocChange,
     ClaimedTask,
     DueRow,
@@ -434,6 +435,13 @@ EXCLUSIVE = "SELECT pg_advisory_xact_lock(%(space)s, hashtext(%(key)s))"
 #: bound past which the caller learns no more; the statuses are literals, as the partial index
 #: task_held names them, so that even a prepared statement's generic plan reads only it. The
 #: ending tasks are found by id, and taken off where the worker processes them at that lease.
+#: StoreBackend.held_rows in one statement of constant text, by primary key (the ORM's
+#: `pk__in` is a statement of its own for every count of ids, each prepared anew).
+_HELD_ROWS = _sql("""
+SELECT """ + ", ".join("id" if column == "pk" else column for column in HELD_COLUMNS) + """
+FROM {entity} WHERE id = ANY(%(ids)s::bigint[]) AND worker = ANY(%(workers)s::varchar[])
+""")
+
 HELD_COUNTS = _sql("""
 SELECT
   (SELECT count(*) FROM (SELECT 1 FROM {entity}
@@ -473,6 +481,9 @@ class PostgresBackend(OrmBackend):
         with shards.atomic():
             self._run(EXCLUSIVE, {"space": EXCLUSIVE_SPACE, "key": key})
             yield
+
+    def held_rows(self, ids: Sequence[int], workers: Sequence[str]) -> list[tuple[Any, ...]]:
+        return self._run(_HELD_ROWS, {"ids": list(ids), "workers": list(workers)})
 
     def held(self, worker: str, ending: Sequence[Lease], *, credential: str | None = None,
              worker_most: int | None = None, token_most: int | None = None,

@@ -202,6 +202,27 @@ def test_a_duplicate_claim_gets_nothing(now: datetime) -> None:
     assert TaskEntity.objects.get().worker == "w1"
 
 
+def test_held_rows_are_the_asked_tasks_one_of_the_named_workers_claimed(now: datetime) -> None:
+    # Given three tasks, claimed by w1, by w2, and by nobody
+    for _ in range(3):
+        atf.schedule("demo.noop", {"big": "x" * 100})
+    first, second, third = messages(enqueue_due("demo.noop", now))
+    (mine,) = claim([first], now, worker="w1")
+    (theirs,) = claim([second], now, worker="w2")
+    # Then w1's rows are its own task's, as HELD_COLUMNS (no payload), and no other
+    rows = store.held_rows([first.task_id, second.task_id, third.task_id], ["w1"])
+    row = entity(mine.task_id)
+    assert rows == [tuple(getattr(row, "pk" if column == "pk" else column)
+                          for column in store.HELD_COLUMNS)]
+    assert rows[0][:2] == (mine.task_id, mine.lease)
+    # And named together, w1 and w2 hold both; nobody holds the unclaimed one
+    assert sorted(store.held_rows([first.task_id, second.task_id, third.task_id],
+                                  ["w1", "w2"])) == sorted(
+        [rows[0], store.held_rows([theirs.task_id], ["w2"])[0]])
+    assert store.held_rows([third.task_id], ["w1", "w2"]) == []
+    assert store.held_rows([], ["w1"]) == []
+
+
 def test_a_worker_that_lost_its_lease_cannot_start_heartbeat_or_record(now: datetime) -> None:
     # Given a running task whose lease was lost: its trigger fired and it was enqueued again
     claimed = running(now)
