@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -80,9 +81,15 @@ def own_connection(alias: str) -> BaseDatabaseWrapper:
     (the others may all be held by requests waiting for it), a consumer's turn beside the
     store's work. Taken from the pool, it waited for a connection that only it could free."""
     wrapper = connections[alias]
-    options = {key: value for key, value in wrapper.settings_dict["OPTIONS"].items()
-               if key != "pool"}
-    return type(wrapper)({**wrapper.settings_dict, "OPTIONS": options}, alias)
+    return type(wrapper)(unpooled_settings(alias), alias)
+
+
+def unpooled_settings(alias: str) -> dict[str, Any]:
+    """`alias`'s settings without Django's pool (OPTIONS["pool"]): for a connection of its own,
+    or a pool of another owner's (a direct worker's, workers/store_connections.py)."""
+    settings = connections[alias].settings_dict
+    options = {key: value for key, value in settings["OPTIONS"].items() if key != "pool"}
+    return {**settings, "OPTIONS": options}
 
 
 def _session_settings(alias: str) -> list[str]:

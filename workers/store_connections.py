@@ -28,7 +28,7 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from tasks_core import shards
+from tasks_core import pooling, shards
 from tasks_core.conf import atf_settings
 from tasks_core.shards import CONTROL
 
@@ -104,19 +104,18 @@ class StoreConnections:
 
     def _pooled(self, alias: str) -> BaseDatabaseWrapper:
         """A wrapper of `alias` whose connections come from this worker's pool of it."""
-        base = connections[alias]
-        settings = base.settings_dict
-        options = {key: value for key, value in settings["OPTIONS"].items() if key != "pool"}
+        settings = pooling.unpooled_settings(alias)
         # All `size` connections are made when the pool opens, and kept: a pool that grew on
         # demand kept a call waiting while it made one, which on a busy database outlasted the
         # 0.2 s that a call gives a shard to answer (shards.POOL_WAIT_S), so the call took the
         # shard for down and dropped the messages it had popped for it.
-        options["pool"] = {"min_size": self.size, "max_size": self.size,
-                           "timeout": min(BORROW_TIMEOUT_S, atf_settings.heartbeat_interval_s)}
+        pool = {"min_size": self.size, "max_size": self.size,
+                "timeout": min(BORROW_TIMEOUT_S, atf_settings.heartbeat_interval_s)}
         # Django's pools require CONN_MAX_AGE 0. A broken connection is found by its query
         # failing (the store retries on a fresh one), not by a check before every borrow.
-        pooled = {**settings, "OPTIONS": options, "CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False}
-        return self._wrapper_class(type(base))(pooled, alias)
+        pooled = {**settings, "OPTIONS": {**settings["OPTIONS"], "pool": pool},
+                  "CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False}
+        return self._wrapper_class(type(connections[alias]))(pooled, alias)
 
     def _wrapper_class(self, cls: type[BaseDatabaseWrapper]) -> type[BaseDatabaseWrapper]:
         with self._lock:

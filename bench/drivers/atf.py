@@ -51,6 +51,10 @@ def _manage(env: Env, role: str, *args: str) -> Command:
     return Command(role=role, argv=[str(ATF_PYTHON), MANAGE, *args], env=variables(env))
 
 
+def _consumer(env: Env) -> Command:
+    return _manage(env, "consumer", "runconsumer")
+
+
 def setup_commands(env: Env) -> list[Command]:
     return [_manage(env, "setup", "migrate", "-v", "0")]
 
@@ -68,7 +72,7 @@ def shards_command(env: Env) -> Command:
 
 
 def worker_commands(env: Env) -> list[Command]:
-    return [_manage(env, "consumer", "runconsumer"),
+    return [_consumer(env),
             _manage(env, "worker", "runworker", "--threads", "64")]
 
 
@@ -76,7 +80,7 @@ def per_core_commands(env: Env) -> list[Command]:
     """The consumer, and a worker process per core (`runworker --processes N`), as Dramatiq
     runs a process per core: one process's Python holds one core at most (its GIL), so on a
     machine of N cores one process leaves the rest to PostgreSQL, Redis and nothing."""
-    return [_manage(env, "consumer", "runconsumer"),
+    return [_consumer(env),
             _manage(env, "worker", "runworker", "--threads", "64",
                     "--processes", str(os.cpu_count() or 1))]
 
@@ -88,7 +92,7 @@ def one_process_commands(env: Env) -> list[Command]:
 
 def per_lambda_commands(env: Env) -> list[Command]:
     """The isolation run's deployment: its own worker process for each lambda."""
-    return [_manage(env, "consumer", "runconsumer"),
+    return [_consumer(env),
             _manage(env, "worker", "runworker", "demo.noop", "--threads", "8"),
             _manage(env, "worker", "runworker", "demo.record", "--threads", "8")]
 

@@ -212,8 +212,7 @@ def test_held_rows_are_the_asked_tasks_one_of_the_named_workers_claimed(now: dat
     # Then w1's rows are its own task's, as HELD_COLUMNS (no payload), and no other
     rows = store.held_rows([first.task_id, second.task_id, third.task_id], ["w1"])
     row = entity(mine.task_id)
-    assert rows == [tuple(getattr(row, "pk" if column == "pk" else column)
-                          for column in store.HELD_COLUMNS)]
+    assert rows == [tuple(getattr(row, column) for column in store.HELD_COLUMNS)]
     assert rows[0][:2] == (mine.task_id, mine.lease)
     # And named together, w1 and w2 hold both; nobody holds the unclaimed one
     assert sorted(store.held_rows([first.task_id, second.task_id, third.task_id],
