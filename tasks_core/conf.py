@@ -260,14 +260,16 @@ class AtfSettings:
     console_statement_timeout_ms: int = 5000
 
     def __getattribute__(self, name: str) -> Any:
-        if name in _DEFAULTS:
-            return getattr(settings, PREFIX + name.upper(), _DEFAULTS[name])
+        if (django_name := _DJANGO_NAMES.get(name)) is not None:
+            return getattr(settings, django_name, _DEFAULTS[name])
         return object.__getattribute__(self, name)
 
 
 #: Each setting's default, by attribute name.
 _DEFAULTS: dict[str, Any] = {name: value for name, value in vars(AtfSettings).items()
                              if not name.startswith("_")}
+#: Each setting's Django name (`ATF_…`), by attribute name.
+_DJANGO_NAMES: dict[str, str] = {name: PREFIX + name.upper() for name in _DEFAULTS}
 #: Each setting's type, by attribute name.
 _TYPES: dict[str, Any] = typing.get_type_hints(AtfSettings)
 

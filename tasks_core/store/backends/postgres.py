@@ -84,7 +84,8 @@ def _execute(sql: str, params: Mapping[str, Any], *, prepare: bool) -> list[tupl
         connection.connection.prepare_threshold = ONLY_WHEN_ASKED
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=prepare)
-        return cursor.fetchall() if cursor.description else []
+        # The result's field count, not `description`, which builds an object per column.
+        return cursor.fetchall() if cursor.pgresult and cursor.pgresult.nfields else []
 
 
 #: A batch of tasks: one JSON array of tasks, each an array of its values in _batch()'s order
