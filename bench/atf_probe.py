@@ -1,6 +1,6 @@
 """In-process probes of ATF's store: `python -m bench.atf_probe pass ROUNDS DUE`,
 `… explain`, `… reads ROUNDS`, `… rollup`, `… prune ROUNDS AGE_S`, `… queue SECONDS`,
-`… pace SECONDS RATE RETENTION_S` or `… shards`. They
+`… pace SECONDS RATE RETENTION_S`, `… schedule ROUNDS CALLS` or `… shards`. They
 run in the project's venv with the bench's ATF settings (or any DATABASE_URL) and print one
 JSON line.
 
@@ -40,6 +40,12 @@ JSON line.
   the finished tasks past their retention (finished more than RETENTION_S ago) and the tasks
   not finished. `past_per_minute` is the most past their retention as a share of one
   minute's tasks (RATE × 60): at most 1 is retention keeping pace.
+- `schedule`: {"ratio", "ratio_min", "ratio_max", "schedule_per_s", "insert_commit_per_s",
+  "cpu_us"}: ROUNDS rounds, each CALLS single-row INSERT+COMMITs (the machine's own limit,
+  `bench.limits`) and then CALLS `schedule()` calls of demo.noop, each in its own transaction,
+  in this one process: the ratio of the two rates round by round (medians; on a box whose
+  speed drifts from one minute to the next, only rates taken side by side compare), and the
+  caller's CPU per `schedule()` (its process time).
 - `shards`: {"shards": [alias, ...]}: the task store's shards as the settings name them
   (`ATF_STORE_SHARDS`, which the standalone service makes of `ATF_SHARD_URLS`); null where the
   code has no such setting. It reads the settings only: no database need exist yet.
@@ -305,6 +311,31 @@ def prune(rounds: int, age_s: float) -> dict[str, float]:
             "wal_bytes_per_task": sum(wal) / sum(pruned)}
 
 
+def schedule_ratio(rounds: int, calls: int) -> dict[str, float]:
+    from django.db import connection
+
+    from bench.limits import insert_commit_rate
+    from tasks_core import atf
+
+    settings = connection.settings_dict
+    dsn = (f"host={settings['HOST'] or '127.0.0.1'} port={settings['PORT'] or 5432} "
+           f"user={settings['USER']} dbname={settings['NAME']}")
+    for _ in range(min(calls, 300)):  # connections opened, statements prepared
+        atf.schedule("demo.noop", {})
+    ratios, schedules, inserts, cpu = [], [], [], []
+    for _ in range(rounds):
+        inserts.append(insert_commit_rate(dsn, calls))
+        started, process_started = time.perf_counter(), time.process_time()
+        for _ in range(calls):
+            atf.schedule("demo.noop", {})
+        schedules.append(calls / (time.perf_counter() - started))
+        cpu.append((time.process_time() - process_started) * 1e6 / calls)
+        ratios.append(schedules[-1] / inserts[-1])
+    return {"ratio": statistics.median(ratios), "ratio_min": min(ratios),
+            "ratio_max": max(ratios), "schedule_per_s": statistics.median(schedules),
+            "insert_commit_per_s": statistics.median(inserts), "cpu_us": statistics.median(cpu)}
+
+
 #: Seconds between two counts of the pace probe.
 PACE_SAMPLE_S = 10.0
 
@@ -364,6 +395,8 @@ def main(argv: list[str]) -> None:
         answer = prune(int(argv[2]), float(argv[3]))
     elif argv[1] == "queue":
         answer = queue(float(argv[2]))
+    elif argv[1] == "schedule":
+        answer = schedule_ratio(int(argv[2]), int(argv[3]))
     elif argv[1] == "pace":
         answer = pace(float(argv[2]), float(argv[3]), float(argv[4]))
     else:
