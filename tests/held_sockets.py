@@ -33,13 +33,15 @@ def connections_to(pid: int, ports: Sequence[int]) -> list[int]:
 
     A connection closed between the two reads is not counted (a socket the process closed
     no longer carries its inode), nor one opened between them: a reading errs low, never high.
+    Each socket counts once, by its inode: the kernel writes the table in pieces, so a socket
+    may be listed twice while other sockets come and go (a pool of one connection read as two).
     """
     inodes = socket_inodes(pid)
-    held = dict.fromkeys(ports, 0)
+    held: dict[int, set[int]] = {port: set() for port in ports}
     for table in ("tcp", "tcp6"):
         for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
             fields = line.split()
-            port = int(fields[2].rsplit(":", 1)[1], 16)
-            if port in held and fields[3] != LISTEN and int(fields[9]) in inodes:
-                held[port] += 1
-    return [held[port] for port in ports]
+            port, inode = int(fields[2].rsplit(":", 1)[1], 16), int(fields[9])
+            if port in held and fields[3] != LISTEN and inode in inodes:
+                held[port].add(inode)
+    return [len(held[port]) for port in ports]
