@@ -312,8 +312,10 @@ def prune(rounds: int, age_s: float) -> dict[str, float]:
 
 
 def schedule_ratio(rounds: int, calls: int) -> dict[str, float]:
+    import psycopg
     from django.db import connection
 
+    from bench.limits import TABLE as LIMIT_TABLE
     from bench.limits import insert_commit_rate
     from tasks_core import atf
 
@@ -331,6 +333,8 @@ def schedule_ratio(rounds: int, calls: int) -> dict[str, float]:
         schedules.append(calls / (time.perf_counter() - started))
         cpu.append((time.process_time() - process_started) * 1e6 / calls)
         ratios.append(schedules[-1] / inserts[-1])
+    with psycopg.connect(dsn, autocommit=True) as admin:  # the loop's table, no longer needed
+        admin.execute(f"DROP TABLE IF EXISTS {LIMIT_TABLE}")
     return {"ratio": statistics.median(ratios), "ratio_min": min(ratios),
             "ratio_max": max(ratios), "schedule_per_s": statistics.median(schedules),
             "insert_commit_per_s": statistics.median(inserts), "cpu_us": statistics.median(cpu)}

@@ -100,7 +100,7 @@ def backlog_ramp(target: Target, plan: Plan) -> dict[str, float]:
 PROBE_TIMEOUT_S = 1800.0
 
 
-def _probe(target: Target, *args: str, takes_s: float = 0.0, **environment: str) -> dict:
+def run_probe(target: Target, *args: str, takes_s: float = 0.0, **environment: str) -> dict:
     """Run `python -m bench.atf_probe ARGS` in ATF's venv (with `environment` added; `takes_s`:
     the seconds it is asked to run, on top of its timeout); its JSON answer."""
     done = subprocess.run([target.python(), "-m", "bench.atf_probe", *args], cwd=ROOT,
@@ -118,10 +118,10 @@ def _figures_at(target: Target, plan: Plan, size: int) -> dict[str, float]:
     (above 0) and the drain, with `size` finished tasks (ids 1..size) in the table; each
     measurement's own tasks are deleted after it."""
     figures = _hot_path(target, plan, size)
-    reads = _probe(target, "reads", str(plan.read_rounds))
+    reads = run_probe(target, "reads", str(plan.read_rounds))
     figures.update({key: reads[key] for key in READS})
     if size:
-        pruned = _probe(target, "prune", str(plan.prune_rounds), str(PRUNE_AGE_S))
+        pruned = run_probe(target, "prune", str(plan.prune_rounds), str(PRUNE_AGE_S))
         figures["prune_per_s"] = pruned["per_s_pruning"]
         figures["prune_wal_bytes"] = pruned["wal_bytes_per_task"]
     drained = drain_with(target, plan, target.fleet(), keep_rows=True)
@@ -133,7 +133,7 @@ def _hot_path(target: Target, plan: Plan, generated: int) -> dict[str, float]:
     """The consumer pass (idle and busy), the claim and `schedule()`, with `generated` tasks
     made by bench.store_rows in the table (they stay; the measurements' own are deleted)."""
     store_rows.forget_above(target.env.pg_dsn, generated)
-    passes = _probe(target, "pass", str(plan.pass_rounds), str(plan.pass_due))
+    passes = run_probe(target, "pass", str(plan.pass_rounds), str(plan.pass_due))
     store_rows.forget_above(target.env.pg_dsn, generated)
     services.flush(target.env.redis_url)
     seconds = target.produce(task="record", key="enq", n=plan.store_schedule_n, mode="burst")
@@ -187,10 +187,10 @@ def store_size(target: Target, plan: Plan) -> dict[str, float]:
             _log_made(f"store size {label}", made)
             # What a consumer running while they finished would have folded (atf_probe rollup).
             logger.info("store size %s: rollup made in %.0f s", label,
-                        _probe(target, "rollup")["seconds"])
+                        run_probe(target, "rollup")["seconds"])
             stores[label] = {**made, **_figures_at(target, plan, size)}
         if plan.store_sizes:
-            plans.append(_plans_section(_probe(target, "explain"),
+            plans.append(_plans_section(run_probe(target, "explain"),
                                         f"With {plan.store_sizes[-1]:,} finished tasks"))
         target.reset()
         if plan.backlog_delayed or plan.backlog_due:
@@ -224,10 +224,10 @@ def _backlog(target: Target, plan: Plan, plans: list[str]) -> dict[str, float]:
     _log_made("backlog", made)
     generated = delayed + due
     figures = {**made, **_hot_path(target, plan, generated)}
-    plans.append(_plans_section(_probe(target, "explain"), (
+    plans.append(_plans_section(run_probe(target, "explain"), (
         f"With {delayed:,} delayed tasks and {due:,} due (less those the measurements took)")))
     services.flush(target.env.redis_url)
-    queued = _probe(target, "queue", str(plan.queue_seconds),
+    queued = run_probe(target, "queue", str(plan.queue_seconds),
                     ATF_ENQUEUE_TIMEOUT_S=str(plan.queue_enqueue_timeout_s))
     return {**figures, **{f"queue_{key}": value for key, value in queued.items()}}
 
@@ -259,7 +259,7 @@ def retention_pace(target: Target, plan: Plan) -> dict[str, float]:
                                 for command in target.driver.worker_commands(target.env)])
     try:
         with fleet:
-            paced = _probe(target, "pace", str(plan.pace_seconds), str(plan.pace_rate),
+            paced = run_probe(target, "pace", str(plan.pace_seconds), str(plan.pace_rate),
                            str(plan.pace_retention_s), takes_s=plan.pace_seconds, **retention)
     finally:
         target.reset()

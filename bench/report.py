@@ -135,6 +135,9 @@ METRICS = (
            "transaction)", unit="tasks/s", higher_is_better=True,
            target="≥ 0.5× INSERT+COMMIT limit, ≥ 1.5× procrastinate",
            met=_near_commit_limit_and_ahead_of_procrastinate, limit=INSERT_COMMIT),
+    Metric(key="enqueue_vs_commit", label="`schedule()` ÷ INSERT+COMMIT, round by round in one "
+           "process (bench/schedule_ratio.py)", unit="×", higher_is_better=True,
+           target="≥ 0.5×", met=_at_least(0.5)),
     Metric(key="enqueue_in_txn_ms", label="`schedule()` inside the caller's open transaction",
            unit="ms/call", higher_is_better=False, target="≤ 0.25 ms", met=_at_most(0.25)),
     Metric(key="enqueue_bulk", label="bulk enqueue", unit="tasks/s", higher_is_better=True,

@@ -29,6 +29,7 @@ from bench import (
     measure,
     measure_growth,
     report,
+    schedule_ratio,
     services,
     shard_scaling,
     stats,
@@ -59,7 +60,8 @@ DEFAULT_SYSTEMS = ("atf", "celery", "dramatiq", "huey", "procrastinate")
 #: The machine's limits, measured once per repetition before the systems.
 MACHINE_LIMITS = "machine_limits"
 #: Every measurement, in the order they run.
-MEASUREMENTS = (*measure.MEASUREMENTS, measure_growth.backlog_ramp, measure_growth.scale_curve,
+MEASUREMENTS = (*measure.MEASUREMENTS, schedule_ratio.enqueue_vs_commit,
+                measure_growth.backlog_ramp, measure_growth.scale_curve,
                 drain_scaling.drain_cpu_scaling, measure_growth.store_size)
 #: Measurements run only when asked for (named in `--only`, or `--shards` given without it;
 #: the kill only where a count is above 1): they start a PostgreSQL cluster per shard, each in

@@ -31,6 +31,12 @@ def test_enqueue_target_needs_both_the_commit_limit_and_procrastinate():
     assert met(800, {}) is None  # nothing to compare with
 
 
+def test_schedule_beside_the_commit_loop_is_judged_on_its_own_ratio():
+    met = _metric("enqueue_vs_commit").met
+    assert met(0.5, {}) is True  # the ratio was taken round by round: nothing else to read
+    assert met(0.49, {"machine": {"pg_insert_commit": _summary(1)}}) is False
+
+
 def test_a_limits_cost_is_judged_on_back_to_back_pairs_where_they_were_measured():
     met = _metric("drain_limited").met
     drains = {"atf": {"drain": _summary(1000)}}
