@@ -319,9 +319,11 @@ def schedule_ratio(rounds: int, calls: int) -> dict[str, float]:
     from bench.limits import insert_commit_rate
     from tasks_core import atf
 
-    settings = connection.settings_dict
-    dsn = (f"host={settings['HOST'] or '127.0.0.1'} port={settings['PORT'] or 5432} "
-           f"user={settings['USER']} dbname={settings['NAME']}")
+    if connection.vendor != "postgresql":
+        raise SystemExit("schedule: DATABASE_URL must name a PostgreSQL database")
+    # The loop runs on the database schedule() writes to, as the same user: libpq reads
+    # DATABASE_URL itself (its hosts, password and options), as ATF's settings do.
+    dsn = os.environ["DATABASE_URL"]
     for _ in range(min(calls, 300)):  # connections opened, statements prepared
         atf.schedule("demo.noop", {})
     ratios, schedules, inserts, cpu = [], [], [], []

@@ -292,7 +292,7 @@ def redis_url() -> str:
 
 def defaults() -> dict[str, Any]:
     """Each ATF setting's Django name and default value (a fresh copy of each)."""
-    return {PREFIX + name.upper(): copy.deepcopy(value) for name, value in _DEFAULTS.items()}
+    return {_DJANGO_NAMES[name]: copy.deepcopy(value) for name, value in _DEFAULTS.items()}
 
 
 def install_defaults(target: LazySettings = settings) -> None:

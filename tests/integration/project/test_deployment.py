@@ -134,3 +134,15 @@ def test_the_api_gunicorn_opens_no_control_socket_shared_with_other_gunicorns() 
     asked = _gunicorn_settings(ATF_WEB_CONTROL_SOCKET="/run/atf-api/gunicorn.ctl")
     assert (asked["control_socket_disable"], asked["control_socket"]) == (
         "False", "/run/atf-api/gunicorn.ctl")
+
+
+def test_a_server_process_has_its_urls_and_views_imported_before_its_first_request() -> None:
+    # When a server process loads the project's WSGI application (gunicorn, the demo)
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, atf_project.wsgi; "
+         "print(all(name in sys.modules for name in "
+         "('atf_project.urls', 'tasks_api.urls', 'tasks_api.views')))"],
+        cwd=ROOT, env=subprocess_env(ATF_DEMO="1"), capture_output=True, text=True,
+        timeout=60)
+    # Then the URLconf and the views it names are imported already, not by a first request
+    assert loaded.stdout.strip() == "True", loaded.stdout + loaded.stderr
