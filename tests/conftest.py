@@ -338,6 +338,15 @@ def wait_for(condition: Callable[[], object], *, timeout_s: float = 30.0,
         time.sleep(interval_s)
 
 
+def write_waits_on_a_lock() -> bool:
+    """Whether a session of this database waits on a lock (read afresh in a transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                       "AND datname = current_database()")
+        return cursor.fetchone()[0] > 0
+
+
 def _text(value: bool | None) -> str:
     """A setting's value as its variable reads it (None: empty)."""
     return "" if value is None else str(value)

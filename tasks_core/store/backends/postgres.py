@@ -190,38 +190,52 @@ UPDATE {assoc} SET status = %(assoc_status)s, next_trigger_at = %(trigger)s
 WHERE task_id = ANY(%(bump)s::bigint[] || %(keep)s::bigint[])
 """)
 
-#: The task rows a claim, a start or a finish writes, locked one primary-key probe a row in
-#: the order of `source` (ids in order: the same lock order in every statement). What makes a
-#: row current (its lease, its status, its lambda) is checked after the lock, outside the
-#: subquery: `OFFSET 0` keeps the planner from pushing those conditions into it, where they
-#: would let it reach the rows through a partial status index instead (task_in_queue for
-#: `enqueued`, task_held for `processing`), reading every row of a queue or of the fleet's
-#: tasks in flight per task whenever the statistics last saw that index small (measured:
-#: 3,009 rows read per claimed task with 110,000 waiting). A stale message's row is locked
-#: and left as it is.
-def _locked_by_id(source: str) -> str:
+#: The task rows a claim, a start or a finish may write, read one primary-key probe a row in
+#: the order of `source` (ids in order). What makes a row current (its lease, its status, its
+#: lambda) is checked outside the subquery: `OFFSET 0` keeps the planner from pushing those
+#: conditions into it, where they would let it reach the rows through a partial status index
+#: instead (task_in_queue for `enqueued`, task_held for `processing`), reading every row of a
+#: queue or of the fleet's tasks in flight per task whenever the statistics last saw that
+#: index small (measured: 3,009 rows read per claimed task with 110,000 waiting).
+#:
+#: No row is locked here. The UPDATE that writes a row takes its lock, in the same order (ids
+#: in order: the same lock order in every statement), and checks its guard
+#: (`_still_current`) again on the row's newest version if another transaction changed it
+#: meanwhile, as PostgreSQL does for an UPDATE's condition: the compare-and-set holds without
+#: a lock round of its own, one WAL record and one page write a row fewer. A stale message's
+#: row is read and left as it is.
+def _row_by_id(source: str) -> str:
     return f"""CROSS JOIN LATERAL (
         SELECT id, lease, status, lambda_ref_id, collection FROM {{entity}} WHERE id = {source}.id
-        OFFSET 0 FOR UPDATE
+        OFFSET 0
     ) t"""
 
 
 def _current(source: str) -> str:
-    """The condition a locked row (`_locked_by_id`) must meet to be written: its lease the
+    """The condition a row read by `_row_by_id` must meet to be written: its lease the
     message's or result's, its status the one the statement expects."""
     return f"t.lease = {source}.lease AND t.status = %(expected)s"
+
+
+def _still_current(found: str) -> str:
+    """An UPDATE's guard: the row it writes still has the lease and the status that `found`
+    read (and `_current` checked). Compared with those values, not with the expected status
+    itself, and `found` MATERIALIZED (the planner would carry its status condition over
+    otherwise), so that no partial status index's condition follows from the UPDATE's: the
+    planner reaches each row by its primary key, never through such an index."""
+    return f"t.lease = {found}.lease AND t.status = {found}.status"
 
 
 _CLAIM = _sql("""
 WITH wanted AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS w(id, lease)
-), locked AS (
-    SELECT t.id FROM wanted w """ + _locked_by_id("w") + """
+), found AS MATERIALIZED (
+    SELECT t.id, t.lease, t.status FROM wanted w """ + _row_by_id("w") + """
     WHERE """ + _current("w") + """ AND t.lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
 ), claimed AS (
     UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
                           claimed_at = %(now)s
-    FROM locked WHERE t.id = locked.id
+    FROM found WHERE t.id = found.id AND """ + _still_current("found") + """
     RETURNING t.id, t.lease, t.lambda_ref_id, t.collection, t.priority, t.payload::text,
               t.attempts, t.max_attempts, t.timeout_s
 ), assoc AS (
@@ -233,7 +247,7 @@ SELECT * FROM claimed ORDER BY id
 
 #: Gates are read in the statement itself (two primary-key probes a task), so a task of a lambda
 #: or collection paused a moment ago never starts: it goes back to `new`, or ends `dropped`.
-#: The pieces below are shared by the start and by the claim that starts at once: `locked`
+#: The pieces below are shared by the start and by the claim that starts at once: `found`
 #: (the CTE they build) holds each guarded task's id and what its gates say.
 _GATE = """
     CASE WHEN %(dropped)s IN (lg.gate, cg.gate) THEN %(dropped)s
@@ -253,12 +267,14 @@ _GATE_JOINS = """
 _GATE_STOPS = """
 held AS (
     UPDATE {entity} t SET status = %(new)s, worker = ''
-    FROM locked WHERE t.id = locked.id AND locked.gate = %(paused)s
+    FROM found WHERE t.id = found.id AND """ + _still_current("found") + """
+          AND found.gate = %(paused)s
     RETURNING t.id
 ), dropped AS (
     UPDATE {entity} t SET status = %(dropped_status)s, finished_at = %(now)s,
                           last_error = %(dropped_error)s::jsonb
-    FROM locked WHERE t.id = locked.id AND locked.gate = %(dropped)s
+    FROM found WHERE t.id = found.id AND """ + _still_current("found") + """
+          AND found.gate = %(dropped)s
     RETURNING t.id
 ), held_assoc AS (
     UPDATE {assoc} a SET status = %(assoc_new)s, next_trigger_at = %(now)s
@@ -273,18 +289,19 @@ WITH wanted AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(assoc_statuses)s::varchar[],
                          %(triggers)s::timestamptz[])
         AS w(id, lease, assoc_status, trigger)
-), locked AS (
-    SELECT t.id, w.assoc_status, w.trigger, """ + _GATE + """
-    FROM wanted w """ + _locked_by_id("w") + _GATE_JOINS + """
+), found AS MATERIALIZED (
+    SELECT t.id, t.lease, t.status, w.assoc_status, w.trigger, """ + _GATE + """
+    FROM wanted w """ + _row_by_id("w") + _GATE_JOINS + """
     WHERE """ + _current("w") + """
 ), started AS (
     UPDATE {entity} t SET status = %(target)s, attempts = t.attempts + 1, started_at = %(now)s,
                           heartbeat_at = %(now)s
-    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
+    FROM found WHERE t.id = found.id AND """ + _still_current("found") + """
+          AND found.gate = %(open)s
     RETURNING t.id
 ), assoc AS (
-    UPDATE {assoc} a SET status = locked.assoc_status, next_trigger_at = locked.trigger
-    FROM started JOIN locked ON locked.id = started.id WHERE a.task_id = started.id
+    UPDATE {assoc} a SET status = found.assoc_status, next_trigger_at = found.trigger
+    FROM started JOIN found ON found.id = started.id WHERE a.task_id = started.id
 ), """ + _GATE_STOPS + """
 SELECT id, %(open)s::text FROM started
 UNION ALL SELECT id, %(paused)s::text FROM held
@@ -302,15 +319,16 @@ WITH wanted AS (
 ), triggers AS (
     SELECT * FROM unnest(%(trigger_lambda_ids)s::bigint[], %(triggers)s::timestamptz[])
         AS g(lambda_id, trigger)
-), locked AS (
-    SELECT t.id, """ + _GATE + """
-    FROM wanted w """ + _locked_by_id("w") + _GATE_JOINS + """
+), found AS MATERIALIZED (
+    SELECT t.id, t.lease, t.status, """ + _GATE + """
+    FROM wanted w """ + _row_by_id("w") + _GATE_JOINS + """
     WHERE """ + _current("w") + """ AND t.lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
 ), started AS (
     UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
                           claimed_at = %(now)s, attempts = t.attempts + 1, started_at = %(now)s,
                           heartbeat_at = %(now)s
-    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
+    FROM found WHERE t.id = found.id AND """ + _still_current("found") + """
+          AND found.gate = %(open)s
     RETURNING t.id, t.lease, t.lambda_ref_id, t.collection, t.priority, t.payload::text,
               t.attempts, t.max_attempts, t.timeout_s
 ), assoc AS (
@@ -338,13 +356,15 @@ WITH doc AS MATERIALIZED (SELECT %(endings)s::jsonb AS d), ending AS (
            e->>8 AS outcome, NULLIF(e->9, 'null'::jsonb) AS result
     FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS w(id, n)
     CROSS JOIN LATERAL (SELECT d -> (w.n::int - 1) AS e FROM doc) x
-), locked AS (
-    SELECT t.id FROM ending e """ + _locked_by_id("e") + """ WHERE """ + _current("e") + """
+), found AS MATERIALIZED (
+    SELECT t.id, t.lease, t.status FROM ending e """ + _row_by_id("e") + """
+    WHERE """ + _current("e") + """
 ), written AS (
     UPDATE {entity} t SET status = e.status, result = COALESCE(e.result, t.result),
                           last_error = COALESCE(e.error, t.last_error),
                           finished_at = COALESCE(e.finished_at, t.finished_at)
-    FROM ending e JOIN locked ON locked.id = e.id WHERE t.id = e.id
+    FROM ending e JOIN found ON found.id = e.id
+    WHERE t.id = e.id AND """ + _still_current("found") + """
     RETURNING t.id, t.group_id
 ), assoc AS (
     UPDATE {assoc} a SET status = e.assoc_status, next_trigger_at = e.trigger

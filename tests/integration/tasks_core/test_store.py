@@ -27,7 +27,7 @@ from tasks_core.states import AssocStatus, TaskStatus
 from tasks_core.store import backends
 from tasks_core.store.backends.base import StoreBackend
 from tasks_core.store.backends.orm import OrmBackend
-from tests.conftest import race
+from tests.conftest import race, wait_for, write_waits_on_a_lock
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -693,6 +693,55 @@ def test_racing_claims_of_the_same_messages_have_exactly_one_winner() -> None:
     assert len(wins) == 200
     assert set(wins.values()) == {1}
     assert TaskEntity.objects.filter(status="claimed").count() == 200
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("step", ["claim", "finish"])
+def test_a_guarded_write_that_waited_for_the_row_checks_its_guard_again(step: str) -> None:
+    """A claim (a second copy of the message) or a finish (a result delivered twice) that
+    reads the task before the first one commits, and waits for that row's lock, writes
+    nothing once the first commits: the guard holds on the row's newest version, not on what
+    the statement read when it began (no explicit lock is taken before the write)."""
+    if not ON_POSTGRES:
+        pytest.skip("waits on a row lock, seen in pg_stat_activity")
+    if step == "claim":
+        atf.schedule("demo.noop")
+        msgs = messages(enqueue_due("demo.noop", timezone.now()))
+    else:
+        held = running_many(1)
+    now = timezone.now()
+    first = threading.Event()
+    commit = threading.Event()
+    second: list[object] = []
+
+    def write(worker: str) -> list[object]:
+        if step == "claim":
+            return list(store.claim(msgs, worker=worker, now=now, start=True,
+                                    lambda_ids=list(Lambda.objects.values_list("pk", flat=True))))
+        return list(store.finish_many([(held[0], success())], now=now))
+
+    def the_first() -> None:
+        with transaction.atomic():
+            assert write("w1") not in ([], [None])
+            first.set()
+            commit.wait(30)
+
+    def the_second() -> None:
+        first.wait(30)
+        second.extend(write("w2"))
+
+    def let_the_first_commit() -> None:
+        first.wait(30)
+        wait_for(write_waits_on_a_lock, message="the second write waiting on the row")
+        commit.set()
+
+    race(the_first, the_second, let_the_first_commit)
+    task = TaskEntity.objects.get()
+    if step == "claim":
+        assert second == [] and (task.status, task.worker) == ("processing", "w1")
+    else:
+        assert second == [None] and task.status == "success"
+        assert TaskAttempt.objects.filter(task=task).count() == 1
 
 
 def test_a_batch_of_starts_starts_only_the_tasks_whose_lease_is_current(now: datetime) -> None:

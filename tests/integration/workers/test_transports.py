@@ -26,7 +26,7 @@ from tasks_core.context import TaskContext, TimeLimitExceeded
 from tasks_core.models import Lambda, TaskAssoc, TaskAttempt, TaskEntity, TaskStep
 from tasks_core.states import TaskStatus
 from tasks_core.store import guarded
-from tests.conftest import wait_for
+from tests.conftest import wait_for, write_waits_on_a_lock
 from tests.remote import worker_token
 from workers import interrupts, turns
 from workers.buffer import WorkBuffer
@@ -148,15 +148,6 @@ def test_a_running_task_that_is_cancelled_stops_and_its_worker_goes_on(
         wait_for(lambda: TaskEntity.objects.get(pk=after.pk).status == TaskStatus.SUCCESS,
                  message="the next task")
         assert thread.is_alive()
-
-
-def write_waits_on_a_lock() -> bool:
-    """Whether a session of this database waits on a lock (read afresh in a transaction)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                       "AND datname = current_database()")
-        return cursor.fetchone()[0] > 0
 
 
 def test_a_time_limit_reaches_a_lambda_waiting_on_its_heartbeat_and_the_write_stays_whole(
