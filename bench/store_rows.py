@@ -3,12 +3,12 @@
 
 Each generated task looks like a `demo.noop` task that a worker finished: its entity row in
 status success (one attempt, its lease bumped by the enqueue and the claim, every timestamp
-set, no result), its assoc row completed with no trigger (so out of the partial due indexes),
-and one attempt row. Rows come from `INSERT … SELECT generate_series`, with every index in
-place, one transaction per chunk; ids are 1..N, and the sequence continues after them. The
+set, no result), no assoc row (a success's finish deletes it), and one attempt row. Rows
+come from `INSERT … SELECT generate_series`, with every index in place, one transaction per
+chunk; ids are 1..N, and the sequence continues after them. The
 foreign-key triggers are skipped while they are written (`session_replication_role =
 replica`, the server's superuser): the rows are consistent by construction, and checking each
-assoc and attempt row's task costs more than writing it.
+attempt row's task costs more than writing it.
 
 A waiting task (`generate_waiting`) is a `demo.noop` task as `schedule()` leaves it: its entity
 row `new`, never attempted, due at its run_at, and its assoc row `new` with that trigger.
@@ -41,12 +41,6 @@ SELECT g, %(lambda_id)s, 'default', 'default', '{{}}'::jsonb, 'success', 1, 5, t
        t + interval '3 ms', t + interval '4 ms', NULL, NULL
 FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g,
      {TIMES}
-"""
-_ASSOCS = f"""
-INSERT INTO {ASSOC} (task_id, lambda_ref_id, collection, priority, status, next_trigger_at,
-                     shard)
-SELECT g, %(lambda_id)s, 'default', 'default', 'completed', NULL, g %% 256
-FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
 """
 _ATTEMPTS = f"""
 INSERT INTO {ATTEMPT} (task_id, number, worker, started_at, ended_at, outcome, error)
@@ -95,7 +89,7 @@ def generate(dsn: str, *, lambda_name: str, first: int, last: int, ended_ago_s: 
     with psycopg.connect(dsn, autocommit=True) as conn:
         origin = conn.execute("SELECT now() - %s * interval '1 second'",
                               (span_s + ended_ago_s,)).fetchone()[0]
-        return _insert(conn, (_ENTITIES, _ASSOCS, _ATTEMPTS), lambda_name=lambda_name,
+        return _insert(conn, (_ENTITIES, _ATTEMPTS), lambda_name=lambda_name,
                        first=first, last=last, origin=origin, base=first,
                        spacing_us=span_s * 1e6 / count)
 

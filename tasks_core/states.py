@@ -125,6 +125,12 @@ ENQUEUEABLE = frozenset(
 )
 #: Final statuses.
 FINAL = frozenset(s for s, row in LIFECYCLE.items() if row.assoc is AssocStatus.COMPLETED)
+#: Final statuses that nothing leads out of (no requeue): a task's assoc row is deleted when
+#: it reaches one, since nothing reads or revives it again, where the other final statuses keep
+#: theirs `completed` (a requeue sets it `new`). The drain's commonest ending then writes a
+#: delete instead of a new row version and its primary-key entry, and the assoc table holds
+#: the live tasks and those a requeue may revive, not the history of successes.
+ASSOC_DELETED = frozenset(s for s in FINAL if not TRANSITIONS[s])
 #: Statuses of tasks not finished yet.
 LIVE = frozenset(TaskStatus) - FINAL
 #: Statuses counted from the task rows (one range of the task_lambda_status index each per

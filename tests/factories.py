@@ -74,8 +74,10 @@ class TaskFactory(factory.Factory):
             if status is not None:
                 from tasks_core import states
 
-                lifecycle = states.LIFECYCLE[states.TaskStatus(status)]
-                entity.assoc.status = lifecycle.assoc
-                entity.assoc.save(update_fields=["status"])
+                if states.TaskStatus(status) in states.ASSOC_DELETED:  # as its finish does
+                    entity.assoc.delete()
+                else:
+                    entity.assoc.status = states.LIFECYCLE[states.TaskStatus(status)].assoc
+                    entity.assoc.save(update_fields=["status"])
             entity.refresh_from_db()
         return entity

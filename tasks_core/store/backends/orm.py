@@ -18,7 +18,7 @@ from tasks_core import gating
 from tasks_core.gating import Decision, Gate, GateState
 from tasks_core.models import SHARDS, Lambda, TaskAssoc, TaskAttempt, TaskDependency, TaskEntity
 from tasks_core.models import Collection as CollectionRow
-from tasks_core.states import AssocStatus, TaskStatus
+from tasks_core.states import ASSOC_DELETED, AssocStatus, TaskStatus
 from tasks_core.store.backends.base import StoreBackend
 from tasks_core.store.decisions import GATE_DROPPED
 from tasks_core.store.values import (
@@ -268,7 +268,11 @@ class OrmBackend(StoreBackend):
             TaskEntity.objects.filter(pk=ending.task_id).update(
                 status=ending.status, **{k: v for k, v in changes.items() if v is not None}
             )
-            TaskAssoc.objects.filter(task_id=ending.task_id).update(**_assoc(ending.assoc))
+            assoc = TaskAssoc.objects.filter(task_id=ending.task_id)
+            if ending.status in ASSOC_DELETED:
+                assoc.delete()
+            else:
+                assoc.update(**_assoc(ending.assoc))
         numbers = _next_attempt_numbers(e.task_id for e in endings)
         TaskAttempt.objects.bulk_create(
             TaskAttempt(task_id=e.task_id, number=numbers[e.task_id], worker=e.worker,

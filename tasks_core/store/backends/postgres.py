@@ -27,7 +27,7 @@ from tasks_core.models import (
     TaskEntity,
     Worker,
 )
-from tasks_core.states import AssocStatus, TaskStatus
+from tasks_core.states import ASSOC_DELETED, AssocStatus, TaskStatus
 from tasks_core.store.backends.orm import OrmBackend, due_row
 from tasks_core.store.decisions import GATE_DROPPED
 from tasks_core.store.values import (
@@ -198,16 +198,19 @@ WHERE task_id = ANY(%(bump)s::bigint[] || %(keep)s::bigint[])
 #: queue or of the fleet's tasks in flight per task whenever the statistics last saw that
 #: index small (measured: 3,009 rows read per claimed task with 110,000 waiting).
 #:
-#: No row is locked here. The UPDATE that writes a row takes its lock, in the same order (ids
-#: in order: the same lock order in every statement), and checks its guard
+#: A claim or a finish locks no row here: its one UPDATE takes each row's lock, in the same
+#: order (ids in order: the same lock order in every statement), and checks its guard
 #: (`_still_current`) again on the row's newest version if another transaction changed it
 #: meanwhile, as PostgreSQL does for an UPDATE's condition: the compare-and-set holds without
-#: a lock round of its own, one WAL record and one page write a row fewer. A stale message's
-#: row is read and left as it is.
-def _row_by_id(source: str) -> str:
+#: a lock round of its own, one WAL record and one page write a row fewer. A start (`lock`)
+#: does lock its rows here, all of them in id order: its rows go to three UPDATEs by what
+#: their gates say (started, held, dropped), which would take their locks in that order
+#: instead, and two starts of the same tasks that saw a gate change between them could then
+#: each hold a row the other waits for. A stale message's row is read and left as it is.
+def _row_by_id(source: str, *, lock: bool = False) -> str:
     return f"""CROSS JOIN LATERAL (
         SELECT id, lease, status, lambda_ref_id, collection FROM {{entity}} WHERE id = {source}.id
-        OFFSET 0
+        OFFSET 0{" FOR UPDATE" if lock else ""}
     ) t"""
 
 
@@ -291,7 +294,7 @@ WITH wanted AS (
         AS w(id, lease, assoc_status, trigger)
 ), found AS MATERIALIZED (
     SELECT t.id, t.lease, t.status, w.assoc_status, w.trigger, """ + _GATE + """
-    FROM wanted w """ + _row_by_id("w") + _GATE_JOINS + """
+    FROM wanted w """ + _row_by_id("w", lock=True) + _GATE_JOINS + """
     WHERE """ + _current("w") + """
 ), started AS (
     UPDATE {entity} t SET status = %(target)s, attempts = t.attempts + 1, started_at = %(now)s,
@@ -321,7 +324,7 @@ WITH wanted AS (
         AS g(lambda_id, trigger)
 ), found AS MATERIALIZED (
     SELECT t.id, t.lease, t.status, """ + _GATE + """
-    FROM wanted w """ + _row_by_id("w") + _GATE_JOINS + """
+    FROM wanted w """ + _row_by_id("w", lock=True) + _GATE_JOINS + """
     WHERE """ + _current("w") + """ AND t.lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
 ), started AS (
     UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
@@ -368,7 +371,11 @@ WITH doc AS MATERIALIZED (SELECT %(endings)s::jsonb AS d), ending AS (
     RETURNING t.id, t.group_id
 ), assoc AS (
     UPDATE {assoc} a SET status = e.assoc_status, next_trigger_at = e.trigger
-    FROM ending e JOIN written ON written.id = e.id WHERE a.task_id = e.id
+    FROM ending e JOIN written ON written.id = e.id
+    WHERE a.task_id = e.id AND NOT e.status = ANY(%(assoc_deleted)s::varchar[])
+), assoc_deleted AS (
+    DELETE FROM {assoc} a USING ending e JOIN written ON written.id = e.id
+    WHERE a.task_id = e.id AND e.status = ANY(%(assoc_deleted)s::varchar[])
 ), history AS (
     INSERT INTO {attempt} (task_id, number, worker, started_at, ended_at, outcome, error)
     -- Numbered after the task's last attempt row, so they count on across requeues (which
@@ -609,5 +616,6 @@ class PostgresBackend(OrmBackend):
         endings = sorted(endings, key=lambda e: e.task_id)  # the lock order
         rows = self._run(_FINISH, {"ids": [e.task_id for e in endings],
                                    "endings": _endings(endings), "now": now,
-                                   "expected": TaskStatus.PROCESSING.value})
+                                   "expected": TaskStatus.PROCESSING.value,
+                                   "assoc_deleted": [s.value for s in ASSOC_DELETED]})
         return {pk: Written(has_children, group_id) for pk, has_children, group_id in rows}

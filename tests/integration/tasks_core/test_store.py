@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 
 import pytest
@@ -121,13 +121,31 @@ def test_a_task_walks_the_whole_lifecycle(now: datetime) -> None:
     assert store.start(claimed, now=now)
     assert (entity(task.pk).status, entity(task.pk).attempts) == ("processing", 1)
     assert store.finish(claimed, success(), now=now) is TaskStatus.SUCCESS
-    # Then it is final, out of the consumer's index, with its result and one attempt row
-    row = entity(task.pk)
-    assert (row.status, row.assoc.status, row.assoc.next_trigger_at) == ("success", "completed",
-                                                                         None)
+    # Then it is final, with its result and one attempt row, and its assoc row is gone
+    row = TaskEntity.objects.get(pk=task.pk)
+    assert (row.status, TaskAssoc.objects.filter(task_id=task.pk).exists()) == ("success", False)
     assert row.result == {"ok": True}
     assert list(TaskAttempt.objects.filter(task=row).values_list("number", "outcome")) == [
         (1, "success")]
+
+
+@pytest.mark.parametrize(("ending", "status"), [
+    (success(), TaskStatus.SUCCESS), (failure(Outcome.FATAL), TaskStatus.FATAL_FAILURE),
+    (failure(), TaskStatus.DEAD)])  # its one attempt failed
+def test_a_finish_deletes_the_assoc_row_only_of_a_status_nothing_leads_out_of(
+        now: datetime, ending: store.Result, status: TaskStatus) -> None:
+    """A success's assoc row goes with its finish (no requeue revives a success); a fatal
+    failure's or a dead letter's stays `completed`, out of the consumer's index, until a
+    requeue makes it due again."""
+    task = running(now, max_attempts=1)
+    assert store.finish(task, ending, now=now) is status
+    assoc = TaskAssoc.objects.filter(task_id=task.task_id).first()
+    if status in states.ASSOC_DELETED:
+        assert assoc is None
+        return
+    assert assoc is not None and (assoc.status, assoc.next_trigger_at) == ("completed", None)
+    assert store.requeue([task.task_id], now=now, statuses=[status]) == 1
+    assert [m.task_id for m in messages(enqueue_due("demo.noop", now))] == [task.task_id]
 
 
 def test_a_delayed_task_is_not_enqueued_before_its_run_at(now: datetime) -> None:
@@ -701,7 +719,7 @@ def test_a_guarded_write_that_waited_for_the_row_checks_its_guard_again(step: st
     """A claim (a second copy of the message) or a finish (a result delivered twice) that
     reads the task before the first one commits, and waits for that row's lock, writes
     nothing once the first commits: the guard holds on the row's newest version, not on what
-    the statement read when it began (no explicit lock is taken before the write)."""
+    the statement read when it began (neither takes a lock before its UPDATE)."""
     if not ON_POSTGRES:
         pytest.skip("waits on a row lock, seen in pg_stat_activity")
     if step == "claim":
@@ -714,10 +732,9 @@ def test_a_guarded_write_that_waited_for_the_row_checks_its_guard_again(step: st
     commit = threading.Event()
     second: list[object] = []
 
-    def write(worker: str) -> list[object]:
+    def write(worker: str) -> Sequence[object]:
         if step == "claim":
-            return list(store.claim(msgs, worker=worker, now=now, start=True,
-                                    lambda_ids=list(Lambda.objects.values_list("pk", flat=True))))
+            return claim(msgs, now, worker=worker)
         return list(store.finish_many([(held[0], success())], now=now))
 
     def the_first() -> None:
@@ -738,7 +755,7 @@ def test_a_guarded_write_that_waited_for_the_row_checks_its_guard_again(step: st
     race(the_first, the_second, let_the_first_commit)
     task = TaskEntity.objects.get()
     if step == "claim":
-        assert second == [] and (task.status, task.worker) == ("processing", "w1")
+        assert second == [] and (task.status, task.worker) == ("claimed", "w1")
     else:
         assert second == [None] and task.status == "success"
         assert TaskAttempt.objects.filter(task=task).count() == 1
