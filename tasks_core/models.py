@@ -180,12 +180,15 @@ class TaskEntity(models.Model):
             )
         ]
         indexes = [
-            models.Index(fields=["lambda_ref", "status", "-id"], name="task_lambda_status"),
+            # Ids ascending in both status indexes: a row's new entry lands at the right end of
+            # its status's range, where PostgreSQL packs the pages it splits (newest first is the
+            # same range read backwards).
+            models.Index(fields=["lambda_ref", "status", "id"], name="task_lambda_status"),
             # Tasks by status across lambdas, for the statuses a task rests in (new, waiting,
             # retrying, and the endings but success): the drain's path (enqueued, claimed,
             # processing, success) writes no entry here. Tasks in a queue or in flight are
             # found through task_in_queue and task_held, successes newest first by id.
-            models.Index(fields=["status", "-id"], name="task_status_at_rest",
+            models.Index(fields=["status", "id"], name="task_status_at_rest",
                          condition=~Q(status__in=["enqueued", "claimed", "processing",
                                                   "success"])),
             # Only finished tasks: the status changes before a task ends write nothing here.
