@@ -4,13 +4,15 @@ On PostgreSQL the index is built and dropped CONCURRENTLY (the migration must sa
 False`), with IF NOT EXISTS and IF EXISTS: a build that was interrupted leaves an invalid index,
 which the operator drops (docs/production.md) before running it again, or which this run
 skips. Other databases build and drop it as `AddIndex` and `RemoveIndex` do.
+`replaced_concurrently` changes an index that keeps its name (its columns, their order) the
+same way.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import migrations
+from django.db import migrations, models
 
 
 def _model(operation: Any, app_label: str, schema_editor: Any, state: Any) -> Any | None:
@@ -62,6 +64,21 @@ class ConcurrentIndexRemoval(migrations.RemoveIndex):
         else:
             index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
             _create(schema_editor, model, index)
+
+
+def replaced_concurrently(model_name: str, index: models.Index) -> list[Any]:
+    """The operations that give the index named `index.name` the definition `index` without
+    stopping writes: the new one built CONCURRENTLY as `<name>_new`, the old one dropped
+    CONCURRENTLY, and the new one renamed to the name (a rename takes a lock that writers do
+    not wait for). An interrupted run leaves `<name>_new` behind, INVALID where its build
+    stopped, for the operator to drop (docs/production.md)."""
+    building = f"{index.name}_new"
+    return [
+        ConcurrentIndex(model_name=model_name, index=models.Index(
+            fields=index.fields, name=building, condition=index.condition)),
+        ConcurrentIndexRemoval(model_name=model_name, name=index.name),
+        migrations.RenameIndex(model_name=model_name, new_name=index.name, old_name=building),
+    ]
 
 
 def _create(schema_editor: Any, model: Any, index: Any) -> None:

@@ -250,7 +250,7 @@ SELECT * FROM claimed ORDER BY id
 
 #: Gates are read in the statement itself (two primary-key probes a task), so a task of a lambda
 #: or collection paused a moment ago never starts: it goes back to `new`, or ends `dropped`.
-#: The pieces below are shared by the start and by the claim that starts at once: `found`
+#: The pieces below are shared by the start and by the claim that starts at once: `locked`
 #: (the CTE they build) holds each guarded task's id and what its gates say.
 _GATE = """
     CASE WHEN %(dropped)s IN (lg.gate, cg.gate) THEN %(dropped)s
@@ -270,14 +270,12 @@ _GATE_JOINS = """
 _GATE_STOPS = """
 held AS (
     UPDATE {entity} t SET status = %(new)s, worker = ''
-    FROM found WHERE t.id = found.id AND """ + _still_current("found") + """
-          AND found.gate = %(paused)s
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(paused)s
     RETURNING t.id
 ), dropped AS (
     UPDATE {entity} t SET status = %(dropped_status)s, finished_at = %(now)s,
                           last_error = %(dropped_error)s::jsonb
-    FROM found WHERE t.id = found.id AND """ + _still_current("found") + """
-          AND found.gate = %(dropped)s
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(dropped)s
     RETURNING t.id
 ), held_assoc AS (
     UPDATE {assoc} a SET status = %(assoc_new)s, next_trigger_at = %(now)s
@@ -292,19 +290,18 @@ WITH wanted AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(assoc_statuses)s::varchar[],
                          %(triggers)s::timestamptz[])
         AS w(id, lease, assoc_status, trigger)
-), found AS MATERIALIZED (
-    SELECT t.id, t.lease, t.status, w.assoc_status, w.trigger, """ + _GATE + """
+), locked AS (
+    SELECT t.id, w.assoc_status, w.trigger, """ + _GATE + """
     FROM wanted w """ + _row_by_id("w", lock=True) + _GATE_JOINS + """
     WHERE """ + _current("w") + """
 ), started AS (
     UPDATE {entity} t SET status = %(target)s, attempts = t.attempts + 1, started_at = %(now)s,
                           heartbeat_at = %(now)s
-    FROM found WHERE t.id = found.id AND """ + _still_current("found") + """
-          AND found.gate = %(open)s
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
     RETURNING t.id
 ), assoc AS (
-    UPDATE {assoc} a SET status = found.assoc_status, next_trigger_at = found.trigger
-    FROM started JOIN found ON found.id = started.id WHERE a.task_id = started.id
+    UPDATE {assoc} a SET status = locked.assoc_status, next_trigger_at = locked.trigger
+    FROM started JOIN locked ON locked.id = started.id WHERE a.task_id = started.id
 ), """ + _GATE_STOPS + """
 SELECT id, %(open)s::text FROM started
 UNION ALL SELECT id, %(paused)s::text FROM held
@@ -322,16 +319,15 @@ WITH wanted AS (
 ), triggers AS (
     SELECT * FROM unnest(%(trigger_lambda_ids)s::bigint[], %(triggers)s::timestamptz[])
         AS g(lambda_id, trigger)
-), found AS MATERIALIZED (
-    SELECT t.id, t.lease, t.status, """ + _GATE + """
+), locked AS (
+    SELECT t.id, """ + _GATE + """
     FROM wanted w """ + _row_by_id("w", lock=True) + _GATE_JOINS + """
     WHERE """ + _current("w") + """ AND t.lambda_ref_id = ANY(%(lambda_ids)s::bigint[])
 ), started AS (
     UPDATE {entity} t SET status = %(target)s, lease = t.lease + 1, worker = %(worker)s,
                           claimed_at = %(now)s, attempts = t.attempts + 1, started_at = %(now)s,
                           heartbeat_at = %(now)s
-    FROM found WHERE t.id = found.id AND """ + _still_current("found") + """
-          AND found.gate = %(open)s
+    FROM locked WHERE t.id = locked.id AND locked.gate = %(open)s
     RETURNING t.id, t.lease, t.lambda_ref_id, t.collection, t.priority, t.payload::text,
               t.attempts, t.max_attempts, t.timeout_s
 ), assoc AS (
@@ -388,6 +384,10 @@ SELECT written.id, EXISTS (SELECT 1 FROM {dependency} d WHERE d.parent_id = writ
        written.group_id
 FROM written
 """)
+
+
+#: The statuses whose assoc row the finish deletes (states.ASSOC_DELETED), as it binds them.
+_ASSOC_DELETED = sorted(status.value for status in ASSOC_DELETED)
 
 
 def _endings(endings: Sequence[Ending]) -> str:
@@ -617,5 +617,5 @@ class PostgresBackend(OrmBackend):
         rows = self._run(_FINISH, {"ids": [e.task_id for e in endings],
                                    "endings": _endings(endings), "now": now,
                                    "expected": TaskStatus.PROCESSING.value,
-                                   "assoc_deleted": [s.value for s in ASSOC_DELETED]})
+                                   "assoc_deleted": _ASSOC_DELETED})
         return {pk: Written(has_children, group_id) for pk, has_children, group_id in rows}
