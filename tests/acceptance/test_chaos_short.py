@@ -43,9 +43,10 @@ def run_chaos(database: str, tmp_path: Path, *options: str,
 def test_short_chaos_run_loses_nothing_and_never_overlaps(tmp_path: Path) -> None:
     # Given a database and a log directory of this test run's own
     # When the short chaos run schedules its tasks and injects every fault once, behind a
-    # transaction-mode pooler
+    # transaction-mode pooler, each about a second after the last one recovered (most land
+    # while its tasks are still being scheduled)
     status, output, summary = run_chaos(f"{settings.ATF_TEST_DATABASE_NAME}_chaos", tmp_path,
-                                        "--pooler", "transaction")
+                                        "--pooler", "transaction", "--fault-interval", "1")
     # Then it reports nothing lost, nothing overlapping, nothing run after it finished
     assert status == 0, output
     assert summary.startswith("lost=0 overlapping=0 ran_after_finish=0 not_success=0"), output

@@ -16,7 +16,7 @@ from django.utils import timezone
 from tasks_core.models import TaskEntity
 from tests.factories import LambdaFactory
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+pytestmark = [pytest.mark.slow, pytest.mark.drill, pytest.mark.django_db]
 
 #: Rows inserted; the issue asks for a million.
 ROWS = int(os.environ.get("ATF_CONSOLE_BIG_ROWS", "1000000"))

@@ -151,6 +151,7 @@ def demo_team(sharded: Clusters) -> Member:
     return made
 
 
+@pytest.mark.slow
 def test_ids_say_their_shard_and_unkeyed_tasks_spread_evenly_and_all_succeed(
         sharded: Clusters, demo_team: Member, processes: Processes, settings: Any) -> None:
     # (the team's scheduling rate, 1,000 tasks/s, is not what this test is about)
@@ -397,6 +398,7 @@ def test_a_worker_claims_on_the_shards_in_turn_and_priority_stays_strict(
     assert sum(len(claimed) for claimed in taken) == 13
 
 
+@pytest.mark.slow
 def test_a_mixed_backlog_on_every_shard_released_by_a_gate_starts_in_priority_order(
         sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
     # Given MIXED_BACKLOG tasks of mixed priorities behind a paused gate, a third on each shard
@@ -430,6 +432,7 @@ def started_after(moment: datetime) -> int:
                for alias in ALIASES)
 
 
+@pytest.mark.slow
 def test_a_lambda_paused_while_workers_drain_its_backlog_on_every_shard_starts_nothing_more(
         sharded: Clusters, processes: Processes) -> None:
     # Given GATED_TASKS short tasks, a third on each shard, draining through a consumer and two
@@ -460,6 +463,7 @@ def test_a_lambda_paused_while_workers_drain_its_backlog_on_every_shard_starts_n
              message="every task succeeded")
 
 
+@pytest.mark.slow
 def test_remote_workers_drain_every_shard_holding_no_database_connection(
         sharded: Clusters, processes: Processes) -> None:
     # Given the API, a consumer, and REMOTE_WORKERS remote worker processes whose sessions, had
@@ -497,6 +501,7 @@ def test_each_shards_consumer_sleeps_until_the_next_trigger_on_its_own_shard(
         assert consumer.seconds_to_sleep(idle) == pytest.approx(10 * (n + 1), abs=3)
 
 
+@pytest.mark.slow
 def test_a_consumer_and_a_worker_drain_every_shard(sharded: Clusters, processes: Processes,
                                                    redis_client: redis.Redis) -> None:
     env = shard_env(sharded)
@@ -529,6 +534,7 @@ def most_until_all_succeed(sample: Callable[[], list[int]], clusters: Clusters, 
     return most
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooled", [1, 2])
 def test_a_direct_worker_holds_at_most_its_pools_connections_to_each_database(
         sharded: Clusters, processes: Processes, redis_client: redis.Redis,
@@ -850,6 +856,8 @@ def shard_env(sharded: Clusters, **variables: str) -> dict[str, str]:
     return subprocess_env(ATF_SHARD_URLS=urls, **variables)
 
 
+@pytest.mark.slow
+@pytest.mark.drill
 def test_a_shard_killed_mid_drain_costs_the_others_nothing_and_its_tasks_finish_when_back(
         sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
     # Given 400 tasks on each shard, drained by a consumer and a direct worker
@@ -907,6 +915,8 @@ def schedule_short_on_the_live_shards(key: str, n: int) -> None:
                                 "payload": {"key": key, "seconds": 0.01}}] * n)
 
 
+@pytest.mark.slow
+@pytest.mark.drill
 def test_a_worker_stops_a_dead_shards_running_tasks_and_keeps_the_others(
         sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
     # Given three long tasks running on shard1 and a stream of short ones on shard0 and shard2
@@ -948,6 +958,8 @@ def test_a_worker_stops_a_dead_shards_running_tasks_and_keeps_the_others(
     assert consumer.poll() is None
 
 
+@pytest.mark.slow
+@pytest.mark.drill
 def test_a_remote_worker_spares_a_dead_shard_through_the_api_without_replacing_itself(
         sharded: Clusters, processes: Processes, redis_client: redis.Redis) -> None:
     # Given the API under gunicorn (its connections from a pool per shard), a consumer, and a
