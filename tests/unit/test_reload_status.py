@@ -16,7 +16,7 @@ from workers import reloading
 
 #: Interrupted starts of Python the status test sends at most, and for how long.
 TRIES = 200
-TRIES_S = 60.0
+TRIES_S = 15.0
 
 
 @pytest.fixture
