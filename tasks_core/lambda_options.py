@@ -216,6 +216,11 @@ def code_values(given: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+def defaulted(given: Mapping[str, Any]) -> frozenset[str]:
+    """The names of the options `given` leaves to their defaults (absent, or None)."""
+    return frozenset(option.name for option in OPTIONS if given.get(option.name) is None)
+
+
 @deconstructible(path="tasks_core.lambda_options.DeclaredDefault")
 class DeclaredDefault:
     """A Lambda column's default, for a row made other than by a code sync (a test's, say):

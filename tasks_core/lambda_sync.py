@@ -14,7 +14,9 @@ def sync_to_store() -> None:
     """Create or update a Lambda row per registered lambda; mark rows the code lost `in_code=False`.
 
     The row's option columns hold the code's values and nothing else: operators' overrides
-    live in LambdaOverride rows and gates in their own columns, which this never writes.
+    live in LambdaOverride rows and gates in their own columns, which this never writes. An
+    option the code left to its default is listed in `defaulted`, and every process reads it
+    from its own settings (so the process that synced last does not decide it for the rest).
     """
     lambdas = [registry.get(name) for name in registry.names()]
     teams = {name: Team.objects.get_or_create(name=name)[0] for name in
@@ -27,6 +29,7 @@ def sync_to_store() -> None:
                 # Each option's code value, in the column lambda_options declares for it.
                 **{option.column: getattr(lam.options, option.column)
                    for option in lambda_options.OPTIONS},
+                "defaulted": sorted(lam.options.defaulted),
                 "in_code": True,
             },
         )

@@ -66,6 +66,10 @@ class Lambda(GatedModel):
     rate_per_s = lambda_options.column("rate")
     key_concurrency = lambda_options.column("key_concurrency")
     key_rate_per_s = lambda_options.column("key_rate")
+    #: The options the code left to their defaults. Every process reads these from its own
+    #: settings (tasks_core.overrides.code_value); the column keeps the last syncing process's
+    #: value, for display. Processes may differ, and whichever synced last must not decide.
+    defaulted = models.JSONField(default=list, blank=True)
     #: False once the code no longer registers it (its tasks are kept).
     in_code = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)

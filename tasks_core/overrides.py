@@ -55,6 +55,14 @@ def _typed(option: Option, value: float | None) -> float | int | None:
     return int(value) if option.whole else float(value)
 
 
+def code_value(row: Lambda, option: Option) -> float | int | None:
+    """The code's value of `option` for `row`: its column, or for an option the code left to
+    its default (`row.defaulted`), the default as this process's settings make it."""
+    if option.name in row.defaulted:
+        return _typed(option, option.default())
+    return _typed(option, getattr(row, option.column))
+
+
 def resolve(row: Lambda) -> dict[str, Resolved]:
     """Every option of `row` an operator may override: its value, source and, for an override,
     who set it and when.
@@ -64,13 +72,13 @@ def resolve(row: Lambda) -> dict[str, Resolved]:
     found = {override.option: override for override in row.overrides.all()}
     resolved = {}
     for option in OPTIONS:
-        code_value = _typed(option, getattr(row, option.column))
+        code = code_value(row, option)
         override = found.get(option.name)
         if override is None:
-            resolved[option.name] = Resolved(value=code_value, source=CODE, code_value=code_value)
+            resolved[option.name] = Resolved(value=code, source=CODE, code_value=code)
         else:
             resolved[option.name] = Resolved(
-                value=_typed(option, override.value), source=OPERATOR, code_value=code_value,
+                value=_typed(option, override.value), source=OPERATOR, code_value=code,
                 changed_by=override.changed_by, changed_at=override.changed_at)
     return resolved
 
@@ -78,14 +86,14 @@ def resolve(row: Lambda) -> dict[str, Resolved]:
 def effective(row: Lambda) -> dict[str, Any]:
     """Column name -> value in effect, for every option of `row`: an operator's override where
     one may override it and did (see `resolve`), else the code's."""
-    values = {option.column: _typed(option, getattr(row, option.column))
-              for option in lambda_options.OPTIONS}
+    values = {option.column: code_value(row, option) for option in lambda_options.OPTIONS}
     values.update({BY_NAME[name].column: item.value for name, item in resolve(row).items()})
     return values
 
 
 def effective_expression(name: str) -> Expression:
-    """A query expression for the value of option `name` in effect, on Lambda querysets."""
+    """A query expression for the value of option `name` in effect, on Lambda querysets: for an
+    option whose default is no setting (the query reads the column, not `code_value`)."""
     option = BY_NAME[name]
     operator_value = LambdaOverride.objects.filter(lambda_ref=OuterRef("pk"), option=name)
     return Coalesce(Subquery(operator_value.values("value")[:1]), F(option.column))

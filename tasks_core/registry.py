@@ -21,7 +21,7 @@ from tasks_core.exceptions import (
     InvalidLambdaDefinition,
     LambdaNotFound,
 )
-from tasks_core.lambda_options import OptionValues, code_values
+from tasks_core.lambda_options import OptionValues, code_values, defaulted
 
 if TYPE_CHECKING:
     from tasks_core.context import TaskContext
@@ -35,6 +35,8 @@ class LambdaOptions(OptionValues):
     """A lambda's team and its options as the code gives them (declared in lambda_options)."""
 
     team: str
+    #: The options the code left to their defaults (lambda_options.defaulted).
+    defaulted: frozenset[str] = frozenset()
 
 
 class RegisteredLambda:
@@ -97,7 +99,8 @@ def register(
         values = code_values(options)
     except InvalidLambdaDefinition as exc:
         raise type(exc)(f"lambda {name!r}: {exc}") from None
-    settled = LambdaOptions(team=team or atf_settings.default_team, **values)
+    settled = LambdaOptions(team=team or atf_settings.default_team,
+                            defaulted=defaulted(options), **values)
 
     def decorate(func: LambdaFunction) -> RegisteredLambda:
         if inspect.isasyncgenfunction(func):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.apps import apps as django_apps
@@ -11,7 +12,7 @@ from django.apps.registry import Apps
 from django.db.migrations.loader import MigrationLoader
 
 from tasks_core import apps as apps_module
-from tasks_core import atf, directory, lambda_sync, overrides, registry
+from tasks_core import atf, directory, lambda_options, lambda_sync, overrides, registry
 from tasks_core.context import TaskContext
 from tasks_core.exceptions import LambdaNotFound
 from tasks_core.models import Lambda, TaskEntity
@@ -60,6 +61,23 @@ def test_sync_marks_rows_the_code_lost(late_lambda: registry.RegisteredLambda) -
     registry.unregister(NAME)
     lambda_sync.sync_to_store()
     assert Lambda.objects.get(name=NAME).in_code is False
+
+
+def test_an_option_left_to_its_default_is_read_from_each_process_s_own_settings(
+        late_lambda: registry.RegisteredLambda, settings: Any) -> None:
+    # Another process, whose settings differ, synced last: its defaults are in the columns.
+    lambda_sync.sync_to_store()
+    Lambda.objects.filter(name=NAME).update(heartbeat_timeout_s=300, backoff_cap_s=900,
+                                            max_attempts=11)
+    settings.ATF_HEARTBEAT_TIMEOUT_S, settings.ATF_BACKOFF_CAP_S = 7.0, 40.0
+    directory.clear()
+    info = directory.by_name(NAME)
+    # This process's settings, for what the code left out; the code's value where it gave one.
+    assert (info.heartbeat_timeout_s, info.backoff_cap_s, info.max_attempts) == (7.0, 40.0, 11)
+    resolved = overrides.resolve(Lambda.objects.get(name=NAME))["heartbeat_timeout"]
+    assert (resolved.value, resolved.code_value, resolved.source) == (7.0, 7.0, overrides.CODE)
+    assert set(Lambda.objects.get(name=NAME).defaulted) == \
+        {option.name for option in lambda_options.OPTIONS} - {"max_attempts"}
 
 
 def test_each_declared_option_has_its_code_value_its_column_and_its_cached_field() -> None:
