@@ -59,7 +59,7 @@ def drain(lambda_name: str, tasks: int, worker_args: list[str]) -> dict[str, flo
     from django.db.models import Max, Min
 
     from tasks_core import atf
-    from tasks_core.models import TaskAttempt, TaskEntity
+    from tasks_core.models import TaskEntity
 
     TaskEntity.objects.all().delete()
     for start in range(0, tasks, 1000):  # ATF_MAX_BATCH_SIZE
@@ -74,7 +74,7 @@ def drain(lambda_name: str, tasks: int, worker_args: list[str]) -> dict[str, flo
         wall_s = time.monotonic() - started_s
     finally:
         _stop(worker, consumer)
-    span = TaskAttempt.objects.aggregate(first=Min("started_at"), last=Max("ended_at"))
+    span = TaskEntity.objects.aggregate(first=Min("started_at"), last=Max("finished_at"))
     drain_s = (span["last"] - span["first"]).total_seconds()
     return {"drain_s": drain_s, "wall_s": wall_s, "tasks_per_s": tasks / drain_s}
 

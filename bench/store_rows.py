@@ -3,12 +3,12 @@
 
 Each generated task looks like a `demo.noop` task that a worker finished: its entity row in
 status success (one attempt, its lease bumped by the enqueue and the claim, every timestamp
-set, no result), no assoc row (a success's finish deletes it), and one attempt row. Rows
-come from `INSERT … SELECT generate_series`, with every index in place, one transaction per
-chunk; ids are 1..N, and the sequence continues after them. The
-foreign-key triggers are skipped while they are written (`session_replication_role =
-replica`, the server's superuser): the rows are consistent by construction, and checking each
-attempt row's task costs more than writing it.
+set, no result), no assoc row (a success's finish deletes it) and no attempt row (the entity's
+row holds a success: tasks_core.attempt_history). Rows come from `INSERT … SELECT
+generate_series`, with every index in place, one transaction per chunk; ids are 1..N, and the
+sequence continues after them. The foreign-key triggers are skipped while they are written
+(`session_replication_role = replica`, the server's superuser): the rows are consistent by
+construction, and checking each row's references costs more than writing it.
 
 A waiting task (`generate_waiting`) is a `demo.noop` task as `schedule()` leaves it: its entity
 row `new`, never attempted, due at its run_at, and its assoc row `new` with that trigger.
@@ -39,12 +39,6 @@ INSERT INTO {ENTITY} (id, lambda_ref_id, collection, priority, payload, status, 
 SELECT g, %(lambda_id)s, 'default', 'default', '{{}}'::jsonb, 'success', 1, 5, t, NULL, NULL,
        2, '{WORKER}', t, t + interval '1 ms', t + interval '2 ms', t + interval '3 ms',
        t + interval '3 ms', t + interval '4 ms', NULL, NULL
-FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g,
-     {TIMES}
-"""
-_ATTEMPTS = f"""
-INSERT INTO {ATTEMPT} (task_id, number, worker, started_at, ended_at, outcome, error)
-SELECT g, 1, '{WORKER}', t + interval '3 ms', t + interval '4 ms', 'success', NULL
 FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g,
      {TIMES}
 """
@@ -89,7 +83,7 @@ def generate(dsn: str, *, lambda_name: str, first: int, last: int, ended_ago_s: 
     with psycopg.connect(dsn, autocommit=True) as conn:
         origin = conn.execute("SELECT now() - %s * interval '1 second'",
                               (span_s + ended_ago_s,)).fetchone()[0]
-        return _insert(conn, (_ENTITIES, _ATTEMPTS), lambda_name=lambda_name,
+        return _insert(conn, (_ENTITIES,), lambda_name=lambda_name,
                        first=first, last=last, origin=origin, base=first,
                        spacing_us=span_s * 1e6 / count)
 

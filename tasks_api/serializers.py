@@ -13,7 +13,15 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tasks_core import directory, lambda_options, limits, operations, overrides, scheduling
+from tasks_core import (
+    attempt_history,
+    directory,
+    lambda_options,
+    limits,
+    operations,
+    overrides,
+    scheduling,
+)
 from tasks_core.conf import atf_settings
 from tasks_core.debounce import KEY_CHARS as FLOW_KEY_CHARS
 from tasks_core.exceptions import InvalidTask
@@ -194,8 +202,10 @@ class AttemptSerializer(serializers.ModelSerializer):
 
 
 SHOWN_ATTEMPTS = limits.SHOWN_ATTEMPTS
-#: Where with_latest_attempts() puts a task's latest attempts, newest first.
+#: Where with_latest_attempts() puts a task's latest attempt rows, newest first.
 _LATEST_ATTEMPTS = "atf_latest_attempts"
+#: Where TaskDetailSerializer keeps the attempts it shows.
+_SHOWN_ATTEMPTS = "atf_shown_attempts"
 
 
 def with_latest_attempts(tasks: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
@@ -246,11 +256,16 @@ class TaskDetailSerializer(TaskSerializer):
 
     @staticmethod
     def _latest(task: TaskEntity) -> list[TaskAttempt]:
-        latest = getattr(task, _LATEST_ATTEMPTS, None)
-        if latest is None:
-            latest = list(task.attempt_history.order_by("-number")[:SHOWN_ATTEMPTS])
-            setattr(task, _LATEST_ATTEMPTS, latest)
-        return latest
+        """The latest SHOWN_ATTEMPTS attempts, newest first (the one the task's row holds
+        included)."""
+        shown = getattr(task, _SHOWN_ATTEMPTS, None)
+        if shown is None:
+            rows = getattr(task, _LATEST_ATTEMPTS, None)
+            if rows is None:
+                rows = list(task.attempt_history.order_by("-number")[:SHOWN_ATTEMPTS])
+            shown = attempt_history.newest_first(task, rows)[:SHOWN_ATTEMPTS]
+            setattr(task, _SHOWN_ATTEMPTS, shown)
+        return shown
 
     @extend_schema_field(AttemptSerializer(many=True))
     def get_attempt_history(self, task: TaskEntity) -> Any:
@@ -258,7 +273,7 @@ class TaskDetailSerializer(TaskSerializer):
 
     def get_attempt_history_count(self, task: TaskEntity) -> int:
         latest = self._latest(task)
-        return len(latest) if len(latest) < SHOWN_ATTEMPTS else task.attempt_history.count()
+        return len(latest) if len(latest) < SHOWN_ATTEMPTS else attempt_history.count(task)
 
 
 #: Most tasks on a page that shows payloads or results: 20 of 256 KiB each is 10 MiB at most

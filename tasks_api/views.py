@@ -22,6 +22,7 @@ from tasks_api.openapi import extend_schema
 from tasks_api.pagination import AttemptCursorPagination, TaskCursorPagination
 from tasks_api.policy import ApiPolicy
 from tasks_core import (
+    attempt_history,
     flow,
     limits,
     operations,
@@ -178,7 +179,11 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         _query(serializers.AttemptsQuerySerializer, request)
         task = operations.task(Scope.of(request.user), int(pk))
         pages = AttemptCursorPagination()
-        page = pages.paginate_queryset(task.attempt_history.all(), request, view=self)
+        page = list(pages.paginate_queryset(task.attempt_history.all(), request, view=self) or [])
+        if not pages.has_next:  # the last page ends with the attempt the task's row holds
+            extra = attempt_history.implied(task, task.attempt_history.order_by("-number").first())
+            if extra is not None:
+                page.append(extra)
         return pages.get_paginated_response(serializers.AttemptSerializer(page, many=True).data)
 
     @extend_schema(request=None,

@@ -20,7 +20,7 @@ from tasks_console import display, filters
 from tasks_console.base import ConsoleAdmin, confirmation, report
 from tasks_console.models import DeadLetter
 from tasks_console.paginator import EstimatedCountPaginator
-from tasks_core import limits, operations, shards, states
+from tasks_core import attempt_history, limits, operations, shards, states
 from tasks_core.access import Scope
 from tasks_core.models import TaskAttempt, TaskDependency, TaskEntity, TaskStep
 
@@ -42,14 +42,15 @@ class LatestAttempts(BaseInlineFormSet):
 
     def get_queryset(self) -> Any:
         if not hasattr(self, "_latest"):
-            newest = super().get_queryset().order_by("-number")[:limits.SHOWN_ATTEMPTS]
-            self._latest = list(newest)[::-1]
+            rows = list(super().get_queryset().order_by("-number")[:limits.SHOWN_ATTEMPTS])
+            newest = attempt_history.newest_first(self.instance, rows)[:limits.SHOWN_ATTEMPTS]
+            self._latest = newest[::-1]
         return self._latest
 
     def count(self) -> int:
         """How many attempts the task has had in all."""
         shown = len(self.get_queryset())
-        return shown if shown < limits.SHOWN_ATTEMPTS else self.instance.attempt_history.count()
+        return shown if shown < limits.SHOWN_ATTEMPTS else attempt_history.count(self.instance)
 
     def all_attempts_url(self) -> str:
         return reverse("admin:tasks_core_taskattempt_changelist") + f"?q={self.instance.pk}"

@@ -203,6 +203,10 @@ class TaskEntity(models.Model):
             # only claimed and processing rows, so its size is the fleet's tasks in flight.
             models.Index(fields=["worker"], name="task_held",
                          condition=Q(status__in=["claimed", "processing"])),
+            # The successes a worker ran (?worker= in the API, a worker's console page): a
+            # success has no attempt row, whose attempt_worker finds the other attempts.
+            models.Index(fields=["worker"], name="task_succeeded_by",
+                         condition=Q(status="success")),
             # The queues' age (the oldest task waiting in each <lambda, priority> queue): only
             # enqueued rows, so one probe per queue reads the backlog's first row, not history.
             models.Index(fields=["lambda_ref", "priority", "enqueued_at"], name="task_in_queue",

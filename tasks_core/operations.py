@@ -103,10 +103,12 @@ def task(scope: Scope, task_id: int) -> TaskEntity:
 
 
 def worked_by(worker_id: str) -> Q:
-    """Tasks a worker process runs (claimed or processing, by their `worker`) or ran (an attempt
-    row of it): both probes use an index, the running tasks being few."""
-    running = Q(status__in=[TaskStatus.CLAIMED, TaskStatus.PROCESSING], worker=worker_id)
-    return running | Q(pk__in=TaskAttempt.objects.filter(worker=worker_id).values("task_id"))
+    """Tasks a worker process runs (claimed or processing, by their `worker`), ran to success
+    (`worker` too: a success has no attempt row) or ran otherwise (an attempt row of it): each
+    probe uses an index (task_held, task_succeeded_by, attempt_worker)."""
+    held = Q(status__in=[TaskStatus.CLAIMED, TaskStatus.PROCESSING, TaskStatus.SUCCESS],
+             worker=worker_id)
+    return held | Q(pk__in=TaskAttempt.objects.filter(worker=worker_id).values("task_id"))
 
 
 def cancel(scope: Scope, task_id: int, *, now: datetime | None = None) -> TaskEntity:

@@ -50,7 +50,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
-from tasks_core import atf, registry, scheduling
+from tasks_core import atf, attempt_history, registry, scheduling
 from tasks_core.conf import atf_settings
 from tasks_core.contrib.task_options import ATFTask
 from tasks_core.contrib.task_options import check as check_options
@@ -72,7 +72,7 @@ from tasks_core.contrib.tasks_compat import (
     task_started,
 )
 from tasks_core.exceptions import InvalidTask
-from tasks_core.models import TaskAttempt, TaskEntity
+from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
 
 logger = logging.getLogger(__name__)
@@ -324,8 +324,8 @@ class ATFBackend(BaseTaskBackend):
         included, so `attempts` counts them."""
         status = TaskStatus(entity.status)
         if attempts is None:
-            attempts = list(TaskAttempt.objects.filter(task_id=entity.pk).order_by("number")
-                            .values_list("worker", "started_at", "error"))
+            attempts = [(attempt.worker, attempt.started_at, attempt.error)
+                        for attempt in attempt_history.everything(entity)]
         worker_ids = [worker for worker, _started, _error in attempts]
         starts: list[datetime | None] = [started for _worker, started, _error in attempts]
         errors = [error for _worker, _started, error in attempts if error]

@@ -16,6 +16,7 @@ from tasks_core import atf
 from tasks_core.models import TaskAttempt, TaskEntity
 from tests.acceptance.test_flow import most_at_once
 from tests.acceptance.test_workers import FAST
+from tests.attempts import attempts_of
 from tests.conftest import Processes, subprocess_env, wait_for
 from tests.remote import Workers
 
@@ -48,7 +49,7 @@ def test_an_async_lambdas_result_is_stored(processes: Processes, env: dict[str, 
     # Then its coroutine was awaited and what it returned is the task's result
     wait_for(lambda: status(task) == "success", message="the task's success")
     assert TaskEntity.objects.get(pk=task.pk).result == {"slept": 0.2}
-    (attempt,) = TaskAttempt.objects.filter(task_id=task.pk)
+    (attempt,) = attempts_of(task.pk)
     assert attempt.outcome == "success"
 
 

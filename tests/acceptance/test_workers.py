@@ -29,6 +29,7 @@ from django.utils import timezone
 from tasks_api.models import ApiToken, Scope
 from tasks_core import atf, scheduling, stats
 from tasks_core.models import TaskAttempt, TaskEntity, TaskStep, Worker
+from tests.attempts import attempts_of
 from tests.conftest import ROOT, Processes, subprocess_env, wait_for
 from tests.proxy import Proxy
 from tests.remote import Workers, start_api, worker_env, worker_token
@@ -114,7 +115,7 @@ def test_outcomes_end_in_the_right_status_with_the_right_attempts(
     # Then each ends as its lambda decided, with its attempts on record
     def outcome(task: TaskEntity) -> tuple[str, int, list[str]]:
         row = TaskEntity.objects.get(pk=task.pk)
-        history = list(TaskAttempt.objects.filter(task=row).values_list("outcome", flat=True))
+        history = [attempt.outcome for attempt in attempts_of(row.pk)]
         return row.status, row.attempts, history
 
     for fail, tasks in made.items():
@@ -220,8 +221,8 @@ def test_a_result_not_yet_durable_when_its_worker_is_killed_costs_one_lost_attem
     assert (first["attempt"], second["attempt"]) == (1, attempts)
     assert attempts == 2 or (workers.kind == "remote" and attempts == 3)
     assert second["start"] > first["end"]
-    assert list(TaskAttempt.objects.filter(task_id=task.pk).values_list("outcome", flat=True)
-                ) == ["lost"] * (attempts - 1) + ["success"]
+    assert [attempt.outcome for attempt in attempts_of(task.pk)] == (
+        ["lost"] * (attempts - 1) + ["success"])
 
 
 @pytest.mark.drill
@@ -259,8 +260,7 @@ def test_a_worker_cut_off_from_the_store_stops_before_its_task_runs_elsewhere_an
     (line,) = records()
     assert line["attempt"] == 2
     assert line["start"] > replaced_at
-    assert list(TaskAttempt.objects.filter(task_id=task.pk).values_list("outcome", flat=True)
-                ) == ["lost", "success"]
+    assert [attempt.outcome for attempt in attempts_of(task.pk)] == ["lost", "success"]
 
 
 def log_of(process: subprocess.Popen) -> str:

@@ -213,8 +213,13 @@ def _keys() -> list[str]:
 
 @shards.across(_joined)
 def _first_starts() -> list[tuple]:
-    return list(TaskAttempt.objects.values("task_id").annotate(first=Min("started_at"))
-                .values_list("task_id", "first"))
+    """(task id, when its first attempt started): its first attempt row's start, else its own
+    `started_at` (a success at the first attempt leaves no attempt row)."""
+    first = dict(TaskEntity.objects.filter(started_at__isnull=False)
+                 .values_list("pk", "started_at"))
+    first.update(TaskAttempt.objects.values("task_id").annotate(first=Min("started_at"))
+                 .values_list("task_id", "first"))
+    return list(first.items())
 
 
 def _latencies(report: Report, rows: Sequence[tuple], events: Sequence[FaultEvent]) -> None:

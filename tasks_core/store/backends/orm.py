@@ -273,11 +273,13 @@ class OrmBackend(StoreBackend):
                 assoc.delete()
             else:
                 assoc.update(**_assoc(ending.assoc))
-        numbers = _next_attempt_numbers(e.task_id for e in endings)
+        # A success has no attempt row: the task's row holds it (tasks_core.attempt_history).
+        recorded = [e for e in endings if e.status is not TaskStatus.SUCCESS]
+        numbers = _next_attempt_numbers(e.task_id for e in recorded)
         TaskAttempt.objects.bulk_create(
             TaskAttempt(task_id=e.task_id, number=numbers[e.task_id], worker=e.worker,
                         started_at=e.started_at, ended_at=now, outcome=e.outcome, error=e.error)
-            for e in endings
+            for e in recorded
         )
         parents = set(TaskDependency.objects.filter(parent_id__in=current)
                       .values_list("parent_id", flat=True))

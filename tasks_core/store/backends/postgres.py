@@ -375,10 +375,12 @@ WITH doc AS MATERIALIZED (SELECT %(endings)s::jsonb AS d), ending AS (
 ), history AS (
     INSERT INTO {attempt} (task_id, number, worker, started_at, ended_at, outcome, error)
     -- Numbered after the task's last attempt row, so they count on across requeues (which
-    -- reset `attempts`); one probe of (task, number) a row.
+    -- reset `attempts`); one probe of (task, number) a row. A success has none: the task's
+    -- row holds it (tasks_core.attempt_history).
     SELECT e.id, COALESCE((SELECT max(p.number) FROM {attempt} p WHERE p.task_id = e.id), 0) + 1,
            e.worker, e.started_at, %(now)s, e.outcome, e.error
     FROM ending e JOIN written ON written.id = e.id
+    WHERE e.status <> %(success)s
 )
 SELECT written.id, EXISTS (SELECT 1 FROM {dependency} d WHERE d.parent_id = written.id),
        written.group_id
@@ -617,5 +619,6 @@ class PostgresBackend(OrmBackend):
         rows = self._run(_FINISH, {"ids": [e.task_id for e in endings],
                                    "endings": _endings(endings), "now": now,
                                    "expected": TaskStatus.PROCESSING.value,
-                                   "assoc_deleted": _ASSOC_DELETED})
+                                   "assoc_deleted": _ASSOC_DELETED,
+                                   "success": TaskStatus.SUCCESS.value})
         return {pk: Written(has_children, group_id) for pk, has_children, group_id in rows}

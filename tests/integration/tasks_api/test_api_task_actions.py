@@ -11,8 +11,9 @@ from django.utils import timezone
 from tasks_core.conf import atf_settings
 from tasks_core.models import TaskAttempt, TaskEntity
 from tasks_core.states import TaskStatus
+from tests.attempts import fail_then_succeed
 from tests.factories import TaskFactory
-from tests.integration.tasks_api.test_api_support import Member, member
+from tests.integration.tasks_api.test_api_support import Member, member, schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -109,7 +110,8 @@ def test_another_teams_task_is_not_found_and_unchanged(alice: Member, action: st
 
 
 def test_the_detail_shows_the_attempt_history_oldest_first(alice: Member) -> None:
-    # Given a task that failed once and then succeeded
+    # Given a task that failed once and then succeeded, with a row for each attempt (as the
+    # store wrote them before a success's row was left out: it is shown once)
     task = TaskFactory(lambda_ref=alice.lam, status=TaskStatus.SUCCESS, attempts=2)
     start = timezone.now()
     error = {"type": "ValueError", "message": "boom", "traceback": "..."}
@@ -127,6 +129,34 @@ def test_the_detail_shows_the_attempt_history_oldest_first(alice: Member) -> Non
         (1, "w1", "retry", error), (2, "w2", "success", None)]
     assert set(history[0]) == {"number", "worker", "host", "started_at", "ended_at", "outcome",
                                "error"}
+
+
+def test_a_success_that_left_no_attempt_row_is_its_last_attempt_everywhere(
+        alice: Member) -> None:
+    # Given a task that failed on one worker and succeeded on another, through the store
+    # (whose success writes no attempt row: the task's row holds it)
+    task = TaskEntity.objects.get(pk=schedule(alice).json()["id"])
+    fail_then_succeed(task, ["host-a:1:a", "host-b:2:b"])
+    assert list(TaskAttempt.objects.filter(task=task).values_list("outcome", flat=True)) == [
+        "retry"]
+    # When the team reads it, pages through its attempts one at a time, and lists the tasks
+    # of the worker that succeeded
+    body = alice.client.get(f"/api/v1/tasks/{task.pk}/").json()
+    pages, url = [], f"/api/v1/tasks/{task.pk}/attempts/?page_size=1"
+    while url:
+        page = alice.client.get(url).json()
+        pages.append([(a["number"], a["outcome"]) for a in page["results"]])
+        url = page["next"]
+    listed = alice.client.get("/api/v1/tasks/", {"worker": "host-b:2:b"}).json()["results"]
+    # Then the success is its second attempt in each, on the worker that ran it
+    row = TaskEntity.objects.get(pk=task.pk)
+    assert [(a["number"], a["worker"], a["outcome"], a["ended_at"]) for a in
+            body["attempt_history"]][1:] == [
+        (2, "host-b:2:b", "success", body["finished_at"])]
+    assert [a["outcome"] for a in body["attempt_history"]] == ["retry", "success"]
+    assert (body["attempt_history_count"], row.result) == (2, {"n": 2})
+    assert [attempt for page in pages for attempt in page] == [(1, "retry"), (2, "success")]
+    assert [listed_task["id"] for listed_task in listed] == [task.pk]
 
 
 def test_lists_do_not_carry_the_attempt_history(alice: Member) -> None:

@@ -21,8 +21,9 @@ from tasks_api import memory
 from tasks_api.models import Scope
 from tasks_core import atf
 from tasks_core.conf import atf_settings
-from tasks_core.models import TaskAttempt, TaskEntity, Worker
+from tasks_core.models import TaskEntity, Worker
 from tasks_core.queues import Message, QueueBackend
+from tests.attempts import attempts_of
 from tests.factories import LambdaFactory
 from tests.integration.tasks_api.test_api_support import Member, member, token_client
 from workers.consumer import Consumer
@@ -113,7 +114,7 @@ def test_a_remote_worker_claims_starts_renews_and_finishes_a_task(team_a: Member
     assert done == [{"id": task_id, "status": "success"}]
     row = TaskEntity.objects.get(pk=task_id)
     assert (row.status, row.result, row.worker) == ("success", {"ok": 1}, worker)
-    attempt = TaskAttempt.objects.get(task_id=task_id)
+    (attempt,) = attempts_of(task_id)
     assert (attempt.worker, attempt.outcome) == (worker, "success")
     # And stopping marks the registry row
     assert post(team_a.client, "stopped/", {"worker": worker}).status_code == 200
@@ -167,7 +168,7 @@ def test_a_claim_carries_results_as_finish_takes_them_and_answers_them_as_finish
     assert {task["id"] for task in answer.json()["tasks"]} == ready
     row = TaskEntity.objects.get(pk=running["id"])
     assert (row.status, row.result) == ("success", {"ok": 1})
-    assert TaskAttempt.objects.get(task_id=running["id"]).worker == worker
+    assert [attempt.worker for attempt in attempts_of(running["id"])] == [worker]
     # ...and a claim that carries none answers no results
     assert post(team_a.client, "claim/", {"worker": worker, "max": 1}).json() == {
         "tasks": [], "results": []}

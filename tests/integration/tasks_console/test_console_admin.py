@@ -10,9 +10,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from tasks_core import limits
+from tasks_core import atf, limits
 from tasks_core.models import Collection, TaskAssoc, TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
+from tests.attempts import fail_then_succeed
 from tests.factories import LambdaFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -216,6 +217,21 @@ def test_task_page_shows_payload_error_timeline_and_chain(admin_client: Client,
     assert "Attempt 1</strong> — retry" in text and "Attempt 2</strong> — dead" in text
     assert f"#{child.pk}</a>" in text
     assert 'name="_save"' not in text
+
+
+def test_task_page_shows_a_success_that_left_no_attempt_row_as_its_last_attempt(
+        admin_client: Client) -> None:
+    # Given a task that failed on one worker and succeeded on another, through the store
+    task = atf.schedule("demo.noop")
+    fail_then_succeed(task, ["host-a:1:a", "host-b:2:b"])
+    # When its page is opened
+    page = admin_client.get(reverse("admin:tasks_core_taskentity_change", args=[task.pk]))
+    # Then its timeline ends with the success, on the worker that ran it
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert re.findall(r"Attempt (\d+)</strong> — (\w+)", text) == [("1", "retry"),
+                                                                    ("2", "success")]
+    assert "on host-b:2:b" in text
 
 
 def test_task_page_shows_the_latest_attempts_and_links_to_all(admin_client: Client,

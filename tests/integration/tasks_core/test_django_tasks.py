@@ -162,7 +162,7 @@ def run_due(*, now: datetime | None = None, worker: str = "w1",
                          collection=claimed.collection, priority=claimed.priority,
                          lambda_name=claimed.lambda_name)
         result = run_lambda(claimed, ctx, worker=worker)
-        status = store.finish(claimed, result, now=timezone.now())
+        status = store.finish(claimed, result, now=max(now, timezone.now()))
         log_outcome(claimed, result, status, Tally())
         reached.append(str(status))
     return reached

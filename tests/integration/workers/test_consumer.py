@@ -15,10 +15,10 @@ import redis
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasks_core import atf, directory, outcomes, queues, scheduling, store, wakeup
+from tasks_core import atf, attempt_history, directory, outcomes, queues, scheduling, store, wakeup
 from tasks_core.access import EVERY_TEAM
 from tasks_core.conf import atf_settings
-from tasks_core.models import Collection, FlowStart, Lambda, TaskAttempt, TaskEntity
+from tasks_core.models import Collection, FlowStart, Lambda, TaskEntity
 from tasks_core.operations import set_options
 from tasks_core.states import TaskStatus
 from tests.conftest import ROOT, closing_connections, subprocess_env, wait_for
@@ -725,7 +725,7 @@ def test_a_stale_copy_a_worker_pops_does_not_run_the_task_twice(
     outcomes = testing.run_due_tasks(lambdas=["demo.noop"])
     # Then the task ran once: the second copy's lease was stale by then, and it was dropped
     assert [(o.task_id, o.status) for o in outcomes] == [(task.pk, "success")]
-    assert TaskAttempt.objects.filter(task_id=task.pk).count() == 1
+    assert attempt_history.count(TaskEntity.objects.get(pk=task.pk)) == 1
     assert queue.depth(name) == 0
 
 

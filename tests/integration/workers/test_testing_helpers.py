@@ -18,9 +18,9 @@ from django.db import connection, transaction
 from django.test import TestCase
 from django.utils import timezone
 
-from tasks_core import atf, registry, scheduling
+from tasks_core import atf, attempt_history, registry, scheduling
 from tasks_core.contrib.tasks_compat import TaskResultStatus, task
-from tasks_core.models import TaskAttempt, TaskEntity
+from tasks_core.models import TaskEntity
 from tasks_core.states import TaskStatus
 from tests.conftest import ROOT, subprocess_env
 from workers.testing import TaskOutcome, run_due_tasks
@@ -73,8 +73,7 @@ def test_a_task_scheduled_in_a_transaction_runs_and_reports_its_outcome(
     task.refresh_from_db()
     assert (task.status, task.attempts, task.result) == (
         TaskStatus.SUCCESS, 1, {"greeting": "hello ann"})
-    assert list(TaskAttempt.objects.filter(task=task).values_list("worker", flat=True)) == [
-        "testing"]
+    assert [attempt.worker for attempt in attempt_history.everything(task)] == ["testing"]
 
 
 def test_a_rolled_back_task_never_runs(run_due_tasks: RunDueTasks) -> None:
