@@ -6,8 +6,8 @@
         [--tasks 1000] [--async-slots 1000] [--threads 8] [--database bench_async_sleep]
 
 It creates (and migrates) the database if missing, schedules the tasks, starts a consumer and
-one `runworker` process, and prints per lambda: the drain (first attempt's start to last
-attempt's end, from the store), the wall time from the worker's start to the last success,
+one `runworker` process, and prints per lambda: the drain (the first task's start to the last
+one's end, from the store's task rows), the wall time from the worker's start to the last success,
 and tasks per second. The sync lambda's drain is about tasks / threads seconds; the async one's
 a few seconds. Figures go to docs/benchmarks.md.
 """

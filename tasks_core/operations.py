@@ -104,11 +104,17 @@ def task(scope: Scope, task_id: int) -> TaskEntity:
 
 def worked_by(worker_id: str) -> Q:
     """Tasks a worker process runs (claimed or processing, by their `worker`), ran to success
-    (`worker` too: a success has no attempt row) or ran otherwise (an attempt row of it): each
-    probe uses an index (task_held, task_succeeded_by, attempt_worker)."""
-    held = Q(status__in=[TaskStatus.CLAIMED, TaskStatus.PROCESSING, TaskStatus.SUCCESS],
-             worker=worker_id)
-    return held | Q(pk__in=TaskAttempt.objects.filter(worker=worker_id).values("task_id"))
+    (`worker` too: a success has no attempt row) or ran otherwise (an attempt row of it).
+
+    One id list of three probes, each by an index of its own (task_held, task_succeeded_by,
+    attempt_worker): as one condition OR'd together, PostgreSQL could use none of them and
+    read the whole task table."""
+    tasks = TaskEntity.objects.order_by()
+    held = tasks.filter(status__in=[TaskStatus.CLAIMED, TaskStatus.PROCESSING], worker=worker_id)
+    succeeded = tasks.filter(status=TaskStatus.SUCCESS, worker=worker_id)
+    attempted = TaskAttempt.objects.order_by().filter(worker=worker_id)
+    return Q(pk__in=held.values("pk").union(succeeded.values("pk"),
+                                            attempted.values("task_id"), all=True))
 
 
 def cancel(scope: Scope, task_id: int, *, now: datetime | None = None) -> TaskEntity:

@@ -1,9 +1,11 @@
 """Per-lambda options: the code's value, an operator's override that wins, and which applies.
 
-The code's value lives in the Lambda row's own column, which every code sync rewrites; an
-operator's value lives in a LambdaOverride row, which no sync touches. So an override
-survives restarts, `migrate` and new code, and clearing it returns to the code's current
-value. Every reader of an option's value (the directory, the consumer) goes through here.
+The code's value lives in the Lambda row's own column, which every code sync rewrites (an
+option the code left to its default is read from this process's settings instead: see
+`code_value`); an operator's value lives in a LambdaOverride row, which no sync touches. So
+an override survives restarts, `migrate` and new code, and clearing it returns to the code's
+current value. Every reader of an option's value (the directory, the consumer) goes through
+here.
 
 Which options there are, their bounds and which an operator may override, is declared in
 tasks_core.lambda_options.
@@ -92,9 +94,12 @@ def effective(row: Lambda) -> dict[str, Any]:
 
 
 def effective_expression(name: str) -> Expression:
-    """A query expression for the value of option `name` in effect, on Lambda querysets: for an
-    option whose default is no setting (the query reads the column, not `code_value`)."""
+    """A query expression for the value of option `name` in effect, on Lambda querysets: only
+    for an option whose default is no setting, since the query reads the column where
+    `code_value` would read this process's settings (ValueError for another)."""
     option = BY_NAME[name]
+    if option.default() is not None:
+        raise ValueError(f"{name}'s default is a setting: read it with code_value()")
     operator_value = LambdaOverride.objects.filter(lambda_ref=OuterRef("pk"), option=name)
     return Coalesce(Subquery(operator_value.values("value")[:1]), F(option.column))
 

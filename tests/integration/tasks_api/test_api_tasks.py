@@ -6,9 +6,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
+from tasks_core import operations
 from tasks_core.models import TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
 from tests.factories import TaskFactory
@@ -383,3 +385,17 @@ def test_list_by_worker_shows_what_it_runs_and_ran_within_the_team(alice: Member
     # ...and each attempt names its worker's host
     history = alice.client.get(f"/api/v1/tasks/{ran.pk}/").json()["attempt_history"]
     assert [(a["number"], a["host"]) for a in history] == [(1, "host-a"), (2, "")]
+
+
+def test_the_worker_filter_reads_three_indexes_not_the_task_table() -> None:
+    """What a worker runs, ran to success and ran otherwise are three probes by index
+    (task_held, task_succeeded_by, attempt_worker); OR'd into one condition, PostgreSQL could
+    use none of them and read every task (sequential scans off: whatever index it can use)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        try:
+            plan = TaskEntity.objects.filter(operations.worked_by("host-a:41:abc123")).explain()
+        finally:
+            cursor.execute("RESET enable_seqscan")
+    for index in ("task_held", "task_succeeded_by", "attempt_worker"):
+        assert index in plan, plan
