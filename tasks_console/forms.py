@@ -9,7 +9,6 @@ from django import forms
 from django.utils import timezone
 
 from tasks_api.models import ApiToken
-from tasks_api.token_serializers import CreateTokenSerializer
 from tasks_core import limits, periodic
 from tasks_core.exceptions import InvalidTask, LimitReached
 from tasks_core.models import PeriodicTask
@@ -91,6 +90,10 @@ class ApiTokenForm(forms.ModelForm):
         fields = ["name", "team", "scope", "expires_at"]
 
     def clean(self) -> dict[str, Any]:
+        # Imported here: REST framework's serializers cost every process that loads the admin
+        # (workers and consumers too) ~140 ms and several MB, and only this form needs them.
+        from tasks_api.token_serializers import CreateTokenSerializer
+
         cleaned = super().clean() or {}
         values = {name: cleaned[name] for name in self.CHECKED if cleaned.get(name) is not None}
         check = CreateTokenSerializer(data=values)
