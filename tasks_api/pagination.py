@@ -58,3 +58,15 @@ class AttemptCursorPagination(TaskCursorPagination):
     across_shards = False
     page_size = SHOWN_ATTEMPTS
     max_page_size = 100
+
+    def last_page_ends_with(self, page: list[Any], attempt: Any | None) -> list[Any]:
+        """`page` (of attempt rows) followed, on the last page, by `attempt`: the one a
+        succeeded task's own row holds, which no row pages through (None: there is none). A
+        last page that is full links on instead, to a page that holds only it."""
+        if attempt is None or self.has_next:
+            return page
+        if len(page) < cast(int, self.page_size):
+            self.page = [*page, attempt]  # the links read it: a page of it alone links back
+            return self.page
+        self.has_next, self.next_position = True, None  # next: the rows after the page's last
+        return page

@@ -181,9 +181,8 @@ class TaskViewSet(ApiPolicy, PayloadOnRequest, mixins.ListModelMixin,
         pages = AttemptCursorPagination()
         page = list(pages.paginate_queryset(task.attempt_history.all(), request, view=self) or [])
         if not pages.has_next:  # the last page ends with the attempt the task's row holds
-            extra = attempt_history.implied(task, task.attempt_history.order_by("-number").first())
-            if extra is not None:
-                page.append(extra)
+            newest = task.attempt_history.order_by("-number").first()
+            page = pages.last_page_ends_with(page, attempt_history.implied(task, newest))
         return pages.get_paginated_response(serializers.AttemptSerializer(page, many=True).data)
 
     @extend_schema(request=None,

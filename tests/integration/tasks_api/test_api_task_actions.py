@@ -146,7 +146,8 @@ def test_a_success_that_left_no_attempt_row_is_its_last_attempt_everywhere(
     while url:
         page = alice.client.get(url).json()
         pages.append([(a["number"], a["outcome"]) for a in page["results"]])
-        url = page["next"]
+        url, back = page["next"], page["previous"]
+    back_page = alice.client.get(back).json()
     listed = alice.client.get("/api/v1/tasks/", {"worker": "host-b:2:b"}).json()["results"]
     # Then the success is its second attempt in each, on the worker that ran it
     row = TaskEntity.objects.get(pk=task.pk)
@@ -155,7 +156,10 @@ def test_a_success_that_left_no_attempt_row_is_its_last_attempt_everywhere(
         (2, "host-b:2:b", "success", body["finished_at"])]
     assert [a["outcome"] for a in body["attempt_history"]] == ["retry", "success"]
     assert (body["attempt_history_count"], row.result) == (2, {"n": 2})
-    assert [attempt for page in pages for attempt in page] == [(1, "retry"), (2, "success")]
+    assert pages == [[(1, "retry")], [(2, "success")]]  # a page at a time, never more
+    assert [a["number"] for a in back_page["results"]] == [1]  # and back from the last
+    one_page = alice.client.get(f"/api/v1/tasks/{task.pk}/attempts/?page_size=2").json()
+    assert ([a["number"] for a in one_page["results"]], one_page["next"]) == ([1, 2], None)
     assert [listed_task["id"] for listed_task in listed] == [task.pk]
 
 
