@@ -204,8 +204,6 @@ class AttemptSerializer(serializers.ModelSerializer):
 SHOWN_ATTEMPTS = limits.SHOWN_ATTEMPTS
 #: Where with_latest_attempts() puts a task's latest attempt rows, newest first.
 _LATEST_ATTEMPTS = "atf_latest_attempts"
-#: Where TaskDetailSerializer keeps the attempts it shows.
-_SHOWN_ATTEMPTS = "atf_shown_attempts"
 
 
 def with_latest_attempts(tasks: QuerySet[TaskEntity]) -> QuerySet[TaskEntity]:
@@ -257,15 +255,12 @@ class TaskDetailSerializer(TaskSerializer):
     @staticmethod
     def _latest(task: TaskEntity) -> list[TaskAttempt]:
         """The latest SHOWN_ATTEMPTS attempts, newest first (the one the task's row holds
-        included)."""
-        shown = getattr(task, _SHOWN_ATTEMPTS, None)
-        if shown is None:
-            rows = getattr(task, _LATEST_ATTEMPTS, None)
-            if rows is None:
-                rows = list(task.attempt_history.order_by("-number")[:SHOWN_ATTEMPTS])
-            shown = attempt_history.newest_first(task, rows)[:SHOWN_ATTEMPTS]
-            setattr(task, _SHOWN_ATTEMPTS, shown)
-        return shown
+        included); the rows are read once."""
+        rows = getattr(task, _LATEST_ATTEMPTS, None)
+        if rows is None:
+            rows = list(task.attempt_history.order_by("-number")[:SHOWN_ATTEMPTS])
+            setattr(task, _LATEST_ATTEMPTS, rows)
+        return attempt_history.newest_first(task, rows)[:SHOWN_ATTEMPTS]
 
     @extend_schema_field(AttemptSerializer(many=True))
     def get_attempt_history(self, task: TaskEntity) -> Any:

@@ -67,8 +67,8 @@ class Lambda(GatedModel):
     key_concurrency = lambda_options.column("key_concurrency")
     key_rate_per_s = lambda_options.column("key_rate")
     #: The options the code left to their defaults. Every process reads these from its own
-    #: settings (tasks_core.overrides.code_value); the column keeps the last syncing process's
-    #: value, for display. Processes may differ, and whichever synced last must not decide.
+    #: settings (tasks_core.overrides.code_value), not from their columns, which hold what the
+    #: last syncing process resolved: processes may differ, and that one must not decide.
     defaulted = models.JSONField(default=list, blank=True)
     #: False once the code no longer registers it (its tasks are kept).
     in_code = models.BooleanField(default=True)

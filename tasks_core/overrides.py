@@ -88,18 +88,19 @@ def resolve(row: Lambda) -> dict[str, Resolved]:
 def effective(row: Lambda) -> dict[str, Any]:
     """Column name -> value in effect, for every option of `row`: an operator's override where
     one may override it and did (see `resolve`), else the code's."""
-    values = {option.column: code_value(row, option) for option in lambda_options.OPTIONS}
+    values = {option.column: code_value(row, option) for option in lambda_options.OPTIONS
+              if option.name not in BY_NAME}
     values.update({BY_NAME[name].column: item.value for name, item in resolve(row).items()})
     return values
 
 
 def effective_expression(name: str) -> Expression:
-    """A query expression for the value of option `name` in effect, on Lambda querysets: only
-    for an option whose default is no setting, since the query reads the column where
-    `code_value` would read this process's settings (ValueError for another)."""
+    """A query expression for the value of option `name` in effect, on Lambda querysets.
+
+    It reads the column, so it is right only for an option whose default is no setting (the
+    consumer's `quota`, None by default): for one left to a setting, `code_value` reads this
+    process's settings instead, which no query can."""
     option = BY_NAME[name]
-    if option.default() is not None:
-        raise ValueError(f"{name}'s default is a setting: read it with code_value()")
     operator_value = LambdaOverride.objects.filter(lambda_ref=OuterRef("pk"), option=name)
     return Coalesce(Subquery(operator_value.values("value")[:1]), F(option.column))
 

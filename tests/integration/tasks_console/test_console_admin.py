@@ -13,8 +13,8 @@ from django.utils import timezone
 from tasks_core import atf, limits
 from tasks_core.models import Collection, TaskAssoc, TaskAttempt, TaskEntity, Worker
 from tasks_core.states import TaskStatus
-from tests.attempts import fail_then_succeed
 from tests.factories import LambdaFactory, TaskFactory
+from tests.store_steps import fail_then_succeed
 
 pytestmark = pytest.mark.django_db
 

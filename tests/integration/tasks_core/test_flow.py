@@ -29,11 +29,10 @@ from tasks_core.store.backends import postgres
 from tests.conftest import race
 from tests.integration.tasks_core.test_store import (  # noqa: F401 - `backend` is a fixture
     backend,
-    enqueue_due,
     entity,
-    messages,
     success,
 )
+from tests.store_steps import enqueue_due, messages
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 

@@ -20,7 +20,6 @@ from django.utils import timezone
 
 from tasks_core import atf, conf, directory, overrides, scheduling, states, store
 from tasks_core.exceptions import InvalidTask, InvalidTransition
-from tasks_core.gating import Decision
 from tasks_core.models import Collection, Lambda, TaskAssoc, TaskAttempt, TaskEntity
 from tasks_core.queues import Message
 from tasks_core.states import AssocStatus, TaskStatus
@@ -29,6 +28,7 @@ from tasks_core.store.backends.base import StoreBackend
 from tasks_core.store.backends.orm import OrmBackend
 from tests.attempts import attempts_of
 from tests.conftest import race, wait_for, write_waits_on_a_lock
+from tests.store_steps import claim, enqueue_due, messages
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -57,20 +57,6 @@ def backend(request: pytest.FixtureRequest, database_route: str) -> Iterator[Sto
 def now() -> datetime:
     """A moment after the tasks a test schedules (scheduling reads the real clock)."""
     return timezone.now() + timedelta(seconds=1)
-
-
-def enqueue_due(lambda_name: str, now: datetime, limit: int = 1000) -> store.DueBatch:
-    return store.enqueue_due(Lambda.objects.get(name=lambda_name).pk, limit=limit, now=now,
-                             skip_collections=[], decide=lambda collection: Decision.ENQUEUE)
-
-
-def messages(batch: store.DueBatch) -> list[Message]:
-    return [message for _priority, message in batch.messages]
-
-
-def claim(msgs: list[Message], now: datetime, worker: str = "w1") -> list[store.ClaimedTask]:
-    lambda_ids = Lambda.objects.values_list("pk", flat=True)
-    return store.claim(msgs, worker=worker, lambda_ids=list(lambda_ids), now=now)
 
 
 def running(now: datetime, payload: object = None, **options: object) -> store.ClaimedTask:
