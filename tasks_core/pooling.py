@@ -54,21 +54,32 @@ def _backend_pid(wrapper: BaseDatabaseWrapper) -> int:
     return int(pid)
 
 
+#: Rounds of session_is_kept's check, each of which must find the first connection's session.
+SESSION_CHECKS = 5
+
+
 def session_is_kept(alias: str = DEFAULT_DB_ALIAS) -> bool:
-    """Whether a connection keeps its server session between two transactions.
+    """Whether a connection keeps its server session between transactions.
 
     The first connection runs a transaction; a second connection then holds a transaction open,
     on the server connection the first just gave back if a pooler hands them out (PgBouncer
     reuses the last one freed); the first runs another. Behind a transaction-mode pooler the
-    second transaction of the first connection then runs in another server process.
+    first connection's transaction then runs in another server process. Other clients of the
+    pooler can free a server connection between the steps, which the second then takes while
+    the first gets its own back by chance (an API process starting beside a busy fleet was
+    found keeping its session, prepared its statements and answered 500s): so the check runs
+    SESSION_CHECKS times, and the session is kept only if no round moved it.
     """
     first, second = own_connection(alias), own_connection(alias)
     try:
         pid = _backend_pid(first)
         second.ensure_connection()
-        with second.wrap_database_errors, second.connection.transaction():
-            second.connection.execute("SELECT 1")
-            return _backend_pid(first) == pid
+        for _round in range(SESSION_CHECKS):
+            with second.wrap_database_errors, second.connection.transaction():
+                second.connection.execute("SELECT 1")
+                if _backend_pid(first) != pid:
+                    return False
+        return True
     finally:
         for wrapper in (first, second):
             with contextlib.suppress(Exception):
